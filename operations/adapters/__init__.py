@@ -1,0 +1,1 @@
+"""Provider adapters: the protocol (``base``), the registry, and one module per provider."""

@@ -1,0 +1,221 @@
+"""The adapter protocol: what Effect Ledger needs from a provider integration.
+
+One adapter class per provider contract, registered per action (see ``registry.py``). An
+adapter is pure I/O against its provider: it never touches the ledger's tables. The engine
+calls ``execute`` outside any database transaction and classifies what it raises:
+
+* ``RetryableError``   — failed before the provider's commit point; safe to retry with the same key.
+* ``TerminalError``    — a definite refusal (validation, decline, key reused with other
+  parameters); stored and never retried.
+* ``AmbiguousOutcome`` — the effect may or may not have happened (timeout after send, dropped
+  connection, 5xx after send, "request in progress"); the intent goes to UNKNOWN unless the
+  provider deduplicates on the key and the retry budget allows a same-key retry.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+class LookupKind(enum.StrEnum):
+    """How far a provider's read path can be trusted to answer "did it happen?"."""
+
+    AUTHORITATIVE = "authoritative"  # found / absent are both definite
+    EVENTUAL = "eventual"  # found is definite; absent may just be lag
+    NONE = "none"  # no lookup by our key or reference
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a provider contract guarantees.
+
+    Attributes:
+        idempotency_keys: the provider deduplicates requests on our idempotency key.
+        lookup: how the provider answers a lookup by our key / reference.
+        list_by_reference: the provider can list effects by our business reference
+            (used to find duplicates where it cannot deduplicate).
+        compensation_action: the action that undoes or offsets this one (e.g. ``payments.refund``).
+        fences: the provider refuses a request whose fencing token is lower than the highest
+            it has seen for the key.
+    """
+
+    idempotency_keys: bool
+    lookup: LookupKind
+    list_by_reference: bool = False
+    compensation_action: str | None = None
+    fences: bool = False
+
+
+@dataclass(frozen=True)
+class ExecutionCall:
+    """One attempt to apply an intent at the provider.
+
+    Attributes:
+        intent_id: the intent's UUID as text.
+        action: e.g. ``payments.charge``.
+        action_version: the integer version of the action's argument schema.
+        arguments: the canonical arguments (money in integer minor units).
+        idempotency_key: the stored provider key; identical on every attempt.
+        fence: the fencing token of this attempt's lease.
+        attempt_no: 1-based attempt number.
+        deadline_seconds: the adapter must give up (and raise ``AmbiguousOutcome`` when the
+            request may have been sent) within this many seconds; shorter than the lease.
+        reference: the caller's business reference, if any.
+    """
+
+    intent_id: str
+    action: str
+    action_version: int
+    arguments: dict[str, Any]
+    idempotency_key: str
+    fence: int
+    attempt_no: int
+    deadline_seconds: float
+    reference: str = ""
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """The provider accepted the effect.
+
+    Attributes:
+        provider_reference: the provider's id for the effect (charge id, message id, ...).
+        response_digest: sha256 hex of the provider's response body, as evidence.
+        replayed: the provider answered from its idempotency cache (the effect already existed).
+        detail: a small JSON-safe summary of the response (never secrets).
+    """
+
+    provider_reference: str
+    response_digest: str
+    replayed: bool = False
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+class LookupStatus(enum.StrEnum):
+    """What a lookup proved."""
+
+    FOUND = "found"
+    ABSENT = "absent"  # authoritative absence: the provider never applied it
+    NOT_FOUND_YET = "not_found_yet"  # nothing seen, but the read path may lag
+    WITHDRAWN = "withdrawn"  # the provider knows the item but hides it
+    INCONCLUSIVE = "inconclusive"  # error or a read path that cannot tell
+    UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True)
+class LookupResult:
+    """Evidence from ``Adapter.lookup``.
+
+    Attributes:
+        status: see ``LookupStatus``.
+        provider_references: every effect the provider holds for this intent (two or more
+            means duplicates for a provider that cannot deduplicate).
+        detail: a small JSON-safe summary of what the provider answered.
+    """
+
+    status: LookupStatus
+    provider_references: tuple[str, ...] = ()
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Preview:
+    """The dry run: what exactly would happen, computed without side effects.
+
+    Attributes:
+        summary: one human sentence, e.g. "Charge 120.00 EUR to cus_42".
+        target: who or what is affected (customer, recipient, resource).
+        amount_minor: the amount in minor units, when the action moves money.
+        currency: ISO 4217 code, when the action moves money.
+        scope: what else is touched (e.g. "one charge on the customer's default card").
+        checks: policy checks as ``[{"check": str, "ok": bool, "detail": str}]``.
+    """
+
+    summary: str
+    target: str
+    amount_minor: int | None = None
+    currency: str | None = None
+    scope: str = ""
+    checks: list[dict[str, Any]] = field(default_factory=list)
+
+
+class AdapterError(Exception):
+    """Base class of what ``Adapter.execute`` raises for known cases."""
+
+    def __init__(self, message: str, *, detail: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail or {}
+
+
+class RetryableError(AdapterError):
+    """Failed before the provider's commit point (connection refused, 5xx before effect)."""
+
+
+class TerminalError(AdapterError):
+    """A definite refusal: validation, decline, key reused with other parameters."""
+
+
+class AmbiguousOutcome(AdapterError):
+    """The effect may have happened: timeout after send, dropped response, request in progress."""
+
+
+class ArgumentsInvalid(Exception):
+    """The arguments fail the action's schema.
+
+    Attributes:
+        errors: ``[{"field": "amount", "message": "..."}]``, one per failing field.
+    """
+
+    def __init__(self, errors: list[dict[str, str]]) -> None:
+        super().__init__("; ".join(f"{e['field']}: {e['message']}" for e in errors))
+        self.errors = errors
+
+
+class Adapter:
+    """Base class for provider adapters.
+
+    Subclasses set ``actions`` (the action names they serve), ``capabilities`` and
+    ``argument_schema`` (JSON Schema, draft 2020-12, per action), and implement the I/O methods.
+    """
+
+    actions: ClassVar[tuple[str, ...]] = ()
+    capabilities: ClassVar[Capabilities]
+    argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: Argument fields that hold money in minor units; floats there are refused.
+    money_fields: ClassVar[tuple[str, ...]] = ("amount",)
+
+    def validate(self, action: str, arguments: dict[str, Any]) -> None:
+        """Check ``arguments`` against the action's JSON schema.
+
+        Raises:
+            ArgumentsInvalid: listing every failing field.
+        """
+        from operations.adapters.validation import validate_arguments
+
+        validate_arguments(self.argument_schemas[action], arguments, money_fields=self.money_fields)
+
+    def preview(self, action: str, arguments: dict[str, Any]) -> Preview:
+        """Describe what ``execute`` would do, without any side effect."""
+        raise NotImplementedError
+
+    def execute(self, call: ExecutionCall) -> ExecutionResult:
+        """Apply the effect at the provider once.
+
+        Raises:
+            RetryableError, TerminalError, AmbiguousOutcome: see the module docstring.
+        """
+        raise NotImplementedError
+
+    def lookup(self, call: ExecutionCall) -> LookupResult:
+        """Ask the provider whether the effect of ``call`` exists (by key or by reference)."""
+        return LookupResult(status=LookupStatus.UNSUPPORTED)
+
+    def compensation_arguments(self, action: str, arguments: dict[str, Any], provider_reference: str) -> dict[str, Any]:
+        """Arguments of the compensation intent that undoes ``provider_reference``.
+
+        Raises:
+            NotImplementedError: the action has no compensation.
+        """
+        raise NotImplementedError
