@@ -1,4 +1,4 @@
-"""The Celery application (settings namespace ``CELERY``)."""
+"""The Celery application (settings namespace ``CELERY``) and the beat schedule."""
 
 from __future__ import annotations
 
@@ -11,3 +11,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 app = Celery("effect_ledger")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+# The periodic safety nets, declared in code. Each task claims a bounded batch, so a pass
+# costs O(batch) whatever the table size.
+app.conf.beat_schedule = {
+    "relay-outbox": {"task": "operations.relay_outbox", "schedule": 2.0},
+    "reconcile": {"task": "reconciliation.reconcile", "schedule": 5.0},
+}

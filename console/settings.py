@@ -78,7 +78,8 @@ def _database_url() -> str:
     return embedded_database_url(DATA_DIR)
 
 
-DATABASES = {"default": dj_database_url.parse(_database_url(), conn_max_age=0)}
+DATABASE_URL = _database_url()
+DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
 DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["TEST"] = {"NAME": env_str("EFFECT_LEDGER_TEST_DATABASE", "test_effect_ledger")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,0 +1,136 @@
+"""The intents API (``/api/v1/``). Thin views: parse, call one service or selector, render."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.exceptions import NotFound
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from operations import selectors, services
+from operations.models import Agent, Intent
+from operations.serializers import (
+    IntentCancelSerializer,
+    IntentCreateSerializer,
+    IntentListQuerySerializer,
+    IntentPreviewSerializer,
+    IntentSerializer,
+    PreviewResponseSerializer,
+)
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=True,
+    description="1-255 printable ASCII characters; scoped to your tenant and principal",
+)
+
+
+def _agent(request: Request) -> Agent:
+    agent = request.user
+    assert isinstance(agent, Agent)
+    return agent
+
+
+def _intent_or_404(request: Request, intent_id: uuid.UUID) -> Intent:
+    intent = selectors.intent_get(tenant=_agent(request).tenant, intent_id=intent_id)
+    if intent is None:
+        raise NotFound(f"no intent {intent_id} in your tenant")
+    return intent
+
+
+class IntentPagination(CursorPagination):
+    """Keyset pagination, newest first; stable under concurrent inserts."""
+
+    ordering = ("-created_at", "-id")
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+class IntentCollectionView(APIView):
+    """``POST`` submits an intent; ``GET`` lists the tenant's intents."""
+
+    @extend_schema(request=IntentCreateSerializer, responses={201: IntentSerializer}, parameters=[IDEMPOTENCY_KEY])
+    def post(self, request: Request) -> Response:
+        agent = _agent(request)
+        body = IntentCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data: dict[str, Any] = body.validated_data
+        result = services.intent_submit(
+            tenant=agent.tenant,
+            principal=agent.principal,
+            client_key=request.headers.get("Idempotency-Key"),
+            action=data["action"],
+            action_version=data["action_version"],
+            arguments=data["arguments"],
+            reference=data["reference"],
+            metadata=data["metadata"],
+        )
+        headers = {"Location": f"/api/v1/intents/{result.intent.id}"}
+        if not result.created:
+            headers["Idempotent-Replayed"] = "true"
+        return Response(IntentSerializer(result.intent).data, status=status.HTTP_201_CREATED, headers=headers)
+
+    @extend_schema(parameters=[IntentListQuerySerializer], responses={200: IntentSerializer(many=True)})
+    def get(self, request: Request) -> Response:
+        query = IntentListQuerySerializer(data=request.query_params.dict())
+        query.is_valid(raise_exception=True)
+        filters = {k: v for k, v in query.validated_data.items() if k not in {"cursor", "page_size"}}
+        queryset = selectors.intent_list(tenant=_agent(request).tenant, **filters)
+        paginator = IntentPagination()
+        page = paginator.paginate_queryset(queryset, request, view=self)
+        return paginator.get_paginated_response(IntentSerializer(page, many=True).data)
+
+
+class IntentDetailView(APIView):
+    """``GET`` one intent of the caller's tenant."""
+
+    @extend_schema(responses={200: IntentSerializer})
+    def get(self, request: Request, intent_id: uuid.UUID) -> Response:
+        return Response(IntentSerializer(_intent_or_404(request, intent_id)).data)
+
+
+class IntentCancelView(APIView):
+    """``POST`` cancels an intent that has not started running; 409 otherwise."""
+
+    @extend_schema(request=IntentCancelSerializer, responses={200: IntentSerializer})
+    def post(self, request: Request, intent_id: uuid.UUID) -> Response:
+        intent = _intent_or_404(request, intent_id)
+        body = IntentCancelSerializer(data=request.data or {})
+        body.is_valid(raise_exception=True)
+        intent = services.intent_cancel(
+            intent_id=intent.id, actor=_agent(request).principal, reason=body.validated_data["reason"]
+        )
+        return Response(IntentSerializer(intent).data)
+
+
+class IntentPreviewView(APIView):
+    """``POST`` a dry run: what exactly would happen; persists nothing."""
+
+    @extend_schema(request=IntentPreviewSerializer, responses={200: PreviewResponseSerializer})
+    def post(self, request: Request) -> Response:
+        body = IntentPreviewSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        result = services.intent_preview(
+            tenant=_agent(request).tenant,
+            action=data["action"],
+            action_version=data["action_version"],
+            arguments=data["arguments"],
+        )
+        payload = {
+            "action": result.action,
+            "request_hash": result.request_hash,
+            "needs_approval": result.needs_approval,
+            "policy": result.policy,
+            **result.preview.__dict__,
+        }
+        return Response(PreviewResponseSerializer(payload).data)

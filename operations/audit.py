@@ -1,0 +1,148 @@
+"""The hash-chained audit trail.
+
+Each intent's events form one chain: event ``n`` stores ``prev_hash`` = the ``hash`` of event
+``n - 1`` (64 zeros for the first) and ``hash`` = sha256 over the canonical JSON of its own
+content plus ``prev_hash``. A PostgreSQL trigger refuses UPDATE and DELETE on the table
+(migration 0002). Chains are per intent rather than global so that transitions of different
+intents never wait on one lock: the intent's row lock, taken by the transition's UPDATE in the
+same transaction, already serialises appends to its chain, and a unique (intent, seq)
+constraint makes a fork impossible.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+
+from operations.idempotency import canonical_json, sha256_hex
+from operations.models import AuditEvent
+
+GENESIS = "0" * 64
+
+
+def event_hash(
+    *,
+    intent_id: uuid.UUID | str | None,
+    seq: int,
+    event: str,
+    from_status: str,
+    to_status: str,
+    actor: str,
+    reason: str,
+    data: dict[str, Any],
+    created_at: str,
+    prev_hash: str,
+) -> str:
+    """Return the sha256 hex that chains one event (all arguments are part of it)."""
+    document = {
+        "intent_id": str(intent_id) if intent_id else None,
+        "seq": seq,
+        "event": event,
+        "from_status": from_status,
+        "to_status": to_status,
+        "actor": actor,
+        "reason": reason,
+        "data": data,
+        "created_at": created_at,
+        "prev_hash": prev_hash,
+    }
+    return sha256_hex(canonical_json(document))
+
+
+def audit_append(
+    *,
+    intent_id: uuid.UUID,
+    event: str,
+    actor: str,
+    from_status: str = "",
+    to_status: str = "",
+    reason: str = "",
+    data: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """Append one event to the intent's chain. Call inside the transition's transaction,
+    after the UPDATE that locked the intent row (or the INSERT that created it).
+
+    Raises:
+        django.db.IntegrityError: a concurrent writer appended the same ``seq`` (cannot happen
+            while the caller holds the intent's row lock).
+    """
+    data = data or {}
+    last = AuditEvent.objects.filter(intent_id=intent_id).order_by("-seq").values("seq", "hash").first()
+    seq = (last["seq"] if last else 0) + 1
+    prev_hash = last["hash"] if last else GENESIS
+    created_at = timezone.now()
+    digest = event_hash(
+        intent_id=intent_id,
+        seq=seq,
+        event=event,
+        from_status=from_status,
+        to_status=to_status,
+        actor=actor,
+        reason=reason,
+        data=data,
+        created_at=created_at.isoformat(),
+        prev_hash=prev_hash,
+    )
+    return AuditEvent.objects.create(
+        intent_id=intent_id,
+        seq=seq,
+        event=event,
+        from_status=from_status,
+        to_status=to_status,
+        actor=actor,
+        reason=reason,
+        data=data,
+        created_at=created_at,
+        prev_hash=prev_hash,
+        hash=digest,
+    )
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    """The first event whose stored hash or link does not match its content."""
+
+    event_id: int
+    intent_id: str | None
+    problem: str
+
+
+def audit_verify(batch_size: int = 2000) -> Iterator[ChainBreak]:
+    """Walk every chain in (intent, seq) order and yield each break found.
+
+    A break is an event whose ``hash`` does not match its content (tampered), whose
+    ``prev_hash`` is not its predecessor's hash, or whose ``seq`` skips (an event removed).
+    """
+    previous: dict[str, Any] | None = None
+    queryset = AuditEvent.objects.order_by("intent_id", "seq").values(
+        "id", "intent_id", "seq", "event", "from_status", "to_status", "actor", "reason", "data",
+        "created_at", "prev_hash", "hash",
+    )
+    for row in queryset.iterator(chunk_size=batch_size):
+        same_chain = previous is not None and previous["intent_id"] == row["intent_id"]
+        expected_prev = previous["hash"] if same_chain and previous else GENESIS
+        expected_seq = previous["seq"] + 1 if same_chain and previous else 1
+        intent_id = str(row["intent_id"]) if row["intent_id"] else None
+        recomputed = event_hash(
+            intent_id=row["intent_id"],
+            seq=row["seq"],
+            event=row["event"],
+            from_status=row["from_status"],
+            to_status=row["to_status"],
+            actor=row["actor"],
+            reason=row["reason"],
+            data=row["data"],
+            created_at=row["created_at"].isoformat(),
+            prev_hash=row["prev_hash"],
+        )
+        if row["seq"] != expected_seq:
+            yield ChainBreak(row["id"], intent_id, f"seq {row['seq']} where {expected_seq} was expected")
+        elif row["prev_hash"] != expected_prev:
+            yield ChainBreak(row["id"], intent_id, "prev_hash does not match the previous event")
+        elif recomputed != row["hash"]:
+            yield ChainBreak(row["id"], intent_id, "hash does not match the event's content")
+        previous = row

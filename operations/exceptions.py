@@ -1,0 +1,89 @@
+"""Domain errors of the ledger. The API maps each to an RFC 9457 problem (see ``api_support``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LedgerError(Exception):
+    """Base class. ``status`` is the HTTP status the API answers with; ``code`` a stable slug."""
+
+    status = 400
+    code = "ledger-error"
+    title = "Request refused"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+
+class InvalidTransition(LedgerError):
+    """The state machine does not allow moving from ``current`` to ``target``."""
+
+    status = 409
+    code = "invalid-transition"
+    title = "Transition not allowed"
+
+    def __init__(self, *, intent_id: Any, current: str, target: str) -> None:
+        super().__init__(
+            f"intent {intent_id} is {current}; it cannot become {target}", current_status=current
+        )
+        self.current = current
+        self.target = target
+
+
+class IntentMoved(LedgerError):
+    """A compare-and-swap touched no row: somebody else moved the intent first."""
+
+    status = 409
+    code = "intent-moved"
+    title = "The intent changed meanwhile"
+
+    def __init__(self, *, intent_id: Any, expected: str, current: str) -> None:
+        super().__init__(
+            f"intent {intent_id} was expected in {expected} but is {current}; reload and decide again",
+            current_status=current,
+        )
+        self.current = current
+
+
+class ClientKeyInvalid(LedgerError):
+    """The Idempotency-Key header is missing or not 1-255 printable ASCII characters."""
+
+    status = 400
+    code = "idempotency-key-invalid"
+    title = "Idempotency-Key missing or malformed"
+
+
+class IdempotencyKeyReused(LedgerError):
+    """The client key was already used for a request with a different request_hash
+    (draft-ietf-httpapi-idempotency-key-header, section 2.7: 422)."""
+
+    status = 422
+    code = "idempotency-key-reused"
+    title = "Idempotency-Key reused with a different request"
+
+
+class ValidationFailed(LedgerError):
+    """The action, its version or its arguments are invalid; nothing was stored."""
+
+    status = 422
+    code = "validation-failed"
+    title = "Invalid intent"
+
+
+class ApprovalRefused(LedgerError):
+    """An approval or rejection was refused (hash mismatch, expired, permission, four eyes)."""
+
+    status = 403
+    code = "approval-refused"
+    title = "Approval refused"
+
+
+class ResolutionRefused(LedgerError):
+    """An operator's resolution was refused (missing reference, duplicate risk not accepted...)."""
+
+    status = 409
+    code = "resolution-refused"
+    title = "Resolution refused"

@@ -1,0 +1,86 @@
+"""Prometheus metrics.
+
+Counters are kept with ``prometheus_client``'s multiprocess mode, so the web process's
+``/metrics`` sums what every worker process on the machine counted (the folder is
+``PROMETHEUS_MULTIPROC_DIR``, default ``./.data/metrics``). Gauges that describe the ledger
+itself (intents by state, outbox lag, UNKNOWN age) are read from PostgreSQL at scrape time, so
+they are right however many machines run workers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.conf import settings
+
+_dir = os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(Path(settings.DATA_DIR) / "metrics"))
+Path(_dir).mkdir(parents=True, exist_ok=True)
+
+from prometheus_client import Counter, Histogram  # noqa: E402  (needs the folder set first)
+
+DELIVERIES = Counter("effect_ledger_deliveries_total", "execute_intent deliveries received")
+DUPLICATE_DELIVERIES = Counter(
+    "effect_ledger_duplicate_deliveries_total", "Deliveries that found nothing to claim (absorbed duplicates)"
+)
+ATTEMPTS = Counter("effect_ledger_attempts_total", "Attempts started (claims that won)")
+IDEMPOTENCY_HITS = Counter(
+    "effect_ledger_idempotency_hits_total", "Replays answered from a stored key", ["layer"]
+)
+ACCEPTED_EFFECTS = Counter("effect_ledger_accepted_effects_total", "Intents recorded SUCCEEDED", ["source"])
+UNKNOWN_OUTCOMES = Counter("effect_ledger_unknown_outcomes_total", "Intents moved to UNKNOWN", ["cause"])
+LEASE_TAKEOVERS = Counter("effect_ledger_lease_takeovers_total", "Expired leases taken over", ["to_status"])
+STALE_FENCES_REJECTED = Counter(
+    "effect_ledger_stale_fences_rejected_total", "Writes refused because a newer fence took over"
+)
+RETRIES_SCHEDULED = Counter("effect_ledger_retries_scheduled_total", "Attempts rescheduled with backoff")
+TERMINAL_FAILURES = Counter("effect_ledger_terminal_failures_total", "Intents recorded FAILED")
+OUTBOX_PUBLISHED = Counter("effect_ledger_outbox_published_total", "Outbox messages published")
+OUTBOX_PUBLISH_ERRORS = Counter("effect_ledger_outbox_publish_errors_total", "Outbox publications that failed")
+COMPENSATIONS = Counter("effect_ledger_compensations_total", "Compensation intents opened", ["cause"])
+ESCALATIONS = Counter("effect_ledger_escalations_total", "UNKNOWN intents escalated to operators")
+LOOKUPS = Counter("effect_ledger_lookups_total", "Reconciler lookups by result", ["result"])
+PROVIDER_SECONDS = Histogram(
+    "effect_ledger_provider_call_seconds",
+    "Adapter execute duration in seconds",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+
+
+def render_metrics() -> tuple[bytes, str]:
+    """Prometheus text for ``/metrics``: every process's counters plus ledger gauges.
+
+    Returns ``(body, content_type)``.
+    """
+    from prometheus_client import CollectorRegistry, generate_latest, multiprocess
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+    from operations.selectors_metrics import ledger_gauges
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+
+    class LedgerCollector:
+        def collect(self):  # type: ignore[no-untyped-def]
+            gauges = ledger_gauges()
+            by_status = GaugeMetricFamily("effect_ledger_intents", "Intents by state", labels=["status"])
+            for status, count in gauges["by_status"].items():
+                by_status.add_metric([status], count)
+            yield by_status
+            yield GaugeMetricFamily(
+                "effect_ledger_outbox_oldest_pending_seconds",
+                "Age of the oldest unsent outbox message (0 when none)",
+                value=gauges["outbox_oldest_pending_seconds"],
+            )
+            yield GaugeMetricFamily(
+                "effect_ledger_outbox_pending", "Unsent outbox messages", value=gauges["outbox_pending"]
+            )
+            yield GaugeMetricFamily(
+                "effect_ledger_unknown_oldest_seconds",
+                "Age of the oldest UNKNOWN intent (reconciliation wait; 0 when none)",
+                value=gauges["unknown_oldest_seconds"],
+            )
+
+    registry.register(LedgerCollector())  # type: ignore[arg-type]
+    return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,257 @@
+"""The ledger's tables.
+
+An ``Intent`` changes state only through ``operations.services`` (one function per transition,
+each a conditional UPDATE plus its ``AuditEvent``). ``Attempt`` and ``AuditEvent`` rows are
+insert-only history.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+STATUS_VALUES = [
+    "AWAITING_APPROVAL", "READY", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN",
+    "COMPENSATING", "COMPENSATED", "REJECTED", "EXPIRED", "CANCELLED",
+]
+
+
+class Intent(models.Model):
+    """One logical action a principal wants done, executed at most once at the provider."""
+
+    class Status(models.TextChoices):
+        AWAITING_APPROVAL = "AWAITING_APPROVAL", "Awaiting approval"
+        READY = "READY", "Ready"
+        RUNNING = "RUNNING", "Running"
+        SUCCEEDED = "SUCCEEDED", "Succeeded"
+        FAILED = "FAILED", "Failed"
+        UNKNOWN = "UNKNOWN", "Unknown"
+        COMPENSATING = "COMPENSATING", "Compensating"
+        COMPENSATED = "COMPENSATED", "Compensated"
+        REJECTED = "REJECTED", "Rejected"
+        EXPIRED = "EXPIRED", "Expired"
+        CANCELLED = "CANCELLED", "Cancelled"
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.CharField(max_length=100)
+    principal = models.CharField(max_length=200, help_text="agent:<name> or user:<username>")
+    action = models.CharField(max_length=100)
+    action_version = models.PositiveIntegerField(default=1)
+    arguments = models.JSONField(help_text="canonical arguments; money in integer minor units")
+    request_hash = models.CharField(max_length=64, help_text="sha256 hex of canonical {tenant, action, version, args}")
+    client_key = models.CharField(max_length=255, help_text="the caller's Idempotency-Key")
+    idempotency_key = models.CharField(max_length=200, unique=True, help_text="the key sent to the provider")
+    reference = models.CharField(max_length=200, blank=True, default="")
+    metadata = models.JSONField(default=dict, blank=True, help_text="stored, never hashed")
+    policy = models.JSONField(help_text="the policy in force at submission")
+    status = models.CharField(max_length=20, choices=Status.choices)
+    fence = models.BigIntegerField(default=0, help_text="incremented on every claim")
+    lease_owner = models.CharField(max_length=200, blank=True, default="")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    not_before = models.DateTimeField(null=True, blank=True, help_text="earliest next claim (backoff)")
+    attempt_count = models.PositiveIntegerField(default=0)
+    approval_expires_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    escalated_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    compensates = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="compensations"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "principal", "client_key"], name="intent_client_key_unique"),
+            models.CheckConstraint(condition=Q(fence__gte=0), name="intent_fence_non_negative"),
+            models.CheckConstraint(
+                condition=Q(status__in=STATUS_VALUES),
+                name="intent_status_valid",
+            ),
+        ]
+        indexes = [
+            # The queues workers and reconcilers poll, each a partial index.
+            models.Index(fields=["not_before"], condition=Q(status="READY"), name="intent_ready_q"),
+            models.Index(fields=["lease_expires_at"], condition=Q(status="RUNNING"), name="intent_running_lease_q"),
+            models.Index(fields=["updated_at"], condition=Q(status="UNKNOWN"), name="intent_unknown_q"),
+            models.Index(
+                fields=["approval_expires_at"], condition=Q(status="AWAITING_APPROVAL"), name="intent_awaiting_q"
+            ),
+            models.Index(fields=["status", "-created_at", "id"], name="intent_status_created"),
+            models.Index(fields=["tenant", "reference"], name="intent_reference"),
+            models.Index(fields=["-created_at", "id"], name="intent_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.id} [{self.status}]"
+
+
+class Attempt(models.Model):
+    """One try to execute an intent under one lease (insert-only, then finished once)."""
+
+    class Result(models.TextChoices):
+        PENDING = "pending", "Pending"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        RETRY = "retry", "Retry scheduled"
+        UNKNOWN = "unknown", "Unknown"
+        ABANDONED = "abandoned", "Abandoned (lease expired)"
+        SKIPPED = "skipped", "Not sent (re-check refused)"
+
+    intent = models.ForeignKey(Intent, on_delete=models.PROTECT, related_name="attempts")
+    attempt_no = models.PositiveIntegerField()
+    fence = models.BigIntegerField()
+    worker = models.CharField(max_length=200)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    result = models.CharField(max_length=20, choices=Result.choices, default=Result.PENDING)
+    error = models.TextField(blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["intent", "attempt_no"], name="attempt_no_unique"),
+            models.UniqueConstraint(fields=["intent", "fence"], name="attempt_fence_unique"),
+        ]
+
+
+class Outcome(models.Model):
+    """Evidence that an intent's effect exists (or was compensated), and where it came from."""
+
+    class Source(models.TextChoices):
+        PROVIDER = "provider", "Provider"
+        RECONCILER = "reconciler", "Reconciler"
+        OPERATOR = "operator", "Operator"
+
+    intent = models.ForeignKey(Intent, on_delete=models.PROTECT, related_name="outcomes")
+    attempt = models.ForeignKey(Attempt, null=True, blank=True, on_delete=models.PROTECT)
+    source = models.CharField(max_length=20, choices=Source.choices)
+    provider_reference = models.CharField(max_length=200, blank=True, default="")
+    response_digest = models.CharField(max_length=64, blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+
+class Approval(models.Model):
+    """A human decision bound to (intent, request_hash), valid until ``expires_at``, used once."""
+
+    class Decision(models.TextChoices):
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+
+    intent = models.ForeignKey(Intent, on_delete=models.PROTECT, related_name="approvals")
+    request_hash = models.CharField(max_length=64)
+    approver = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT)
+    decision = models.CharField(max_length=10, choices=Decision.choices)
+    reason = models.TextField(blank=True, default="")
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # Four eyes: one decision per approver per intent.
+            models.UniqueConstraint(fields=["intent", "approver"], name="approval_one_per_approver"),
+        ]
+
+
+class OutboxMessage(models.Model):
+    """A message written in the same transaction as a state change; the relay publishes it.
+
+    ``id`` is the message id and ``body`` the frozen, byte-identical payload on every re-send
+    (shared/cases C08).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    intent = models.ForeignKey(Intent, null=True, blank=True, on_delete=models.PROTECT, related_name="outbox")
+    task = models.CharField(max_length=200)
+    body = models.TextField(help_text="canonical JSON, frozen at write time")
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    publish_count = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["created_at"], condition=Q(sent_at__isnull=True), name="outbox_pending_q"),
+        ]
+
+
+class AuditEvent(models.Model):
+    """Append-only, hash-chained record of a transition (a PostgreSQL trigger refuses UPDATE and
+    DELETE). Each intent's events form one chain: ``prev_hash`` is the previous event's ``hash``.
+    """
+
+    intent = models.ForeignKey(Intent, null=True, blank=True, on_delete=models.PROTECT, related_name="audit_events")
+    seq = models.PositiveIntegerField(help_text="1-based position in the intent's chain")
+    event = models.CharField(max_length=50)
+    from_status = models.CharField(max_length=20, blank=True, default="")
+    to_status = models.CharField(max_length=20, blank=True, default="")
+    actor = models.CharField(max_length=200)
+    reason = models.TextField(blank=True, default="")
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            # Two writers can never fork one chain: the second insert of a seq fails.
+            models.UniqueConstraint(fields=["intent", "seq"], name="audit_chain_seq_unique"),
+        ]
+        indexes = [models.Index(fields=["-created_at", "-id"], name="audit_created")]
+
+
+class Agent(models.Model):
+    """A machine principal (an AI agent or program) authenticating with a bearer token.
+
+    Only the token's sha256 is stored. An agent can submit, read and cancel its tenant's
+    intents; it can never approve or resolve anything.
+    """
+
+    name = models.CharField(max_length=100)
+    tenant = models.CharField(max_length=100)
+    token_digest = models.CharField(max_length=64, unique=True)
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="agent_name_unique")]
+
+    @property
+    def principal(self) -> str:
+        """The principal string stored on intents, ``agent:<name>``."""
+        return f"agent:{self.name}"
+
+    @property
+    def is_authenticated(self) -> bool:
+        """DRF treats an authenticated agent like a user for permission checks."""
+        return True
+
+    def __str__(self) -> str:
+        return f"{self.principal}@{self.tenant}"
+
+
+S = Intent.Status
+
+#: Every allowed (from, to) move of an intent. ``operations.services`` is the only writer and
+#: consults this table before each compare-and-swap; anything else is ``InvalidTransition``.
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    S.AWAITING_APPROVAL: frozenset({S.READY, S.REJECTED, S.EXPIRED, S.CANCELLED}),
+    S.READY: frozenset({S.RUNNING, S.CANCELLED}),
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.READY, S.UNKNOWN}),
+    S.UNKNOWN: frozenset({S.SUCCEEDED, S.READY, S.COMPENSATING}),
+    S.SUCCEEDED: frozenset({S.COMPENSATING}),
+    S.COMPENSATING: frozenset({S.COMPENSATED}),
+    S.FAILED: frozenset(),
+    S.COMPENSATED: frozenset(),
+    S.REJECTED: frozenset(),
+    S.EXPIRED: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+TERMINAL_STATUSES = frozenset(status for status, targets in ALLOWED_TRANSITIONS.items() if not targets)

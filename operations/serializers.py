@@ -1,0 +1,114 @@
+"""Explicit input and output serializers of the intents API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from operations.models import Intent
+from operations.selectors import intent_latest_outcome
+
+
+class StrictSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """Refuses unknown fields, so a typo is reported instead of silently ignored."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError({name: ["unexpected field"] for name in unknown})
+        return super().to_internal_value(data)
+
+
+class IntentCreateSerializer(StrictSerializer):
+    """Body of ``POST /api/v1/intents``. ``metadata`` is stored but not hashed."""
+
+    action = serializers.CharField(max_length=100)
+    action_version = serializers.IntegerField(min_value=1, max_value=1000, default=1)
+    arguments = serializers.DictField(child=serializers.JSONField(), allow_empty=True)
+    reference = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    metadata = serializers.DictField(child=serializers.JSONField(), required=False, default=dict)
+
+
+class IntentPreviewSerializer(StrictSerializer):
+    """Body of ``POST /api/v1/intents/preview``."""
+
+    action = serializers.CharField(max_length=100)
+    action_version = serializers.IntegerField(min_value=1, max_value=1000, default=1)
+    arguments = serializers.DictField(child=serializers.JSONField(), allow_empty=True)
+
+
+class IntentCancelSerializer(StrictSerializer):
+    """Optional body of ``POST /api/v1/intents/{id}/cancel``."""
+
+    reason = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="")
+
+
+class IntentListQuerySerializer(StrictSerializer):
+    """Query parameters of ``GET /api/v1/intents``."""
+
+    status = serializers.ChoiceField(choices=Intent.Status.choices, required=False)
+    action = serializers.CharField(max_length=100, required=False)
+    reference = serializers.CharField(max_length=200, required=False)
+    created_after = serializers.DateTimeField(required=False)
+    created_before = serializers.DateTimeField(required=False)
+    cursor = serializers.CharField(required=False)
+    page_size = serializers.IntegerField(min_value=1, max_value=200, required=False)
+
+
+class OutcomeSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """The newest evidence of the effect."""
+
+    source = serializers.CharField()
+    provider_reference = serializers.CharField()
+    response_digest = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class IntentSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    """The representation of an intent returned by every endpoint."""
+
+    intent_id = serializers.UUIDField(source="id", read_only=True)
+    outcome = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Intent
+        fields = [
+            "intent_id",
+            "tenant",
+            "principal",
+            "action",
+            "action_version",
+            "arguments",
+            "request_hash",
+            "reference",
+            "metadata",
+            "status",
+            "attempt_count",
+            "approval_expires_at",
+            "last_error",
+            "outcome",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    def get_outcome(self, intent: Intent) -> dict[str, Any] | None:
+        outcome = intent_latest_outcome(intent)
+        return OutcomeSerializer(outcome).data if outcome else None
+
+
+class PreviewResponseSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """What ``POST /api/v1/intents/preview`` answers; nothing is persisted."""
+
+    action = serializers.CharField()
+    request_hash = serializers.CharField()
+    needs_approval = serializers.BooleanField()
+    summary = serializers.CharField()
+    target = serializers.CharField()
+    amount_minor = serializers.IntegerField(allow_null=True)
+    currency = serializers.CharField(allow_null=True)
+    scope = serializers.CharField()
+    checks = serializers.ListField(child=serializers.DictField())
+    policy = serializers.DictField()

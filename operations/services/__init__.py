@@ -1,0 +1,44 @@
+"""Every write to the ledger: one function per state transition (see ``transitions``)."""
+
+from __future__ import annotations
+
+from operations.services.approvals import (
+    intent_approve,
+    intent_expire_approval,
+    intent_reject,
+    user_principal,
+)
+from operations.services.execution import (
+    Claim,
+    intent_claim,
+    intent_mark_unknown,
+    intent_record_failure,
+    intent_record_success,
+    intent_redispatch,
+    intent_schedule_retry,
+    intent_take_over_lease,
+)
+from operations.services.submission import PreviewResult, SubmitResult, intent_cancel, intent_preview, intent_submit
+from operations.services.transitions import check_allowed, transition
+
+__all__ = [
+    "Claim",
+    "SubmitResult",
+    "check_allowed",
+    "intent_approve",
+    "intent_cancel",
+    "intent_claim",
+    "intent_expire_approval",
+    "intent_mark_unknown",
+    "intent_preview",
+    "PreviewResult",
+    "intent_record_failure",
+    "intent_record_success",
+    "intent_redispatch",
+    "intent_reject",
+    "intent_schedule_retry",
+    "intent_submit",
+    "intent_take_over_lease",
+    "transition",
+    "user_principal",
+]

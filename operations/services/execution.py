@@ -1,0 +1,306 @@
+"""Transitions of the execution protocol (DESIGN.md steps 3, 4, 6, 7) and lease takeover.
+
+Each function is one short transaction; none calls a provider. ``operations.engine`` calls
+them around the adapter call, which happens outside any transaction.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.db.models.functions import Now
+
+from operations import metrics
+from operations.adapters.base import ExecutionResult
+from operations.audit import audit_append
+from operations.models import Approval, Attempt, Intent, Outcome
+from operations.policies import needs_approval
+from operations.services.transitions import outbox_enqueue, transition
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A won claim: this worker holds the intent's lease under ``fence`` until it expires."""
+
+    intent: Intent
+    attempt: Attempt
+    fence: int
+    worker: str
+
+
+def intent_claim(*, intent_id: uuid.UUID, worker: str, lease_seconds: int) -> Claim | None:
+    """READY -> RUNNING for one worker: increment the fence, take a lease of ``lease_seconds``
+    by the database clock, insert the attempt row. Returns None when there is nothing to
+    claim (a duplicate delivery, not yet due, or another state)."""
+    with transaction.atomic():
+        # The race this stops: two deliveries of the same message (or two workers) claiming one
+        # intent. The UPDATE's WHERE is re-checked under the row lock, so exactly one wins and
+        # the fence increments once (shared/cases C05).
+        moved = (
+            Intent.objects.filter(id=intent_id, status=Intent.Status.READY)
+            .filter(Q(not_before__isnull=True) | Q(not_before__lte=Now()))
+            .update(
+                status=Intent.Status.RUNNING,
+                fence=F("fence") + 1,
+                attempt_count=F("attempt_count") + 1,
+                lease_owner=worker,
+                lease_expires_at=Now() + timedelta(seconds=lease_seconds),
+                updated_at=Now(),
+            )
+        )
+        if moved != 1:
+            return None
+        intent = Intent.objects.get(id=intent_id)
+        attempt = Attempt.objects.create(
+            intent=intent, attempt_no=intent.attempt_count, fence=intent.fence, worker=worker, started_at=Now()
+        )
+        audit_append(
+            intent_id=intent_id,
+            event="claimed",
+            actor=f"worker:{worker}",
+            from_status=Intent.Status.READY,
+            to_status=Intent.Status.RUNNING,
+            data={"fence": intent.fence, "attempt_no": attempt.attempt_no},
+        )
+    metrics.ATTEMPTS.inc()
+    attempt.refresh_from_db(fields=["started_at"])
+    return Claim(intent=intent, attempt=attempt, fence=intent.fence, worker=worker)
+
+
+def precheck_refusal(intent: Intent) -> str | None:
+    """Step 4: re-check, right before acting, what could have changed since submission.
+
+    Returns a reason to refuse, or None. Checks: the approvals (if the policy required them)
+    were given on the intent's current request_hash and have not expired (C10); the policy's
+    ceilings (max amount, effects and spend per tenant and action in the last 24 h).
+    """
+    policy = intent.policy
+    if needs_approval(policy, intent.arguments):
+        valid = Approval.objects.filter(
+            intent=intent,
+            request_hash=intent.request_hash,
+            decision=Approval.Decision.APPROVED,
+            expires_at__gt=Now(),
+        ).count()
+        if valid < int(policy.get("approvals_required", 1)):
+            return "no valid approval for the current request_hash (expired, missing or for another payload)"
+    ceilings = policy.get("ceilings", {})
+    amount = intent.arguments.get("amount") if isinstance(intent.arguments, dict) else None
+    max_amount = ceilings.get("max_amount_minor")
+    if max_amount is not None and isinstance(amount, int) and amount > max_amount:
+        return f"amount {amount} exceeds the ceiling of {max_amount} minor units"
+    effects_cap = ceilings.get("effects_per_day")
+    spend_cap = ceilings.get("spend_per_day_minor")
+    if effects_cap is not None or spend_cap is not None:
+        done = Intent.objects.filter(
+            tenant=intent.tenant,
+            action=intent.action,
+            status=Intent.Status.SUCCEEDED,
+            updated_at__gte=Now() - timedelta(days=1),
+        )
+        if effects_cap is not None and done.count() >= effects_cap:
+            return f"ceiling reached: {effects_cap} {intent.action} effects in 24 h for tenant {intent.tenant}"
+        if spend_cap is not None and isinstance(amount, int):
+            spent = sum(
+                row["arguments"].get("amount", 0) for row in done.values("arguments") if isinstance(row["arguments"], dict)
+            )
+            if spent + amount > spend_cap:
+                return f"ceiling reached: spend {spent} + {amount} exceeds {spend_cap} minor units in 24 h"
+    return None
+
+
+def _close_attempt(claim: Claim, result: str, *, error: str = "", detail: dict[str, Any] | None = None) -> None:
+    # An attempt row is inserted at claim and closed exactly once (finished_at IS NULL guard).
+    Attempt.objects.filter(id=claim.attempt.id, finished_at__isnull=True).update(
+        finished_at=Now(), result=result, error=error[:2000], detail=detail or {}
+    )
+
+
+def _release() -> dict[str, Any]:
+    return {"lease_owner": "", "lease_expires_at": None}
+
+
+def intent_record_success(*, claim: Claim, result: ExecutionResult) -> bool:
+    """RUNNING -> SUCCEEDED with the provider's receipt, conditional on the claim's fence.
+
+    Returns False (and counts ``stale_fences_rejected``) when a newer fence took over.
+    """
+    with transaction.atomic():
+        moved = transition(
+            intent_id=claim.intent.id,
+            from_status=Intent.Status.RUNNING,
+            to_status=Intent.Status.SUCCEEDED,
+            fence=claim.fence,
+            actor=f"worker:{claim.worker}",
+            event="succeeded",
+            data={"provider_reference": result.provider_reference, "fence": claim.fence, "replayed": result.replayed},
+            updates={**_release(), "last_error": ""},
+        )
+        if moved:
+            _close_attempt(claim, Attempt.Result.SUCCEEDED, detail={"provider_reference": result.provider_reference})
+            Outcome.objects.create(
+                intent=claim.intent,
+                attempt=claim.attempt,
+                source=Outcome.Source.PROVIDER,
+                provider_reference=result.provider_reference,
+                response_digest=result.response_digest,
+                detail={**result.detail, "replayed": result.replayed},
+            )
+    if moved:
+        metrics.ACCEPTED_EFFECTS.labels(source="provider").inc()
+        if result.replayed:
+            metrics.IDEMPOTENCY_HITS.labels(layer="provider").inc()
+    return moved
+
+
+def intent_record_failure(*, claim: Claim, error: str, detail: dict[str, Any] | None = None, sent: bool = True) -> bool:
+    """RUNNING -> FAILED: a definite refusal (or a re-check refusal when ``sent`` is False).
+    Stored, never retried. Conditional on the fence."""
+    with transaction.atomic():
+        moved = transition(
+            intent_id=claim.intent.id,
+            from_status=Intent.Status.RUNNING,
+            to_status=Intent.Status.FAILED,
+            fence=claim.fence,
+            actor=f"worker:{claim.worker}",
+            event="failed",
+            reason=error[:500],
+            data={"fence": claim.fence, "sent": sent, **(detail or {})},
+            updates={**_release(), "last_error": error[:2000]},
+        )
+        if moved:
+            _close_attempt(
+                claim, Attempt.Result.FAILED if sent else Attempt.Result.SKIPPED, error=error, detail=detail
+            )
+    if moved:
+        metrics.TERMINAL_FAILURES.inc()
+    return moved
+
+
+def backoff_seconds(*, attempt_no: int, base: float, cap: float) -> float:
+    """Bounded exponential backoff with jitter: ``d = min(cap, base * 2**(attempt_no - 1))``,
+    then a uniform pick in ``[d/2, d]`` ("equal jitter", AWS Architecture Blog, 2015).
+
+    Example with base 0.25 s: about 0.25, 0.5, 1, 2 s ... never above ``cap`` seconds.
+    """
+    ceiling = min(cap, base * (2 ** max(0, attempt_no - 1)))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not security
+
+
+def retry_allowed(intent: Intent) -> bool:
+    """True while the retry budget (attempts) and the overall deadline allow another attempt."""
+    retry = intent.policy.get("retry", {})
+    if intent.attempt_count >= int(retry.get("max_attempts", 5)):
+        return False
+    deadline = retry.get("deadline_seconds")
+    if deadline is None:
+        return True
+    return Intent.objects.filter(id=intent.id, created_at__gt=Now() - timedelta(seconds=deadline)).exists()
+
+
+def intent_schedule_retry(*, claim: Claim, error: str, detail: dict[str, Any] | None = None) -> bool:
+    """RUNNING -> READY with backoff (``not_before`` by database time), the same key, and an
+    outbox message so a worker picks it up when due. Conditional on the fence."""
+    retry = claim.intent.policy.get("retry", {})
+    delay = backoff_seconds(
+        attempt_no=claim.attempt.attempt_no,
+        base=float(retry.get("base_seconds", 0.25)),
+        cap=float(retry.get("cap_seconds", 8.0)),
+    )
+    with transaction.atomic():
+        moved = transition(
+            intent_id=claim.intent.id,
+            from_status=Intent.Status.RUNNING,
+            to_status=Intent.Status.READY,
+            fence=claim.fence,
+            actor=f"worker:{claim.worker}",
+            event="retry_scheduled",
+            reason=error[:500],
+            data={"fence": claim.fence, "backoff_seconds": round(delay, 3), **(detail or {})},
+            updates={
+                **_release(),
+                "last_error": error[:2000],
+                "not_before": Now() + timedelta(seconds=delay),
+            },
+            dispatch=True,
+        )
+        if moved:
+            _close_attempt(claim, Attempt.Result.RETRY, error=error, detail=detail)
+    if moved:
+        metrics.RETRIES_SCHEDULED.inc()
+    return moved
+
+
+def intent_mark_unknown(*, claim: Claim, error: str, cause: str, detail: dict[str, Any] | None = None) -> bool:
+    """RUNNING -> UNKNOWN: the effect may or may not have happened. Conditional on the fence;
+    the reconciler takes it from here."""
+    with transaction.atomic():
+        moved = transition(
+            intent_id=claim.intent.id,
+            from_status=Intent.Status.RUNNING,
+            to_status=Intent.Status.UNKNOWN,
+            fence=claim.fence,
+            actor=f"worker:{claim.worker}",
+            event="outcome_unknown",
+            reason=error[:500],
+            data={"fence": claim.fence, "cause": cause, **(detail or {})},
+            updates={**_release(), "last_error": error[:2000]},
+        )
+        if moved:
+            _close_attempt(claim, Attempt.Result.UNKNOWN, error=error, detail=detail)
+    if moved:
+        metrics.UNKNOWN_OUTCOMES.labels(cause=cause).inc()
+    return moved
+
+
+def intent_take_over_lease(*, intent_id: uuid.UUID, fence: int, provider_deduplicates: bool) -> str | None:
+    """A RUNNING intent whose lease expired (worker killed, hung or cut off): move it on.
+
+    To READY (same key; the next claim takes the next fence) when the provider deduplicates on
+    the key, else to UNKNOWN for reconciliation. Conditional on the fence and on the lease
+    having expired by the database clock, so a live worker's lease is never taken.
+
+    Returns the new status, or None when the intent moved meanwhile.
+    """
+    target = Intent.Status.READY if provider_deduplicates else Intent.Status.UNKNOWN
+    with transaction.atomic():
+        moved = transition(
+            intent_id=intent_id,
+            from_status=Intent.Status.RUNNING,
+            to_status=target,
+            fence=fence,
+            actor="reconciler",
+            event="lease_taken_over",
+            reason="the worker's lease expired before it recorded an outcome",
+            data={"fence": fence},
+            updates={**_release(), "not_before": None, "last_error": "lease expired"},
+            where=Q(lease_expires_at__lt=Now()),
+            dispatch=target == Intent.Status.READY,
+        )
+        if moved:
+            Attempt.objects.filter(intent_id=intent_id, fence=fence, finished_at__isnull=True).update(
+                finished_at=Now(), result=Attempt.Result.ABANDONED, error="lease expired"
+            )
+    if not moved:
+        return None
+    metrics.LEASE_TAKEOVERS.labels(to_status=target).inc()
+    if target == Intent.Status.UNKNOWN:
+        metrics.UNKNOWN_OUTCOMES.labels(cause="lease_expired").inc()
+    return target
+
+
+def intent_redispatch(*, intent_id: uuid.UUID) -> None:
+    """Write a fresh outbox message for a READY intent whose delivery may have been lost
+    (the broker lost it, or it arrived before ``not_before``). Harmless if it was not lost:
+    consumers are idempotent."""
+    with transaction.atomic():
+        touched = Intent.objects.filter(id=intent_id, status=Intent.Status.READY).update(updated_at=Now())
+        if touched:
+            outbox_enqueue(intent_id=intent_id)
+

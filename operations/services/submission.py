@@ -1,0 +1,213 @@
+"""Submitting and cancelling intents."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models.functions import Now
+
+from operations import metrics
+from operations.adapters.base import ArgumentsInvalid, Preview
+from operations.adapters.registry import UnknownAction, get_adapter
+from operations.audit import audit_append
+from operations.exceptions import ClientKeyInvalid, IdempotencyKeyReused, IntentMoved, ValidationFailed
+from operations.idempotency import CanonicalizationError, derive_provider_key, is_valid_client_key, request_hash
+from operations.models import Intent
+from operations.policies import needs_approval, policy_for
+from operations.services.transitions import outbox_enqueue, transition
+
+SUPPORTED_ACTION_VERSIONS = (1,)
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """What ``intent_submit`` did: ``created`` is False for a replay of an earlier submission."""
+
+    intent: Intent
+    created: bool
+
+
+def _replay_or_refuse(existing: Intent, digest: str) -> SubmitResult:
+    if existing.request_hash != digest:
+        raise IdempotencyKeyReused(
+            "this Idempotency-Key was already used for a different request; "
+            "use a new key for a new request (the first intent is unchanged)",
+            intent_id=str(existing.id),
+        )
+    metrics.IDEMPOTENCY_HITS.labels(layer="api").inc()
+    return SubmitResult(intent=existing, created=False)
+
+
+def _validate(action: str, action_version: int, arguments: Any) -> None:
+    try:
+        adapter = get_adapter(action)
+    except UnknownAction as exc:
+        raise ValidationFailed(str(exc), known_actions=exc.known) from exc
+    if action_version not in SUPPORTED_ACTION_VERSIONS:
+        raise ValidationFailed(
+            f"{action} has no version {action_version}; supported: {list(SUPPORTED_ACTION_VERSIONS)}",
+            errors=[{"field": "action_version", "message": "unsupported version"}],
+        )
+    if not isinstance(arguments, dict):
+        raise ValidationFailed("arguments must be a JSON object", errors=[{"field": "arguments", "message": "not an object"}])
+    try:
+        adapter.validate(action, arguments)
+    except ArgumentsInvalid as exc:
+        raise ValidationFailed(f"arguments do not match the {action} schema: {exc}", errors=exc.errors) from exc
+
+
+def intent_submit(
+    *,
+    tenant: str,
+    principal: str,
+    client_key: str | None,
+    action: str,
+    arguments: Any,
+    action_version: int = 1,
+    reference: str = "",
+    metadata: dict[str, Any] | None = None,
+) -> SubmitResult:
+    """Validate and record a new intent, or replay the one already recorded under the key.
+
+    Behaviour follows draft-ietf-httpapi-idempotency-key-header: the client key is scoped by
+    (tenant, principal); the same key with the same request_hash returns the stored intent
+    (``created=False``); the same key with another request_hash is refused. A refused request
+    stores nothing, so the caller may correct it and reuse the key. Two concurrent identical
+    submissions create one intent: the loser of the unique-index race re-reads and replays.
+
+    Args:
+        tenant, principal: from the authenticated caller, never from the body.
+        client_key: the ``Idempotency-Key`` header value.
+        action, action_version, arguments: what to do; money in integer minor units.
+        reference: the caller's business reference (also used to list effects at providers
+            that cannot deduplicate).
+        metadata: stored for the caller, never hashed.
+
+    Raises:
+        ClientKeyInvalid: missing key or not 1-255 printable ASCII.
+        ValidationFailed: unknown action or version, or arguments failing the schema.
+        IdempotencyKeyReused: the key was used for a different request.
+    """
+    if not is_valid_client_key(client_key):
+        raise ClientKeyInvalid("send an Idempotency-Key header of 1-255 printable ASCII characters")
+    assert client_key is not None
+    _validate(action, action_version, arguments)
+    try:
+        digest = request_hash(tenant=tenant, action=action, action_version=action_version, arguments=arguments)
+    except CanonicalizationError as exc:
+        raise ValidationFailed(f"arguments cannot be canonicalised: {exc}") from exc
+
+    existing = Intent.objects.filter(tenant=tenant, principal=principal, client_key=client_key).first()
+    if existing is not None:
+        return _replay_or_refuse(existing, digest)
+
+    policy = policy_for(action)
+    gated = needs_approval(policy, arguments)
+    intent_id = uuid.uuid4()
+    intent = Intent(
+        id=intent_id,
+        tenant=tenant,
+        principal=principal,
+        client_key=client_key,
+        action=action,
+        action_version=action_version,
+        arguments=arguments,
+        request_hash=digest,
+        idempotency_key=derive_provider_key(
+            tenant=tenant, action=action, action_version=action_version, intent_id=intent_id
+        ),
+        reference=reference,
+        metadata=metadata or {},
+        policy=policy,
+        status=Intent.Status.AWAITING_APPROVAL if gated else Intent.Status.READY,
+        approval_expires_at=Now() + timedelta(seconds=policy["approval_ttl_seconds"]) if gated else None,
+    )
+    try:
+        with transaction.atomic():
+            intent.save(force_insert=True)
+            audit_append(
+                intent_id=intent_id,
+                event="submitted",
+                actor=principal,
+                to_status=intent.status,
+                data={"request_hash": digest, "client_key": client_key, "needs_approval": gated},
+            )
+            if not gated:
+                outbox_enqueue(intent_id=intent_id)
+    except IntegrityError:
+        # The race this handles: a concurrent submission with the same client key committed
+        # first (the unique index made us wait for it). Re-read and replay its answer.
+        existing = Intent.objects.filter(tenant=tenant, principal=principal, client_key=client_key).first()
+        if existing is None:
+            raise
+        return _replay_or_refuse(existing, digest)
+    intent.refresh_from_db()
+    return SubmitResult(intent=intent, created=True)
+
+
+def intent_cancel(*, intent_id: uuid.UUID, actor: str, reason: str = "") -> Intent:
+    """Cancel an intent that has not started running (AWAITING_APPROVAL or READY).
+
+    Raises:
+        IntentMoved: the intent is RUNNING or beyond (cancel is honoured only before RUNNING);
+            ``current`` names its state.
+    """
+    for from_status in (Intent.Status.AWAITING_APPROVAL, Intent.Status.READY):
+        if transition(
+            intent_id=intent_id,
+            from_status=from_status,
+            to_status=Intent.Status.CANCELLED,
+            actor=actor,
+            event="cancelled",
+            reason=reason,
+            updates={"cancel_requested": True},
+        ):
+            return Intent.objects.get(id=intent_id)
+    current = Intent.objects.get(id=intent_id).status
+    if current == Intent.Status.CANCELLED:
+        return Intent.objects.get(id=intent_id)
+    raise IntentMoved(intent_id=intent_id, expected="AWAITING_APPROVAL or READY", current=current)
+
+
+@dataclass(frozen=True)
+class PreviewResult:
+    """The dry run of a would-be intent: the adapter's preview plus what the policy decides."""
+
+    action: str
+    request_hash: str
+    needs_approval: bool
+    preview: Preview
+    policy: dict[str, Any]
+
+
+def intent_preview(*, tenant: str, action: str, arguments: Any, action_version: int = 1) -> PreviewResult:
+    """Validate and describe an intent without persisting anything or calling the provider.
+
+    Raises:
+        ValidationFailed: unknown action or version, or arguments failing the schema.
+    """
+    _validate(action, action_version, arguments)
+    try:
+        digest = request_hash(tenant=tenant, action=action, action_version=action_version, arguments=arguments)
+    except CanonicalizationError as exc:
+        raise ValidationFailed(f"arguments cannot be canonicalised: {exc}") from exc
+    policy = policy_for(action)
+    preview = get_adapter(action).preview(action, arguments)
+    gated = needs_approval(policy, arguments)
+    checks = [
+        {"check": "schema", "ok": True, "detail": f"arguments match {action} v{action_version}"},
+        {
+            "check": "approval",
+            "ok": True,
+            "detail": f"needs {policy['approvals_required']} approver(s) from '{policy['approver_group']}'"
+            if gated
+            else "executes automatically under the policy",
+        },
+        *preview.checks,
+    ]
+    preview = Preview(**{**preview.__dict__, "checks": checks})
+    return PreviewResult(action=action, request_hash=digest, needs_approval=gated, preview=preview, policy=policy)

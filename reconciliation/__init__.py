@@ -1,0 +1,1 @@
+"""Reconciliation: resolve UNKNOWN outcomes, take over expired leases, expire approvals."""

@@ -1,0 +1,100 @@
+"""Periodic sweeps that keep every intent moving without the broker's help.
+
+Each sweep claims a bounded batch with ``FOR UPDATE SKIP LOCKED`` (several reconcilers can run
+at once without blocking each other) and changes intents only through
+``operations.services``. Each pass is O(batch), served by a partial index.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q
+from django.db.models.functions import Now
+
+from operations import services
+from operations.adapters.registry import UnknownAction, get_adapter
+from operations.models import Intent, OutboxMessage
+
+
+@dataclass
+class SweepCounts:
+    """What one pass did."""
+
+    examined: int = 0
+    moved: int = 0
+
+
+def _batch() -> int:
+    return int(settings.EFFECT_LEDGER["RECONCILE_BATCH"])
+
+
+def _deduplicates(action: str) -> bool:
+    try:
+        return get_adapter(action).capabilities.idempotency_keys
+    except UnknownAction:
+        return False
+
+
+def take_over_expired_leases(*, batch: int | None = None) -> SweepCounts:
+    """RUNNING intents whose lease expired by the database clock -> READY (provider
+    deduplicates on the key: same key, next fence) or UNKNOWN (otherwise)."""
+    counts = SweepCounts()
+    with transaction.atomic():
+        rows = list(
+            Intent.objects.select_for_update(skip_locked=True)
+            .filter(status=Intent.Status.RUNNING, lease_expires_at__lt=Now())
+            .order_by("lease_expires_at")
+            .values_list("id", "fence", "action")[: batch or _batch()]
+        )
+        for intent_id, fence, action in rows:
+            counts.examined += 1
+            if services.intent_take_over_lease(
+                intent_id=intent_id, fence=fence, provider_deduplicates=_deduplicates(action)
+            ):
+                counts.moved += 1
+    return counts
+
+
+def expire_approvals(*, batch: int | None = None) -> SweepCounts:
+    """AWAITING_APPROVAL past its expiry -> EXPIRED; nothing executes."""
+    counts = SweepCounts()
+    with transaction.atomic():
+        ids = list(
+            Intent.objects.select_for_update(skip_locked=True)
+            .filter(status=Intent.Status.AWAITING_APPROVAL, approval_expires_at__lte=Now())
+            .order_by("approval_expires_at")
+            .values_list("id", flat=True)[: batch or _batch()]
+        )
+        for intent_id in ids:
+            counts.examined += 1
+            if services.intent_expire_approval(intent_id=intent_id):
+                counts.moved += 1
+    return counts
+
+
+def redispatch_stalled_ready(*, stalled_seconds: int = 30, batch: int | None = None) -> SweepCounts:
+    """READY intents that are due and have not moved for ``stalled_seconds`` (their message was
+    lost by the broker, or never published) get a fresh outbox message. Duplicates are
+    harmless: the claim's compare-and-swap absorbs them."""
+    from datetime import timedelta
+
+    counts = SweepCounts()
+    with transaction.atomic():
+        ids = list(
+            Intent.objects.select_for_update(skip_locked=True)
+            .filter(status=Intent.Status.READY)
+            .filter(Q(not_before__isnull=True) | Q(not_before__lte=Now()))
+            .filter(updated_at__lt=Now() - timedelta(seconds=stalled_seconds))
+            # Not while a message is still waiting for the broker: that one will be sent.
+            .filter(~Exists(OutboxMessage.objects.filter(intent_id=OuterRef("pk"), sent_at__isnull=True)))
+            .order_by("not_before")
+            .values_list("id", flat=True)[: batch or _batch()]
+        )
+        for intent_id in ids:
+            counts.examined += 1
+            services.intent_redispatch(intent_id=intent_id)
+            counts.moved += 1
+    return counts
