@@ -18,7 +18,11 @@ def _healthz(request: HttpRequest) -> HttpResponse:
 
 urlpatterns = [
     path("api/v1/", include("operations.urls")),
-    path("api/schema/", SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]), name="schema"),
+    path(
+        "api/schema/",
+        SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),
+        name="schema",
+    ),
     path(
         "api/docs/",
         SpectacularSwaggerView.as_view(url_name="schema", authentication_classes=[], permission_classes=[]),

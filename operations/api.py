@@ -58,7 +58,9 @@ class IntentPagination(CursorPagination):
 class IntentCollectionView(APIView):
     """``POST`` submits an intent; ``GET`` lists the tenant's intents."""
 
-    @extend_schema(request=IntentCreateSerializer, responses={201: IntentSerializer}, parameters=[IDEMPOTENCY_KEY])
+    @extend_schema(
+        request=IntentCreateSerializer, responses={201: IntentSerializer}, parameters=[IDEMPOTENCY_KEY]
+    )
     def post(self, request: Request) -> Response:
         agent = _agent(request)
         body = IntentCreateSerializer(data=request.data)

@@ -117,10 +117,20 @@ def audit_verify(batch_size: int = 2000) -> Iterator[ChainBreak]:
     A break is an event whose ``hash`` does not match its content (tampered), whose
     ``prev_hash`` is not its predecessor's hash, or whose ``seq`` skips (an event removed).
     """
-    previous: dict[str, Any] | None = None
+    previous: Any = None
     queryset = AuditEvent.objects.order_by("intent_id", "seq").values(
-        "id", "intent_id", "seq", "event", "from_status", "to_status", "actor", "reason", "data",
-        "created_at", "prev_hash", "hash",
+        "id",
+        "intent_id",
+        "seq",
+        "event",
+        "from_status",
+        "to_status",
+        "actor",
+        "reason",
+        "data",
+        "created_at",
+        "prev_hash",
+        "hash",
     )
     for row in queryset.iterator(chunk_size=batch_size):
         same_chain = previous is not None and previous["intent_id"] == row["intent_id"]

@@ -68,7 +68,9 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None) -> str:
     """
     metrics.DELIVERIES.inc()
     worker = worker or worker_identity()
-    claim = svc.intent_claim(intent_id=intent_id, worker=worker, lease_seconds=settings.EFFECT_LEDGER["LEASE_SECONDS"])
+    claim = svc.intent_claim(
+        intent_id=intent_id, worker=worker, lease_seconds=settings.EFFECT_LEDGER["LEASE_SECONDS"]
+    )
     if claim is None:
         metrics.DUPLICATE_DELIVERIES.inc()
         _redispatch_if_early(intent_id)
@@ -98,19 +100,35 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None) -> str:
     try:
         result = adapter.execute(call)
     except TerminalError as exc:
-        outcome = "failed" if svc.intent_record_failure(claim=claim, error=str(exc), detail=exc.detail) else "stale"
+        outcome = (
+            "failed" if svc.intent_record_failure(claim=claim, error=str(exc), detail=exc.detail) else "stale"
+        )
     except RetryableError as exc:
         if svc.retry_allowed(intent):
-            outcome = "retry" if svc.intent_schedule_retry(claim=claim, error=str(exc), detail=exc.detail) else "stale"
+            outcome = (
+                "retry"
+                if svc.intent_schedule_retry(claim=claim, error=str(exc), detail=exc.detail)
+                else "stale"
+            )
         else:
             error = f"retry budget spent; last error before the provider's commit point: {exc}"
-            outcome = "failed" if svc.intent_record_failure(claim=claim, error=error, detail=exc.detail) else "stale"
+            outcome = (
+                "failed"
+                if svc.intent_record_failure(claim=claim, error=error, detail=exc.detail)
+                else "stale"
+            )
     except AmbiguousOutcome as exc:
         if adapter.capabilities.idempotency_keys and svc.retry_allowed(intent):
             # Safe: the provider deduplicates on the key, so a same-key retry cannot double-apply.
-            outcome = "retry" if svc.intent_schedule_retry(claim=claim, error=str(exc), detail=exc.detail) else "stale"
+            outcome = (
+                "retry"
+                if svc.intent_schedule_retry(claim=claim, error=str(exc), detail=exc.detail)
+                else "stale"
+            )
         else:
-            marked = svc.intent_mark_unknown(claim=claim, error=str(exc), cause="ambiguous", detail=exc.detail)
+            marked = svc.intent_mark_unknown(
+                claim=claim, error=str(exc), cause="ambiguous", detail=exc.detail
+            )
             outcome = "unknown" if marked else "stale"
     except Exception as exc:
         logger.exception("adapter raised an unexpected error; treating the outcome as unknown", extra=context)

@@ -64,7 +64,12 @@ def derive_provider_key(*, tenant: str, action: str, action_version: int, intent
     Returns ``el_`` followed by 48 hex characters (51 characters; Stripe allows 255). No
     attempt number, timestamp or metadata takes part, so every attempt sends the same key.
     """
-    document = {"tenant": tenant, "action": action, "action_version": action_version, "intent_id": str(intent_id)}
+    document = {
+        "tenant": tenant,
+        "action": action,
+        "action_version": action_version,
+        "intent_id": str(intent_id),
+    }
     return "el_" + sha256_hex(canonical_json(document))[:48]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
@@ -36,7 +37,9 @@ STALE_FENCES_REJECTED = Counter(
 RETRIES_SCHEDULED = Counter("effect_ledger_retries_scheduled_total", "Attempts rescheduled with backoff")
 TERMINAL_FAILURES = Counter("effect_ledger_terminal_failures_total", "Intents recorded FAILED")
 OUTBOX_PUBLISHED = Counter("effect_ledger_outbox_published_total", "Outbox messages published")
-OUTBOX_PUBLISH_ERRORS = Counter("effect_ledger_outbox_publish_errors_total", "Outbox publications that failed")
+OUTBOX_PUBLISH_ERRORS = Counter(
+    "effect_ledger_outbox_publish_errors_total", "Outbox publications that failed"
+)
 COMPENSATIONS = Counter("effect_ledger_compensations_total", "Compensation intents opened", ["cause"])
 ESCALATIONS = Counter("effect_ledger_escalations_total", "UNKNOWN intents escalated to operators")
 LOOKUPS = Counter("effect_ledger_lookups_total", "Reconciler lookups by result", ["result"])
@@ -62,7 +65,7 @@ def render_metrics() -> tuple[bytes, str]:
     multiprocess.MultiProcessCollector(registry)
 
     class LedgerCollector:
-        def collect(self):  # type: ignore[no-untyped-def]
+        def collect(self) -> Any:
             gauges = ledger_gauges()
             by_status = GaugeMetricFamily("effect_ledger_intents", "Intents by state", labels=["status"])
             for status, count in gauges["by_status"].items():
@@ -82,5 +85,5 @@ def render_metrics() -> tuple[bytes, str]:
                 value=gauges["unknown_oldest_seconds"],
             )
 
-    registry.register(LedgerCollector())  # type: ignore[arg-type]
+    registry.register(LedgerCollector())
     return generate_latest(registry), CONTENT_TYPE_LATEST

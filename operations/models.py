@@ -13,10 +13,18 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-
 STATUS_VALUES = [
-    "AWAITING_APPROVAL", "READY", "RUNNING", "SUCCEEDED", "FAILED", "UNKNOWN",
-    "COMPENSATING", "COMPENSATED", "REJECTED", "EXPIRED", "CANCELLED",
+    "AWAITING_APPROVAL",
+    "READY",
+    "RUNNING",
+    "SUCCEEDED",
+    "FAILED",
+    "UNKNOWN",
+    "COMPENSATING",
+    "COMPENSATED",
+    "REJECTED",
+    "EXPIRED",
+    "CANCELLED",
 ]
 
 
@@ -42,7 +50,9 @@ class Intent(models.Model):
     action = models.CharField(max_length=100)
     action_version = models.PositiveIntegerField(default=1)
     arguments = models.JSONField(help_text="canonical arguments; money in integer minor units")
-    request_hash = models.CharField(max_length=64, help_text="sha256 hex of canonical {tenant, action, version, args}")
+    request_hash = models.CharField(
+        max_length=64, help_text="sha256 hex of canonical {tenant, action, version, args}"
+    )
     client_key = models.CharField(max_length=255, help_text="the caller's Idempotency-Key")
     idempotency_key = models.CharField(max_length=200, unique=True, help_text="the key sent to the provider")
     reference = models.CharField(max_length=200, blank=True, default="")
@@ -66,7 +76,9 @@ class Intent(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "principal", "client_key"], name="intent_client_key_unique"),
+            models.UniqueConstraint(
+                fields=["tenant", "principal", "client_key"], name="intent_client_key_unique"
+            ),
             models.CheckConstraint(condition=Q(fence__gte=0), name="intent_fence_non_negative"),
             models.CheckConstraint(
                 condition=Q(status__in=STATUS_VALUES),
@@ -76,10 +88,14 @@ class Intent(models.Model):
         indexes = [
             # The queues workers and reconcilers poll, each a partial index.
             models.Index(fields=["not_before"], condition=Q(status="READY"), name="intent_ready_q"),
-            models.Index(fields=["lease_expires_at"], condition=Q(status="RUNNING"), name="intent_running_lease_q"),
+            models.Index(
+                fields=["lease_expires_at"], condition=Q(status="RUNNING"), name="intent_running_lease_q"
+            ),
             models.Index(fields=["updated_at"], condition=Q(status="UNKNOWN"), name="intent_unknown_q"),
             models.Index(
-                fields=["approval_expires_at"], condition=Q(status="AWAITING_APPROVAL"), name="intent_awaiting_q"
+                fields=["approval_expires_at"],
+                condition=Q(status="AWAITING_APPROVAL"),
+                name="intent_awaiting_q",
             ),
             models.Index(fields=["status", "-created_at", "id"], name="intent_status_created"),
             models.Index(fields=["tenant", "reference"], name="intent_reference"),
@@ -186,7 +202,9 @@ class AuditEvent(models.Model):
     DELETE). Each intent's events form one chain: ``prev_hash`` is the previous event's ``hash``.
     """
 
-    intent = models.ForeignKey(Intent, null=True, blank=True, on_delete=models.PROTECT, related_name="audit_events")
+    intent = models.ForeignKey(
+        Intent, null=True, blank=True, on_delete=models.PROTECT, related_name="audit_events"
+    )
     seq = models.PositiveIntegerField(help_text="1-based position in the intent's chain")
     event = models.CharField(max_length=50)
     from_status = models.CharField(max_length=20, blank=True, default="")
@@ -222,6 +240,9 @@ class Agent(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="agent_name_unique")]
 
+    def __str__(self) -> str:
+        return f"{self.principal}@{self.tenant}"
+
     @property
     def principal(self) -> str:
         """The principal string stored on intents, ``agent:<name>``."""
@@ -231,9 +252,6 @@ class Agent(models.Model):
     def is_authenticated(self) -> bool:
         """DRF treats an authenticated agent like a user for permission checks."""
         return True
-
-    def __str__(self) -> str:
-        return f"{self.principal}@{self.tenant}"
 
 
 S = Intent.Status

@@ -64,10 +64,12 @@ def outbox_relay(*, batch: int | None = None, message_ids: list[uuid.UUID] | Non
         )
         for row in rows:
             try:
-                _publish(row, float(due.get(row.intent_id, 0) or 0))
+                _publish(row, float(due.get(row.intent_id, 0) if row.intent_id else 0))
             except Exception as exc:  # the broker is down or refused: keep the row pending
                 metrics.OUTBOX_PUBLISH_ERRORS.inc()
-                logger.warning("outbox publish failed", extra={"message_id": str(row.id), "error": str(exc)[:200]})
+                logger.warning(
+                    "outbox publish failed", extra={"message_id": str(row.id), "error": str(exc)[:200]}
+                )
                 OutboxMessage.objects.filter(id=row.id).update(last_error=str(exc)[:1000])
                 break
             sent.append(row.id)

@@ -6,11 +6,11 @@ from typing import Any
 
 from rest_framework import serializers
 
-from operations.models import Intent
+from operations.models import Intent, Outcome
 from operations.selectors import intent_latest_outcome
 
 
-class StrictSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class StrictSerializer(serializers.Serializer):
     """Refuses unknown fields, so a typo is reported instead of silently ignored."""
 
     def to_internal_value(self, data: Any) -> Any:
@@ -57,16 +57,16 @@ class IntentListQuerySerializer(StrictSerializer):
     page_size = serializers.IntegerField(min_value=1, max_value=200, required=False)
 
 
-class OutcomeSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class OutcomeSerializer(serializers.ModelSerializer):
     """The newest evidence of the effect."""
 
-    source = serializers.CharField()
-    provider_reference = serializers.CharField()
-    response_digest = serializers.CharField()
-    created_at = serializers.DateTimeField()
+    class Meta:
+        model = Outcome
+        fields = ["source", "provider_reference", "response_digest", "created_at"]
+        read_only_fields = fields
 
 
-class IntentSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class IntentSerializer(serializers.ModelSerializer):
     """The representation of an intent returned by every endpoint."""
 
     intent_id = serializers.UUIDField(source="id", read_only=True)
@@ -99,7 +99,7 @@ class IntentSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         return OutcomeSerializer(outcome).data if outcome else None
 
 
-class PreviewResponseSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class PreviewResponseSerializer(serializers.Serializer):
     """What ``POST /api/v1/intents/preview`` answers; nothing is persisted."""
 
     action = serializers.CharField()

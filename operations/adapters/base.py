@@ -212,7 +212,9 @@ class Adapter:
         """Ask the provider whether the effect of ``call`` exists (by key or by reference)."""
         return LookupResult(status=LookupStatus.UNSUPPORTED)
 
-    def compensation_arguments(self, action: str, arguments: dict[str, Any], provider_reference: str) -> dict[str, Any]:
+    def compensation_arguments(
+        self, action: str, arguments: dict[str, Any], provider_reference: str
+    ) -> dict[str, Any]:
         """Arguments of the compensation intent that undoes ``provider_reference``.
 
         Raises:

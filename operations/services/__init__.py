@@ -18,7 +18,13 @@ from operations.services.execution import (
     intent_schedule_retry,
     intent_take_over_lease,
 )
-from operations.services.submission import PreviewResult, SubmitResult, intent_cancel, intent_preview, intent_submit
+from operations.services.submission import (
+    PreviewResult,
+    SubmitResult,
+    intent_cancel,
+    intent_preview,
+    intent_submit,
+)
 from operations.services.transitions import check_allowed, transition
 
 __all__ = [

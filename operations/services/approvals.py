@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -15,12 +15,12 @@ from operations.models import Approval, Intent
 from operations.services.transitions import transition
 
 
-def user_principal(user: AbstractBaseUser) -> str:
+def user_principal(user: User) -> str:
     """The principal string of a console user, ``user:<username>``."""
     return f"user:{user.get_username()}"
 
 
-def can_approve(user: AbstractBaseUser, intent: Intent) -> bool:
+def can_approve(user: User, intent: Intent) -> bool:
     """Whether ``user`` holds the permission the intent's policy names (its approver group,
     or the admin group, or superuser)."""
     if not user.is_active:
@@ -28,12 +28,14 @@ def can_approve(user: AbstractBaseUser, intent: Intent) -> bool:
     if getattr(user, "is_superuser", False):
         return True
     group = intent.policy.get("approver_group", "approver")
-    return user.groups.filter(name__in=[group, "admin"]).exists()  # type: ignore[attr-defined]
+    return user.groups.filter(name__in=[group, "admin"]).exists()
 
 
-def _check_decision(*, intent: Intent, user: AbstractBaseUser, shown_hash: str) -> None:
+def _check_decision(*, intent: Intent, user: User, shown_hash: str) -> None:
     if not can_approve(user, intent):
-        raise ApprovalRefused(f"you are not in the '{intent.policy.get('approver_group')}' group for {intent.action}")
+        raise ApprovalRefused(
+            f"you are not in the '{intent.policy.get('approver_group')}' group for {intent.action}"
+        )
     if intent.policy.get("four_eyes", True) and intent.principal == user_principal(user):
         raise ApprovalRefused("you requested this intent; someone else must approve it (four eyes)")
     if intent.status != Intent.Status.AWAITING_APPROVAL:
@@ -48,7 +50,9 @@ def _check_decision(*, intent: Intent, user: AbstractBaseUser, shown_hash: str) 
         raise ApprovalRefused("this approval request has expired; the agent must submit again")
 
 
-def intent_approve(*, intent_id: uuid.UUID, user: AbstractBaseUser, request_hash: str, reason: str = "") -> Intent:
+def intent_approve(
+    *, intent_id: uuid.UUID, user: User, request_hash: str, reason: str = ""
+) -> Intent:
     """Record ``user``'s approval of the exact payload ``request_hash``; when enough approvers
     have approved (two for the critical tier), move the intent to READY and write its outbox
     message in the same transaction, so the decision and the dispatch commit together (C11).
@@ -65,7 +69,7 @@ def intent_approve(*, intent_id: uuid.UUID, user: AbstractBaseUser, request_hash
         # Lock the intent so concurrent approvers are counted one after the other.
         intent = Intent.objects.select_for_update().get(id=intent_id)
         _check_decision(intent=intent, user=user, shown_hash=request_hash)
-        if Approval.objects.filter(intent=intent, approver=user).exists():  # type: ignore[misc]
+        if Approval.objects.filter(intent=intent, approver=user).exists():
             raise ApprovalRefused("you already decided on this intent; a second approver is needed")
         ttl = timedelta(seconds=intent.policy.get("approval_ttl_seconds", 600))
         Approval.objects.create(
@@ -108,7 +112,7 @@ def intent_approve(*, intent_id: uuid.UUID, user: AbstractBaseUser, request_hash
     return intent
 
 
-def intent_reject(*, intent_id: uuid.UUID, user: AbstractBaseUser, request_hash: str, reason: str) -> Intent:
+def intent_reject(*, intent_id: uuid.UUID, user: User, request_hash: str, reason: str) -> Intent:
     """Reject a gated intent (terminal REJECTED); same checks as ``intent_approve``.
 
     Raises:

@@ -58,7 +58,11 @@ def intent_claim(*, intent_id: uuid.UUID, worker: str, lease_seconds: int) -> Cl
             return None
         intent = Intent.objects.get(id=intent_id)
         attempt = Attempt.objects.create(
-            intent=intent, attempt_no=intent.attempt_count, fence=intent.fence, worker=worker, started_at=Now()
+            intent=intent,
+            attempt_no=intent.attempt_count,
+            fence=intent.fence,
+            worker=worker,
+            started_at=Now(),
         )
         audit_append(
             intent_id=intent_id,
@@ -105,17 +109,23 @@ def precheck_refusal(intent: Intent) -> str | None:
             updated_at__gte=Now() - timedelta(days=1),
         )
         if effects_cap is not None and done.count() >= effects_cap:
-            return f"ceiling reached: {effects_cap} {intent.action} effects in 24 h for tenant {intent.tenant}"
+            return (
+                f"ceiling reached: {effects_cap} {intent.action} effects in 24 h for tenant {intent.tenant}"
+            )
         if spend_cap is not None and isinstance(amount, int):
             spent = sum(
-                row["arguments"].get("amount", 0) for row in done.values("arguments") if isinstance(row["arguments"], dict)
+                row["arguments"].get("amount", 0)
+                for row in done.values("arguments")
+                if isinstance(row["arguments"], dict)
             )
             if spent + amount > spend_cap:
                 return f"ceiling reached: spend {spent} + {amount} exceeds {spend_cap} minor units in 24 h"
     return None
 
 
-def _close_attempt(claim: Claim, result: str, *, error: str = "", detail: dict[str, Any] | None = None) -> None:
+def _close_attempt(
+    claim: Claim, result: str, *, error: str = "", detail: dict[str, Any] | None = None
+) -> None:
     # An attempt row is inserted at claim and closed exactly once (finished_at IS NULL guard).
     Attempt.objects.filter(id=claim.attempt.id, finished_at__isnull=True).update(
         finished_at=Now(), result=result, error=error[:2000], detail=detail or {}
@@ -139,11 +149,17 @@ def intent_record_success(*, claim: Claim, result: ExecutionResult) -> bool:
             fence=claim.fence,
             actor=f"worker:{claim.worker}",
             event="succeeded",
-            data={"provider_reference": result.provider_reference, "fence": claim.fence, "replayed": result.replayed},
+            data={
+                "provider_reference": result.provider_reference,
+                "fence": claim.fence,
+                "replayed": result.replayed,
+            },
             updates={**_release(), "last_error": ""},
         )
         if moved:
-            _close_attempt(claim, Attempt.Result.SUCCEEDED, detail={"provider_reference": result.provider_reference})
+            _close_attempt(
+                claim, Attempt.Result.SUCCEEDED, detail={"provider_reference": result.provider_reference}
+            )
             Outcome.objects.create(
                 intent=claim.intent,
                 attempt=claim.attempt,
@@ -159,7 +175,9 @@ def intent_record_success(*, claim: Claim, result: ExecutionResult) -> bool:
     return moved
 
 
-def intent_record_failure(*, claim: Claim, error: str, detail: dict[str, Any] | None = None, sent: bool = True) -> bool:
+def intent_record_failure(
+    *, claim: Claim, error: str, detail: dict[str, Any] | None = None, sent: bool = True
+) -> bool:
     """RUNNING -> FAILED: a definite refusal (or a re-check refusal when ``sent`` is False).
     Stored, never retried. Conditional on the fence."""
     with transaction.atomic():
@@ -237,7 +255,9 @@ def intent_schedule_retry(*, claim: Claim, error: str, detail: dict[str, Any] | 
     return moved
 
 
-def intent_mark_unknown(*, claim: Claim, error: str, cause: str, detail: dict[str, Any] | None = None) -> bool:
+def intent_mark_unknown(
+    *, claim: Claim, error: str, cause: str, detail: dict[str, Any] | None = None
+) -> bool:
     """RUNNING -> UNKNOWN: the effect may or may not have happened. Conditional on the fence;
     the reconciler takes it from here."""
     with transaction.atomic():
@@ -303,4 +323,3 @@ def intent_redispatch(*, intent_id: uuid.UUID) -> None:
         touched = Intent.objects.filter(id=intent_id, status=Intent.Status.READY).update(updated_at=Now())
         if touched:
             outbox_enqueue(intent_id=intent_id)
-

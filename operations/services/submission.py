@@ -15,7 +15,12 @@ from operations.adapters.base import ArgumentsInvalid, Preview
 from operations.adapters.registry import UnknownAction, get_adapter
 from operations.audit import audit_append
 from operations.exceptions import ClientKeyInvalid, IdempotencyKeyReused, IntentMoved, ValidationFailed
-from operations.idempotency import CanonicalizationError, derive_provider_key, is_valid_client_key, request_hash
+from operations.idempotency import (
+    CanonicalizationError,
+    derive_provider_key,
+    is_valid_client_key,
+    request_hash,
+)
 from operations.models import Intent
 from operations.policies import needs_approval, policy_for
 from operations.services.transitions import outbox_enqueue, transition
@@ -53,11 +58,15 @@ def _validate(action: str, action_version: int, arguments: Any) -> None:
             errors=[{"field": "action_version", "message": "unsupported version"}],
         )
     if not isinstance(arguments, dict):
-        raise ValidationFailed("arguments must be a JSON object", errors=[{"field": "arguments", "message": "not an object"}])
+        raise ValidationFailed(
+            "arguments must be a JSON object", errors=[{"field": "arguments", "message": "not an object"}]
+        )
     try:
         adapter.validate(action, arguments)
     except ArgumentsInvalid as exc:
-        raise ValidationFailed(f"arguments do not match the {action} schema: {exc}", errors=exc.errors) from exc
+        raise ValidationFailed(
+            f"arguments do not match the {action} schema: {exc}", errors=exc.errors
+        ) from exc
 
 
 def intent_submit(
@@ -97,7 +106,9 @@ def intent_submit(
     assert client_key is not None
     _validate(action, action_version, arguments)
     try:
-        digest = request_hash(tenant=tenant, action=action, action_version=action_version, arguments=arguments)
+        digest = request_hash(
+            tenant=tenant, action=action, action_version=action_version, arguments=arguments
+        )
     except CanonicalizationError as exc:
         raise ValidationFailed(f"arguments cannot be canonicalised: {exc}") from exc
 
@@ -192,7 +203,9 @@ def intent_preview(*, tenant: str, action: str, arguments: Any, action_version: 
     """
     _validate(action, action_version, arguments)
     try:
-        digest = request_hash(tenant=tenant, action=action, action_version=action_version, arguments=arguments)
+        digest = request_hash(
+            tenant=tenant, action=action, action_version=action_version, arguments=arguments
+        )
     except CanonicalizationError as exc:
         raise ValidationFailed(f"arguments cannot be canonicalised: {exc}") from exc
     policy = policy_for(action)
@@ -210,4 +223,6 @@ def intent_preview(*, tenant: str, action: str, arguments: Any, action_version: 
         *preview.checks,
     ]
     preview = Preview(**{**preview.__dict__, "checks": checks})
-    return PreviewResult(action=action, request_hash=digest, needs_approval=gated, preview=preview, policy=policy)
+    return PreviewResult(
+        action=action, request_hash=digest, needs_approval=gated, preview=preview, policy=policy
+    )

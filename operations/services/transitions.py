@@ -113,4 +113,6 @@ def transition_or_raise(**kwargs: Any) -> None:
     """``transition`` that raises ``IntentMoved`` (naming the current status) on a lost race."""
     if not transition(**kwargs):
         current = Intent.objects.filter(id=kwargs["intent_id"]).values_list("status", flat=True).first()
-        raise IntentMoved(intent_id=kwargs["intent_id"], expected=kwargs["from_status"], current=current or "missing")
+        raise IntentMoved(
+            intent_id=kwargs["intent_id"], expected=kwargs["from_status"], current=current or "missing"
+        )

@@ -21,6 +21,8 @@ class Command(BaseCommand):
         try:
             agent, token = agent_create(name=options["name"], tenant=options["tenant"])
         except IntegrityError as exc:
-            raise CommandError(f"agent {options['name']!r} already exists in tenant {options['tenant']!r}") from exc
+            raise CommandError(
+                f"agent {options['name']!r} already exists in tenant {options['tenant']!r}"
+            ) from exc
         self.stdout.write(f"agent {agent.principal} in tenant {agent.tenant}")
         self.stdout.write(f"token: {token}")

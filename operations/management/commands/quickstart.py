@@ -54,7 +54,9 @@ class Command(BaseCommand):
             _, token = agent_create(name="demo-agent", tenant="demo")
             self.stdout.write(self.style.SUCCESS(f"demo agent token (tenant demo): {token}  (shown once)"))
         else:
-            self.stdout.write("demo agent exists (new token: python manage.py create_agent NAME --tenant demo)")
+            self.stdout.write(
+                "demo agent exists (new token: python manage.py create_agent NAME --tenant demo)"
+            )
 
     def _run(self, options: dict[str, Any]) -> None:
         from honcho.manager import Manager
@@ -83,7 +85,9 @@ class Command(BaseCommand):
         manager = Manager()
         for name, command in processes.items():
             manager.add_process(name, command, env=env, cwd=str(settings.BASE_DIR))
-        self.stdout.write(self.style.SUCCESS(f"console: http://127.0.0.1:{options['port']}/  (Ctrl-C stops everything)"))
+        self.stdout.write(
+            self.style.SUCCESS(f"console: http://127.0.0.1:{options['port']}/  (Ctrl-C stops everything)")
+        )
         self.stdout.write(f"API: http://127.0.0.1:{options['port']}/api/v1/intents  docs: /api/docs/")
         manager.loop()
         sys.exit(manager.returncode)

@@ -1,0 +1,38 @@
+"""Shared fixtures. The database is real PostgreSQL: ``DATABASE_URL`` when set, else the
+embedded server under ``./.data/pg`` (see console/settings.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests.factories import UserFactory, make_agent
+
+
+@pytest.fixture
+def agent_token(db: Any) -> str:
+    """The bearer token of agent ``agent-1`` in tenant ``acme``."""
+    _, token = make_agent()
+    return token
+
+
+@pytest.fixture
+def api(agent_token: str) -> APIClient:
+    """An API client authenticated as ``agent:agent-1`` of tenant ``acme``."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {agent_token}")
+    return client
+
+
+@pytest.fixture
+def approver(db: Any) -> Any:
+    """A console user in the approver group."""
+    return UserFactory(username="alice", groups=["approver"])
+
+
+@pytest.fixture
+def second_approver(db: Any) -> Any:
+    """Another approver, for four-eyes and two-approver rules."""
+    return UserFactory(username="bob", groups=["approver"])

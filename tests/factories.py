@@ -1,0 +1,63 @@
+"""Test data built through the same functions users go through (services), plus factory_boy
+factories for people and agents."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import factory
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+
+from operations.authentication import agent_create
+from operations.models import Agent, Intent
+from operations.services import intent_submit
+
+
+class UserFactory(factory.django.DjangoModelFactory):
+    """A console user; pass ``groups=["approver"]`` to put them in role groups."""
+
+    class Meta:
+        model = get_user_model()
+        skip_postgeneration_save = True
+
+    username = factory.Sequence(lambda n: f"user{n}")
+    email = factory.LazyAttribute(lambda u: f"{u.username}@example.test")
+    password = factory.PostGenerationMethodCall("set_password", "correct horse battery")
+
+    @factory.post_generation
+    def groups(self, create: bool, extracted: list[str] | None, **kwargs: Any) -> None:
+        if create and extracted:
+            self.groups.set([Group.objects.get_or_create(name=name)[0] for name in extracted])
+        self.save()
+
+
+def make_agent(name: str = "agent-1", tenant: str = "acme") -> tuple[Agent, str]:
+    """Create an agent through ``agent_create``; returns (agent, token)."""
+    return agent_create(name=name, tenant=tenant)
+
+
+def charge_arguments(amount: int = 4990, **overrides: Any) -> dict[str, Any]:
+    """Valid ``payments.charge`` arguments (amount in cents)."""
+    return {"amount": amount, "currency": "EUR", "customer": "cus_42", **overrides}
+
+
+def submit(
+    *,
+    tenant: str = "acme",
+    principal: str = "agent:agent-1",
+    action: str = "payments.charge",
+    arguments: dict[str, Any] | None = None,
+    client_key: str | None = None,
+    reference: str = "",
+) -> Intent:
+    """Submit an intent through ``intent_submit`` and return it."""
+    return intent_submit(
+        tenant=tenant,
+        principal=principal,
+        client_key=client_key or str(uuid.uuid4()),
+        action=action,
+        arguments=arguments if arguments is not None else charge_arguments(),
+        reference=reference,
+    ).intent

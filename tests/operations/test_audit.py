@@ -1,0 +1,79 @@
+"""The audit log is append-only (PostgreSQL trigger) and hash-chained (verify_audit)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import call_command
+from django.db import DatabaseError, connection, transaction
+
+from operations.models import AuditEvent
+from operations.services import intent_cancel
+from tests.factories import submit
+
+pytestmark = pytest.mark.django_db
+
+
+def verify() -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        call_command("verify_audit", stdout=out, stderr=err)
+    except SystemExit as exc:
+        return int(exc.code or 0), err.getvalue()
+    return 0, out.getvalue()
+
+
+def test_trigger_refuses_update() -> None:
+    submit()
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEvent.objects.update(reason="rewritten")
+
+
+def test_trigger_refuses_delete() -> None:
+    submit()
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEvent.objects.all().delete()
+
+
+def test_chain_links_each_event_to_the_previous() -> None:
+    # given
+    intent = submit()
+    intent_cancel(intent_id=intent.id, actor="agent:agent-1")
+    # then
+    first, second = AuditEvent.objects.filter(intent=intent).order_by("seq")
+    assert first.prev_hash == "0" * 64
+    assert second.prev_hash == first.hash and second.seq == 2
+    assert verify() == (0, "audit chain intact: 2 events verified\n")
+
+
+def test_tampered_event_makes_verify_fail_naming_it() -> None:
+    # given: someone with table-owner rights bypasses the trigger and edits a reason
+    submit()
+    target = submit()
+    intent_cancel(intent_id=target.id, actor="agent:agent-1")
+    victim = AuditEvent.objects.get(intent=target, seq=2)
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")  # superuser bypass of triggers
+        cursor.execute("UPDATE operations_auditevent SET actor = 'user:mallory' WHERE id = %s", [victim.id])
+        cursor.execute("SET session_replication_role = origin")
+    # when
+    code, message = verify()
+    # then
+    assert code == 1
+    assert f"event id {victim.id}" in message
+
+
+def test_removed_event_makes_verify_fail() -> None:
+    # given
+    target = submit()
+    intent_cancel(intent_id=target.id, actor="agent:agent-1")
+    first = AuditEvent.objects.get(intent=target, seq=1)
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")  # superuser bypass of triggers
+        cursor.execute("DELETE FROM operations_auditevent WHERE id = %s", [first.id])
+        cursor.execute("SET session_replication_role = origin")
+    # when
+    code, message = verify()
+    # then
+    assert code == 1 and "seq 2 where 1 was expected" in message
