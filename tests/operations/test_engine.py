@@ -1,0 +1,186 @@
+"""The engine's classification table against the real sandbox provider process: each fault
+maps to its documented next state (operations/engine.py), and a stale worker is fenced."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from django.db.models.functions import Now
+
+from operations import metrics
+from operations.adapters.base import ExecutionResult
+from operations.engine import execute_intent
+from operations.models import Attempt, Intent, Outcome
+from operations.services import intent_claim, intent_record_success, intent_take_over_lease
+from tests.factories import charge_arguments, submit
+
+pytestmark = pytest.mark.django_db
+
+EMAIL = {"to": "ada@example.test", "subject": "Your receipt", "body": "Thanks"}
+
+
+def make_due(intent: Intent) -> None:
+    """Skip the backoff wait (test setup): the next claim may run now."""
+    Intent.objects.filter(id=intent.id).update(not_before=Now())
+
+
+def counter(metric: Any, **labels: str) -> float:
+    sample = metric.labels(**labels) if labels else metric
+    return float(sample._value.get())
+
+
+@pytest.mark.parametrize(
+    ("action", "arguments", "fault", "expected_status", "expected_label", "effects"),
+    [
+        ("payments.charge", charge_arguments(), None, "SUCCEEDED", "succeeded", 1),
+        ("payments.charge", charge_arguments(), "crash_before_effect", "READY", "retry", 0),
+        ("payments.charge", charge_arguments(), "crash_after_effect", "READY", "retry", 1),
+        ("payments.charge", charge_arguments(), "error_500_before_effect", "READY", "retry", 0),
+        ("payments.charge", charge_arguments(), "error_500_after_effect", "READY", "retry", 1),
+        ("payments.charge", charge_arguments(), "in_progress", "READY", "retry", 0),
+        ("payments.charge", charge_arguments(), "delay_after_effect", "READY", "retry", 1),
+        ("payments.charge", charge_arguments(customer="cus_declined"), None, "FAILED", "failed", 0),
+        ("email.send", EMAIL, None, "SUCCEEDED", "succeeded", 1),
+        ("email.send", EMAIL, "crash_before_effect", "UNKNOWN", "unknown", 0),
+        ("email.send", EMAIL, "crash_after_effect", "UNKNOWN", "unknown", 1),
+        ("email.send", EMAIL, "error_500_after_effect", "UNKNOWN", "unknown", 1),
+        ("email.send", EMAIL, "delay_after_effect", "UNKNOWN", "unknown", 1),
+    ],
+)
+def test_fault_maps_to_documented_next_state(
+    sandbox: Any,
+    settings: Any,
+    action: str,
+    arguments: dict[str, Any],
+    fault: str | None,
+    expected_status: str,
+    expected_label: str,
+    effects: int,
+) -> None:
+    # given
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "PROVIDER_TIMEOUT_SECONDS": 1.0}
+    intent = submit(action=action, arguments=arguments)
+    if fault:
+        sandbox.inject(fault, delay_seconds=2.0 if fault == "delay_after_effect" else None)
+    # when
+    label = execute_intent(intent.id)
+    # then
+    intent.refresh_from_db()
+    assert (intent.status, label) == (expected_status, expected_label), intent.last_error
+    if fault == "delay_after_effect":
+        import time
+
+        time.sleep(2.5)  # the provider applies it late, after our deadline
+    assert len(sandbox.ledger()) == effects
+
+
+def test_same_key_retry_after_crash_after_effect_gives_one_charge(sandbox: Any) -> None:
+    # given: the provider applies the charge but the response is lost
+    intent = submit()
+    sandbox.inject("crash_after_effect", product="payments")
+    assert execute_intent(intent.id) == "retry"
+    # when: the retry runs with the same key
+    make_due(intent)
+    assert execute_intent(intent.id) == "succeeded"
+    # then: one charge, and both attempts sent the identical key
+    (effect,) = sandbox.ledger("payments")
+    assert effect["idempotency_key"] == intent.idempotency_key
+    assert Attempt.objects.filter(intent=intent).count() == 2
+    outcome = Outcome.objects.get(intent=intent)
+    assert outcome.provider_reference == effect["id"] and outcome.detail["replayed"] is True
+
+
+def test_provider_key_reuse_with_other_parameters_is_terminal(sandbox: Any) -> None:
+    # given: the provider already holds this key for another amount (an edited order, C07)
+    intent = submit(arguments=charge_arguments(4990))
+    httpx.post(
+        f"{sandbox.url}/v1/charges",
+        json=charge_arguments(49_900),
+        headers={"Idempotency-Key": intent.idempotency_key},
+    ).raise_for_status()
+    # when
+    label = execute_intent(intent.id)
+    # then: FAILED and never retried
+    intent.refresh_from_db()
+    assert (label, intent.status) == ("failed", "FAILED")
+    assert "idempotency_key_reused" in intent.last_error or "reused" in intent.last_error
+    assert execute_intent(intent.id) == "duplicate"
+    assert len(sandbox.ledger("payments")) == 1
+
+
+def test_provider_unreachable_retries_then_fails_when_budget_spent(sandbox: Any, settings: Any) -> None:
+    # given: nothing listens on the provider's port (the request is never sent)
+    settings.SANDBOX_PROVIDER_URL = "http://127.0.0.1:9"
+    intent = submit()
+    labels = []
+    # when
+    for _ in range(intent.policy["retry"]["max_attempts"]):
+        labels.append(execute_intent(intent.id))
+        make_due(intent)
+    # then
+    intent.refresh_from_db()
+    assert labels == ["retry"] * 4 + ["failed"]
+    assert intent.status == "FAILED" and "retry budget spent" in intent.last_error
+
+
+def test_backoff_grows_and_is_bounded(sandbox: Any, settings: Any) -> None:
+    from operations.services.execution import backoff_seconds
+
+    delays = [backoff_seconds(attempt_no=n, base=0.25, cap=8.0) for n in range(1, 10)]
+    assert 0.125 <= delays[0] <= 0.25 and 0.25 <= delays[1] <= 0.5 and 0.5 <= delays[2] <= 1.0
+    assert all(d <= 8.0 for d in delays) and delays[-1] >= 4.0
+
+
+def test_stale_worker_write_is_refused_and_newer_outcome_kept(sandbox: Any) -> None:
+    # given: worker A claims (fence 1), its lease expires, the reconciler takes over, and
+    # worker B claims (fence 2) and records its outcome
+    intent = submit()
+    claim_a = intent_claim(intent_id=intent.id, worker="A", lease_seconds=30)
+    assert claim_a is not None and claim_a.fence == 1
+    Intent.objects.filter(id=intent.id).update(lease_expires_at=Now())
+    assert intent_take_over_lease(intent_id=intent.id, fence=1, provider_deduplicates=True) == "READY"
+    claim_b = intent_claim(intent_id=intent.id, worker="B", lease_seconds=30)
+    assert claim_b is not None and claim_b.fence == 2
+    assert intent_record_success(claim=claim_b, result=ExecutionResult("ch_new", "d" * 64))
+    before = counter(metrics.STALE_FENCES_REJECTED)
+    # when: A wakes up and tries to record
+    recorded = intent_record_success(claim=claim_a, result=ExecutionResult("ch_old", "e" * 64))
+    # then
+    assert recorded is False
+    assert counter(metrics.STALE_FENCES_REJECTED) == before + 1
+    assert list(Outcome.objects.filter(intent=intent).values_list("provider_reference", flat=True)) == [
+        "ch_new"
+    ]
+    assert Attempt.objects.get(intent=intent, fence=1).result == "abandoned"
+
+
+def test_live_lease_is_never_taken_over(sandbox: Any) -> None:
+    intent = submit()
+    claim = intent_claim(intent_id=intent.id, worker="A", lease_seconds=30)
+    assert claim is not None
+    assert intent_take_over_lease(intent_id=intent.id, fence=claim.fence, provider_deduplicates=True) is None
+    assert Intent.objects.get(id=intent.id).status == "RUNNING"
+
+
+def test_duplicate_delivery_is_counted_and_does_nothing(sandbox: Any) -> None:
+    intent = submit()
+    assert execute_intent(intent.id) == "succeeded"
+    before = counter(metrics.DUPLICATE_DELIVERIES)
+    assert execute_intent(intent.id) == "duplicate"
+    assert counter(metrics.DUPLICATE_DELIVERIES) == before + 1
+    assert len(sandbox.ledger()) == 1
+
+
+def test_ceiling_refuses_before_any_request(sandbox: Any, settings: Any) -> None:
+    settings.EFFECT_LEDGER_POLICIES = {
+        **settings.EFFECT_LEDGER_POLICIES,
+        "payments.charge": {"approval": "never", "ceilings": {"effects_per_day": 1}},
+    }
+    first, second = submit(), submit()
+    assert execute_intent(first.id) == "succeeded"
+    assert execute_intent(second.id) == "refused"
+    second.refresh_from_db()
+    assert second.status == "FAILED" and "ceiling" in second.last_error
+    assert sandbox.request_count("payments") == 1
