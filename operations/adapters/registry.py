@@ -1,7 +1,9 @@
 """The registry of adapters by action.
 
 ``settings.EFFECT_LEDGER_ADAPTERS`` maps an action name to the dotted path of its adapter class;
-the defaults below register the sandbox provider's products.
+the defaults below register the sandbox provider's products. Every action configured in
+``settings.EFFECT_LEDGER_GENERIC_HTTP`` is served by the generic HTTP adapter
+(``generic_http.py``), unless ``EFFECT_LEDGER_ADAPTERS`` names another class for it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from operations.adapters.base import Adapter
+from operations.adapters.generic_http import generic_http_adapter, generic_http_config
 
 DEFAULT_ADAPTERS: dict[str, str] = {
     "payments.charge": "operations.adapters.sandbox.SandboxPaymentsAdapter",
@@ -42,7 +45,7 @@ def _adapter_paths() -> dict[str, str]:
 
 def known_actions() -> list[str]:
     """Return every registered action name, sorted."""
-    return sorted(_adapter_paths())
+    return sorted({*_adapter_paths(), *generic_http_config()})
 
 
 @cache
@@ -56,7 +59,13 @@ def get_adapter(action: str) -> Adapter:
 
     Raises:
         UnknownAction: no adapter is registered for it.
+        ImproperlyConfigured: ``EFFECT_LEDGER_GENERIC_HTTP`` is malformed.
     """
+    explicit = getattr(settings, "EFFECT_LEDGER_ADAPTERS", {})
+    if action not in explicit:
+        generic = generic_http_adapter(action)
+        if generic is not None:
+            return generic
     path = _adapter_paths().get(action)
     if path is None:
         raise UnknownAction(action, known_actions())

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.processes import SandboxProvider, sandbox  # noqa: F401
+from tests.support.processes import SandboxProvider
 
 CHARGE = {"amount": 4990, "currency": "EUR", "customer": "cus_42", "reference": "order-1"}
 
@@ -196,10 +196,14 @@ def test_refund_of_unknown_charge_is_404_and_above_amount_is_422(sandbox: Sandbo
 
     # when
     unknown = httpx.post(
-        f"{sandbox.url}/v1/refunds", json={**refund, "charge": "ch_nope"}, headers={"Idempotency-Key": new_key()}
+        f"{sandbox.url}/v1/refunds",
+        json={**refund, "charge": "ch_nope"},
+        headers={"Idempotency-Key": new_key()},
     )
     too_much = httpx.post(
-        f"{sandbox.url}/v1/refunds", json={**refund, "amount": 999_999}, headers={"Idempotency-Key": new_key()}
+        f"{sandbox.url}/v1/refunds",
+        json={**refund, "amount": 999_999},
+        headers={"Idempotency-Key": new_key()},
     )
     ok = httpx.post(f"{sandbox.url}/v1/refunds", json=refund, headers={"Idempotency-Key": new_key()})
 
@@ -329,7 +333,9 @@ def test_fault_matches_product_reference_and_times(sandbox: SandboxProvider) -> 
 
     # when
     other = httpx.post(f"{sandbox.url}/v1/reservations", json={**body, "reference": "trip-1"})
-    hits = [httpx.post(f"{sandbox.url}/v1/reservations", json={**body, "reference": "trip-9"}) for _ in range(3)]
+    hits = [
+        httpx.post(f"{sandbox.url}/v1/reservations", json={**body, "reference": "trip-9"}) for _ in range(3)
+    ]
 
     # then
     assert other.status_code == 200
@@ -426,7 +432,9 @@ def test_email_lookup_answers_410_when_every_match_was_withdrawn(sandbox: Sandbo
     # given
     message_id = f"<{uuid.uuid4()}@effect-ledger.local>"
     sent = httpx.post(
-        f"{sandbox.url}/v1/emails", json={"to": "a@b.c", "subject": "s", "body": "b"}, headers={"Message-ID": message_id}
+        f"{sandbox.url}/v1/emails",
+        json={"to": "a@b.c", "subject": "s", "body": "b"},
+        headers={"Message-ID": message_id},
     ).json()
 
     # when
@@ -451,7 +459,10 @@ def test_reservations_repeat_creates_duplicates_and_cancel_is_idempotent(sandbox
     # then
     assert first["id"] != second["id"]
     assert cancel.json()["status"] == "cancelled" and cancel_again.json() == cancel.json()
-    assert [(r["id"], r["status"]) for r in listed] == [(first["id"], "confirmed"), (second["id"], "cancelled")]
+    assert [(r["id"], r["status"]) for r in listed] == [
+        (first["id"], "confirmed"),
+        (second["id"], "cancelled"),
+    ]
     assert [e["status"] for e in sandbox.ledger("reservations")] == ["confirmed", "cancelled"]
     assert httpx.post(f"{sandbox.url}/v1/reservations/rsv_nope/cancel").status_code == 404
 
@@ -468,7 +479,11 @@ def test_reservations_repeat_creates_duplicates_and_cancel_is_idempotent(sandbox
         ("/v1/charges", b'{"amount": true, "currency": "EUR", "customer": "c"}', "invalid_request"),
         ("/v1/charges", b'{"amount": 1.5, "currency": "EUR", "customer": "c"}', "invalid_request"),
         ("/v1/emails", b'{"to": 5, "subject": "s", "body": "b"}', "invalid_request"),
-        ("/v1/reservations", b'{"resource": "r", "start": "s", "seats": 0, "reference": "x"}', "invalid_request"),
+        (
+            "/v1/reservations",
+            b'{"resource": "r", "start": "s", "seats": 0, "reference": "x"}',
+            "invalid_request",
+        ),
         ("/_sandbox/faults", b'{"mode": "explode"}', "invalid_request"),
     ],
 )

@@ -93,7 +93,9 @@ class SandboxProvider:
 
     def configure(self, *, email_lookup_lag_seconds: float) -> None:
         """Change the email lookup lag at runtime (``POST /_sandbox/config``)."""
-        response = self.client.post("/_sandbox/config", json={"email_lookup_lag_seconds": email_lookup_lag_seconds})
+        response = self.client.post(
+            "/_sandbox/config", json={"email_lookup_lag_seconds": email_lookup_lag_seconds}
+        )
         response.raise_for_status()
 
     def request_count(self, product: str | None = None) -> int:

@@ -1,0 +1,195 @@
+"""A generic HTTP/JSON adapter for any API that honours an ``Idempotency-Key`` header.
+
+Configured per action in ``settings.EFFECT_LEDGER_GENERIC_HTTP``::
+
+    EFFECT_LEDGER_GENERIC_HTTP = {
+        "acme.transfer": {
+            "url": "https://api.acme.test/v1/transfers",          # required; POSTed as JSON
+            "lookup_url": "https://api.acme.test/v1/transfers?idempotency_key={idempotency_key}",
+            "schema": {...},                                       # JSON Schema of the arguments
+            "timeout_seconds": 10,                                 # caps call.deadline_seconds
+            "headers": {"Authorization": "Bearer ..."},           # extra request headers
+            "id_field": "id",                                      # optional, default "id"
+            "fence_header": "X-Fencing-Token",                     # optional: send the fence
+            "method": "POST",                                      # optional
+        },
+    }
+
+Every configured action is registered to this adapter (``registry.py``). The arguments are sent
+as the JSON body; the stored idempotency key goes in ``Idempotency-Key``. Outcomes follow the
+classification table in ``http_support``. With ``lookup_url`` the lookup is treated as
+authoritative (the API must answer by key from its committed state); without it, none.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from operations.adapters import http_support as http
+from operations.adapters.base import (
+    Adapter,
+    AdapterError,
+    Capabilities,
+    ExecutionCall,
+    ExecutionResult,
+    LookupKind,
+    LookupResult,
+    LookupStatus,
+    Preview,
+)
+
+#: An action without a ``schema`` accepts any JSON object.
+ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
+
+
+def generic_http_config() -> dict[str, dict[str, Any]]:
+    """Return ``settings.EFFECT_LEDGER_GENERIC_HTTP`` (``{}`` when unset).
+
+    Raises:
+        ImproperlyConfigured: the setting is not a mapping of action → ``{"url": ..., ...}``.
+    """
+    config = getattr(settings, "EFFECT_LEDGER_GENERIC_HTTP", None) or {}
+    if not isinstance(config, dict):
+        raise ImproperlyConfigured("EFFECT_LEDGER_GENERIC_HTTP must be a dict of action -> config")
+    for action, entry in config.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("url"), str) or not entry["url"]:
+            raise ImproperlyConfigured(f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}] needs a 'url'")
+    return config
+
+
+class GenericHttpAdapter(Adapter):
+    """Execute one configured action by POSTing its arguments with an ``Idempotency-Key``.
+
+    Use ``generic_http_adapter(action)`` to get the instance for an action: each action gets
+    its own subclass so its capabilities and schema reflect its configuration.
+    """
+
+    action_name: ClassVar[str] = ""
+    config: ClassVar[dict[str, Any]] = {}
+    capabilities = Capabilities(idempotency_keys=True, lookup=LookupKind.NONE)
+
+    def _timeout(self, call: ExecutionCall) -> float:
+        configured = self.config.get("timeout_seconds")
+        return min(call.deadline_seconds, float(configured)) if configured else call.deadline_seconds
+
+    def preview(self, action: str, arguments: dict[str, Any]) -> Preview:
+        """Describe the request that ``execute`` would send; nothing is sent."""
+        method, url = self.config.get("method", "POST"), self.config["url"]
+        amount, currency = arguments.get("amount"), arguments.get("currency")
+        return Preview(
+            summary=f"{action}: {method} {url}",
+            target=url,
+            amount_minor=amount if isinstance(amount, int) and not isinstance(amount, bool) else None,
+            currency=currency if isinstance(currency, str) else None,
+            scope="one request to the configured endpoint, deduplicated by its Idempotency-Key",
+        )
+
+    def execute(self, call: ExecutionCall) -> ExecutionResult:
+        """Send the arguments as JSON with ``Idempotency-Key: call.idempotency_key``.
+
+        Returns:
+            ``ExecutionResult(provider_reference=body[id_field] or the idempotency key when the
+            body has no id, replayed=Idempotent-Replayed header)``.
+
+        Raises:
+            RetryableError: not sent, or 429. TerminalError: other 4xx (409 ``stale_fence`` and
+            422 ``idempotency_key_reused`` included). AmbiguousOutcome: timeout after send,
+            dropped connection, 5xx, 409 ``request_in_progress``.
+        """
+        headers = {**self.config.get("headers", {}), "Idempotency-Key": call.idempotency_key}
+        if self.config.get("fence_header"):
+            headers[str(self.config["fence_header"])] = str(call.fence)
+        response = http.send(
+            str(self.config.get("method", "POST")),
+            self.config["url"],
+            timeout_seconds=self._timeout(call),
+            json=call.arguments,
+            headers=headers,
+        )
+        if not response.is_success:
+            raise http.error_for(response)
+        body = http.response_json(response)
+        provider_id = body.get(self.config.get("id_field", "id"))
+        return http.success_result(
+            response,
+            provider_reference=str(provider_id) if provider_id else call.idempotency_key,
+            detail={"id_from_body": bool(provider_id)},
+        )
+
+    def lookup(self, call: ExecutionCall) -> LookupResult:
+        """GET ``lookup_url`` (``{idempotency_key}`` substituted, URL-quoted). Never raises.
+
+        200 with ``{"data": [...]}`` → FOUND (non-empty, every id) or ABSENT (empty); 200 with an
+        object → FOUND; 404 → ABSENT; 410 → WITHDRAWN; errors → INCONCLUSIVE; no
+        ``lookup_url`` → UNSUPPORTED.
+        """
+        template = self.config.get("lookup_url")
+        if not template:
+            return LookupResult(status=LookupStatus.UNSUPPORTED)
+        url = str(template).format(idempotency_key=quote(call.idempotency_key, safe=""))
+        try:
+            response = http.send(
+                "GET", url, timeout_seconds=self._timeout(call), headers=self.config.get("headers", {})
+            )
+        except AdapterError as exc:
+            detail = {**exc.detail, "error": str(exc)[:300]}
+            return LookupResult(status=LookupStatus.INCONCLUSIVE, detail=detail)
+        if response.status_code == 404:
+            return LookupResult(status=LookupStatus.ABSENT, detail={"status": 404})
+        if response.status_code == 410:
+            return LookupResult(status=LookupStatus.WITHDRAWN, detail={"status": 410})
+        if not response.is_success:
+            return LookupResult(
+                status=LookupStatus.INCONCLUSIVE,
+                detail={"status": response.status_code, "code": http.error_code(response)},
+            )
+        body, id_field = http.response_json(response), self.config.get("id_field", "id")
+        if isinstance(body.get("data"), list):
+            ids = tuple(str(i[id_field]) for i in body["data"] if isinstance(i, dict) and i.get(id_field))
+            if not ids:
+                return LookupResult(status=LookupStatus.ABSENT, detail={"status": response.status_code})
+            return LookupResult(status=LookupStatus.FOUND, provider_references=ids)
+        provider_id = body.get(id_field)
+        references = (str(provider_id),) if provider_id else ()
+        return LookupResult(status=LookupStatus.FOUND, provider_references=references)
+
+
+@cache
+def _adapter_for(action: str, config_json: str) -> GenericHttpAdapter:
+    config = json.loads(config_json)
+    lookup = LookupKind.AUTHORITATIVE if config.get("lookup_url") else LookupKind.NONE
+    cls = type(
+        f"GenericHttpAdapter[{action}]",
+        (GenericHttpAdapter,),
+        {
+            "__doc__": f"Generic HTTP adapter for {action} ({config['url']}).",
+            "action_name": action,
+            "actions": (action,),
+            "config": config,
+            "capabilities": Capabilities(
+                idempotency_keys=True, lookup=lookup, fences=bool(config.get("fence_header"))
+            ),
+            "argument_schemas": {action: config.get("schema") or ANY_OBJECT_SCHEMA},
+        },
+    )
+    return cls()
+
+
+def generic_http_adapter(action: str) -> GenericHttpAdapter | None:
+    """Return the adapter instance for ``action`` from ``EFFECT_LEDGER_GENERIC_HTTP``, or
+    ``None`` when the action is not configured there. Instances are cached per configuration,
+    so a changed setting (e.g. in a test) yields a new instance.
+
+    Raises:
+        ImproperlyConfigured: the setting is malformed.
+    """
+    config = generic_http_config().get(action)
+    if config is None:
+        return None
+    return _adapter_for(action, json.dumps(config, sort_keys=True, default=str))
