@@ -135,7 +135,14 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
     }
 else:
-    CELERY_BROKER_TRANSPORT_OPTIONS = {}
+    # Publishing fails fast when the broker is down: the outbox row stays pending and the
+    # periodic relay retries, so no request waits on a dead broker.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "max_retries": 1,
+        "interval_start": 0,
+        "interval_step": 0.2,
+        "interval_max": 0.5,
+    }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 4.0)
 CELERY_TASK_DEFAULT_QUEUE = env_str("EFFECT_LEDGER_QUEUE", "effect-ledger")
