@@ -66,7 +66,12 @@ class Intent(models.Model):
     attempt_count = models.PositiveIntegerField(default=0)
     approval_expires_at = models.DateTimeField(null=True, blank=True)
     cancel_requested = models.BooleanField(default=False)
-    escalated_at = models.DateTimeField(null=True, blank=True)
+    escalated_at = models.DateTimeField(null=True, blank=True, help_text="UNKNOWN handed to operators")
+    lookup_count = models.PositiveIntegerField(default=0, help_text="reconciler lookups while UNKNOWN")
+    next_lookup_at = models.DateTimeField(null=True, blank=True, help_text="earliest next reconciler lookup")
+    verify_duplicates = models.BooleanField(
+        default=False, help_text="succeeded after several attempts at a provider that cannot deduplicate"
+    )
     last_error = models.TextField(blank=True, default="")
     compensates = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="compensations"
@@ -91,7 +96,11 @@ class Intent(models.Model):
             models.Index(
                 fields=["lease_expires_at"], condition=Q(status="RUNNING"), name="intent_running_lease_q"
             ),
-            models.Index(fields=["updated_at"], condition=Q(status="UNKNOWN"), name="intent_unknown_q"),
+            models.Index(fields=["next_lookup_at"], condition=Q(status="UNKNOWN"), name="intent_unknown_q"),
+            models.Index(fields=["updated_at"], condition=Q(status="UNKNOWN"), name="intent_unknown_age"),
+            models.Index(
+                fields=["updated_at"], condition=Q(verify_duplicates=True), name="intent_verify_dup_q"
+            ),
             models.Index(
                 fields=["approval_expires_at"],
                 condition=Q(status="AWAITING_APPROVAL"),

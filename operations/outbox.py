@@ -59,7 +59,9 @@ def outbox_relay(*, batch: int | None = None, message_ids: list[uuid.UUID] | Non
             return 0
         due = dict(
             Intent.objects.filter(id__in=[r.intent_id for r in rows if r.intent_id], not_before__isnull=False)
-            .annotate(wait=RawSQL("GREATEST(0, EXTRACT(EPOCH FROM (not_before - now())))", []))
+            .annotate(
+                wait=RawSQL("GREATEST(0, EXTRACT(EPOCH FROM (not_before - statement_timestamp())))", [])
+            )
             .values_list("id", "wait")
         )
         for row in rows:
@@ -76,7 +78,7 @@ def outbox_relay(*, batch: int | None = None, message_ids: list[uuid.UUID] | Non
         if sent:
             with connection.cursor() as cursor:
                 cursor.execute(
-                    "UPDATE operations_outboxmessage SET sent_at = now(), publish_count = publish_count + 1,"
+                    "UPDATE operations_outboxmessage SET sent_at = statement_timestamp(), publish_count = publish_count + 1,"
                     " last_error = '' WHERE id = ANY(%s)",
                     [sent],
                 )

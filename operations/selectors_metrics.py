@@ -20,12 +20,12 @@ def ledger_gauges() -> dict[str, Any]:
         for status, count in cursor.fetchall():
             by_status[status] = count
         cursor.execute(
-            "SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)"
+            "SELECT count(*), COALESCE(EXTRACT(EPOCH FROM statement_timestamp() - min(created_at)), 0)"
             " FROM operations_outboxmessage WHERE sent_at IS NULL"
         )
         pending, oldest = cursor.fetchone()
         cursor.execute(
-            "SELECT COALESCE(EXTRACT(EPOCH FROM now() - min(updated_at)), 0)"
+            "SELECT COALESCE(EXTRACT(EPOCH FROM statement_timestamp() - min(updated_at)), 0)"
             " FROM operations_intent WHERE status = 'UNKNOWN'"
         )
         (unknown_oldest,) = cursor.fetchone()

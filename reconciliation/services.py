@@ -8,11 +8,13 @@ at once without blocking each other) and changes intents only through
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from operations import services
 from operations.adapters.registry import UnknownAction, get_adapter
@@ -98,3 +100,43 @@ def redispatch_stalled_ready(*, stalled_seconds: int = 30, batch: int | None = N
             services.intent_redispatch(intent_id=intent_id)
             counts.moved += 1
     return counts
+
+
+def outbox_lag_seconds() -> float:
+    """Age in seconds of the oldest unsent outbox message (0 when none), by the database clock."""
+    from operations.selectors_metrics import ledger_gauges
+
+    return float(ledger_gauges()["outbox_oldest_pending_seconds"])
+
+
+def reconcile_pass() -> dict[str, Any]:
+    """Run every sweep once, each on a bounded batch, and record the pass as a
+    ``ReconciliationRun`` (examined, resolved, escalated, errors, and per-sweep detail)."""
+    from reconciliation.lookups import reconcile_unknown, verify_duplicates
+    from reconciliation.models import ReconciliationRun
+
+    run = ReconciliationRun.objects.create(started_at=timezone.now())
+    leases = take_over_expired_leases()
+    approvals = expire_approvals()
+    stalled = redispatch_stalled_ready()
+    unknown = reconcile_unknown()
+    duplicates = verify_duplicates()
+    lag = outbox_lag_seconds()
+    detail = {
+        "leases_taken_over": leases.moved,
+        "approvals_expired": approvals.moved,
+        "redispatched": stalled.moved,
+        "unknown_examined": unknown.examined,
+        "duplicates_compensated": duplicates.resolved,
+        "outbox_lag_seconds": round(lag, 3),
+        "outbox_lag_warning": lag > settings.EFFECT_LEDGER["OUTBOX_LAG_WARNING_SECONDS"],
+    }
+    ReconciliationRun.objects.filter(id=run.id).update(
+        finished_at=timezone.now(),
+        examined=leases.examined + approvals.examined + unknown.examined + duplicates.examined,
+        resolved=leases.moved + approvals.moved + unknown.resolved + duplicates.resolved,
+        escalated=unknown.escalated,
+        errors=unknown.errors + duplicates.errors,
+        detail=detail,
+    )
+    return detail

@@ -18,6 +18,14 @@ from operations.services.execution import (
     intent_schedule_retry,
     intent_take_over_lease,
 )
+from operations.services.resolution import (
+    complete_compensated_original,
+    intent_begin_compensation,
+    intent_escalate,
+    intent_open_compensation,
+    intent_resolve_absent,
+    intent_resolve_found,
+)
 from operations.services.submission import (
     PreviewResult,
     SubmitResult,
@@ -31,6 +39,12 @@ __all__ = [
     "Claim",
     "SubmitResult",
     "check_allowed",
+    "complete_compensated_original",
+    "intent_begin_compensation",
+    "intent_escalate",
+    "intent_open_compensation",
+    "intent_resolve_absent",
+    "intent_resolve_found",
     "intent_approve",
     "intent_cancel",
     "intent_claim",

@@ -50,9 +50,7 @@ def _check_decision(*, intent: Intent, user: User, shown_hash: str) -> None:
         raise ApprovalRefused("this approval request has expired; the agent must submit again")
 
 
-def intent_approve(
-    *, intent_id: uuid.UUID, user: User, request_hash: str, reason: str = ""
-) -> Intent:
+def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reason: str = "") -> Intent:
     """Record ``user``'s approval of the exact payload ``request_hash``; when enough approvers
     have approved (two for the critical tier), move the intent to READY and write its outbox
     message in the same transaction, so the decision and the dispatch commit together (C11).

@@ -18,9 +18,11 @@ from django.db.models.functions import Now
 
 from operations import metrics
 from operations.adapters.base import ExecutionResult
+from operations.adapters.registry import get_adapter
 from operations.audit import audit_append
 from operations.models import Approval, Attempt, Intent, Outcome
 from operations.policies import needs_approval
+from operations.services.resolution import complete_compensated_original
 from operations.services.transitions import outbox_enqueue, transition
 
 
@@ -160,6 +162,13 @@ def intent_record_success(*, claim: Claim, result: ExecutionResult) -> bool:
             _close_attempt(
                 claim, Attempt.Result.SUCCEEDED, detail={"provider_reference": result.provider_reference}
             )
+            if (
+                claim.attempt.attempt_no > 1
+                and not get_adapter(claim.intent.action).capabilities.idempotency_keys
+            ):
+                # Several attempts at a provider that cannot deduplicate: look for duplicates.
+                Intent.objects.filter(id=claim.intent.id).update(verify_duplicates=True)
+            complete_compensated_original(compensation=claim.intent)
             Outcome.objects.create(
                 intent=claim.intent,
                 attempt=claim.attempt,
@@ -270,7 +279,7 @@ def intent_mark_unknown(
             event="outcome_unknown",
             reason=error[:500],
             data={"fence": claim.fence, "cause": cause, **(detail or {})},
-            updates={**_release(), "last_error": error[:2000]},
+            updates={**_release(), "last_error": error[:2000], "next_lookup_at": Now(), "lookup_count": 0},
         )
         if moved:
             _close_attempt(claim, Attempt.Result.UNKNOWN, error=error, detail=detail)
@@ -299,7 +308,13 @@ def intent_take_over_lease(*, intent_id: uuid.UUID, fence: int, provider_dedupli
             event="lease_taken_over",
             reason="the worker's lease expired before it recorded an outcome",
             data={"fence": fence},
-            updates={**_release(), "not_before": None, "last_error": "lease expired"},
+            updates={
+                **_release(),
+                "not_before": None,
+                "last_error": "lease expired",
+                "next_lookup_at": Now(),
+                "lookup_count": 0,
+            },
             where=Q(lease_expires_at__lt=Now()),
             dispatch=target == Intent.Status.READY,
         )

@@ -79,6 +79,7 @@ def intent_submit(
     action_version: int = 1,
     reference: str = "",
     metadata: dict[str, Any] | None = None,
+    compensates: Intent | None = None,
 ) -> SubmitResult:
     """Validate and record a new intent, or replay the one already recorded under the key.
 
@@ -95,6 +96,7 @@ def intent_submit(
         reference: the caller's business reference (also used to list effects at providers
             that cannot deduplicate).
         metadata: stored for the caller, never hashed.
+        compensates: the intent this one undoes (compensation intents only).
 
     Raises:
         ClientKeyInvalid: missing key or not 1-255 printable ASCII.
@@ -133,6 +135,7 @@ def intent_submit(
         ),
         reference=reference,
         metadata=metadata or {},
+        compensates=compensates,
         policy=policy,
         status=Intent.Status.AWAITING_APPROVAL if gated else Intent.Status.READY,
         approval_expires_at=Now() + timedelta(seconds=policy["approval_ttl_seconds"]) if gated else None,

@@ -4,6 +4,10 @@ A transition is ``UPDATE intent SET status = <to>, ... WHERE id = <id> AND statu
 [AND fence = <fence>]`` that must touch exactly one row, plus its audit event (and outbox
 message where one follows) in the same transaction. Zero rows means somebody else moved first:
 the caller re-reads and never overwrites.
+
+Database time: Django's ``Now()`` is PostgreSQL's ``statement_timestamp()``; raw SQL in this
+project uses ``statement_timestamp()`` too, never ``now()`` (the transaction's start time), so
+every lease, expiry and backoff is judged by one clock.
 """
 
 from __future__ import annotations
