@@ -30,10 +30,26 @@ urlpatterns = [
     ),
     path("metrics", views.metrics, name="metrics"),
     path("healthz", _healthz, name="healthz"),
-    path("login/", auth_views.LoginView.as_view(template_name="console/login.html"), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", views.login_view, name="login"),
+    path("logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
     path("admin/", admin.site.urls),
     path("", views.dashboard, name="dashboard"),
+    path("approvals/", views.approvals_inbox, name="approvals"),
+    path("approvals/<uuid:intent_id>/", views.approval_detail, name="approval-detail"),
+    path("approvals/<uuid:intent_id>/approve", views.approval_approve, name="approval-approve"),
+    path("approvals/<uuid:intent_id>/reject", views.approval_reject, name="approval-reject"),
+    path("unknown/", views.unknown_queue, name="unknown"),
+    path("unknown/<uuid:intent_id>/", views.unknown_detail, name="unknown-detail"),
+    path(
+        "unknown/<uuid:intent_id>/resolve/<str:verb>",
+        views.unknown_resolve,
+        name="unknown-resolve",
+    ),
+    path("intents/", views.intent_list, name="intents"),
+    path("intents/<uuid:intent_id>/", views.intent_detail, name="intent-detail"),
+    path("audit/", views.audit_log, name="audit"),
+    path("audit/export.csv", views.audit_export, name="audit-export"),
+    path("audit/verify/", views.audit_verify_view, name="audit-verify"),
 ]
 
 

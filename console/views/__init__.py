@@ -1,25 +1,28 @@
-"""Operator console views (the pages grow with the console issue) and ``/metrics``."""
+"""Operator console views, one module per page family, plus ``/metrics``."""
 
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from console.views.approvals import approval_approve, approval_detail, approval_reject, approvals_inbox
+from console.views.audit import audit_export, audit_log, audit_verify_view
+from console.views.auth import login_view
+from console.views.dashboard import dashboard, metrics
+from console.views.intents import intent_detail, intent_list
+from console.views.unknown import unknown_detail, unknown_queue, unknown_resolve
 
-from operations.metrics import render_metrics
-from operations.selectors_metrics import ledger_gauges
-
-
-@require_GET
-def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text format: counters from every worker process plus ledger gauges."""
-    body, content_type = render_metrics()
-    return HttpResponse(body, content_type=content_type)
-
-
-@require_GET
-@login_required
-def dashboard(request: HttpRequest) -> HttpResponse:
-    """Counts by state and the outbox backlog."""
-    return render(request, "console/dashboard.html", {"gauges": ledger_gauges()})
+__all__ = [
+    "approval_approve",
+    "approval_detail",
+    "approval_reject",
+    "approvals_inbox",
+    "audit_export",
+    "audit_log",
+    "audit_verify_view",
+    "dashboard",
+    "intent_detail",
+    "intent_list",
+    "login_view",
+    "metrics",
+    "unknown_detail",
+    "unknown_queue",
+    "unknown_resolve",
+]

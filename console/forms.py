@@ -1,0 +1,96 @@
+"""Console forms: every action's input is validated here before a service is called."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from operations.models import Intent
+
+HASH_FIELD = {"min_length": 64, "max_length": 64, "label": "request_hash you reviewed"}
+
+
+class DecisionForm(forms.Form):
+    """Approve or reject: the request_hash the page displayed, and a reason."""
+
+    request_hash = forms.CharField(widget=forms.HiddenInput, **HASH_FIELD)  # type: ignore[arg-type]
+    reason = forms.CharField(
+        required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason"
+    )
+
+
+class RejectForm(DecisionForm):
+    """A rejection needs a reason."""
+
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
+
+
+class ResolveConfirmedForm(forms.Form):
+    """The effect exists at the provider: its reference is required."""
+
+    provider_reference = forms.CharField(max_length=200, label="Provider reference")
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
+
+
+class ResolveAbsentForm(forms.Form):
+    """The effect did not happen: retry with the same key (acknowledge the duplicate risk where
+    the provider cannot deduplicate)."""
+
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
+    accept_duplicate_risk = forms.BooleanField(
+        required=False,
+        label="I accept the duplicate risk: this provider has no idempotency keys, so a retry may "
+        "apply the effect twice if it did happen",
+    )
+
+
+class ResolveCompensateForm(forms.Form):
+    """Open a compensation intent that undoes or offsets the effect."""
+
+    provider_reference = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Provider reference of the effect to undo",
+        help_text="Leave empty to use the one the reconciler found.",
+    )
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
+
+
+class IntentSearchForm(forms.Form):
+    """The intents search; every field optional."""
+
+    q = forms.CharField(required=False, max_length=200, label="intent_id or reference")
+    tenant = forms.CharField(required=False, max_length=100)
+    action = forms.CharField(required=False, max_length=100)
+    status = forms.ChoiceField(required=False, choices=[("", "any")] + list(Intent.Status.choices))
+    principal = forms.CharField(required=False, max_length=200, help_text="agent:<name> or user:<name>")
+    created_after = forms.DateTimeField(
+        required=False, label="Created from", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    created_before = forms.DateTimeField(
+        required=False, label="Created before", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+
+
+class AuditFilterForm(forms.Form):
+    """The audit log filters; every field optional."""
+
+    intent_id = forms.UUIDField(required=False, label="intent_id")
+    actor = forms.CharField(required=False, max_length=200)
+    event = forms.CharField(required=False, max_length=50)
+    created_after = forms.DateTimeField(
+        required=False, label="From", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+    created_before = forms.DateTimeField(
+        required=False, label="Before", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
+    )
+
+
+def first_error(form: forms.Form) -> str:
+    """The first validation error of ``form`` as ``field: message`` (for an in-place notice)."""
+    errors: dict[str, Any] = form.errors.get_json_data()
+    for name, items in errors.items():
+        label = form.fields[name].label if name in form.fields else ""
+        return f"{label or name}: {items[0]['message']}"
+    return "the form is invalid"

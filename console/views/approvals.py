@@ -1,0 +1,138 @@
+"""Approvals inbox and detail; approve and reject post the request_hash the page displayed."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.views.decorators.http import require_GET, require_POST
+
+from console import selectors
+from console.forms import DecisionForm, RejectForm, first_error
+from console.permissions import console_role_required
+from console.views.common import HtmxHttpRequest, page_or_partial
+from operations.exceptions import ApprovalRefused, IntentMoved, ValidationFailed
+from operations.idempotency import canonical_json
+from operations.models import Approval, Intent
+from operations.services import intent_approve, intent_preview, intent_reject, user_principal
+from operations.services.approvals import can_approve
+
+DETAIL = "console/approval_detail.html"
+
+
+@require_GET
+@console_role_required
+def approvals_inbox(request: HtmxHttpRequest) -> HttpResponse:
+    """What awaits a decision, highest risk and newest first; htmx polls the rows."""
+    context = {"intents": selectors.approvals_inbox()[:200], "section": "approvals"}
+    return page_or_partial(request, "console/approvals.html", "rows", context)
+
+
+def _why_not(user: Any, intent: Intent) -> str:
+    """Why ``user`` cannot decide on ``intent`` (empty when they can)."""
+    if not can_approve(user, intent):
+        return f"You are not in the '{intent.policy.get('approver_group', 'approver')}' group for {intent.action}."
+    if intent.policy.get("four_eyes", True) and intent.principal == user_principal(user):
+        return "You requested this intent; someone else must approve it (four eyes)."
+    if intent.approvals.filter(approver=user).exists():
+        return "You already decided on this intent; another approver is needed."
+    return ""
+
+
+def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict[str, Any]:
+    """Everything the approval page shows: preview, canonical payload, hash, diff, approvals."""
+    context: dict[str, Any] = {"intent": intent, "section": "approvals"}
+    try:
+        context["preview"] = intent_preview(
+            tenant=intent.tenant,
+            action=intent.action,
+            arguments=intent.arguments,
+            action_version=intent.action_version,
+        )
+    except ValidationFailed as exc:
+        context["preview_error"] = exc.detail
+    document = {
+        "tenant": intent.tenant,
+        "action": intent.action,
+        "action_version": intent.action_version,
+        "arguments": intent.arguments,
+    }
+    context["canonical"] = canonical_json(document).decode()
+    previous = selectors.previous_with_reference(intent)
+    context["previous"] = previous
+    context["diff"] = selectors.payload_diff(previous.arguments, intent.arguments) if previous else []
+    context["approvals"] = list(intent.approvals.select_related("approver").order_by("created_at"))
+    context["approvals_given"] = sum(
+        1 for a in context["approvals"] if a.decision == Approval.Decision.APPROVED
+    )
+    context["approvals_required"] = int(intent.policy.get("approvals_required", 1))
+    context["why_not"] = _why_not(request.user, intent)
+    context["approve_form"] = DecisionForm(initial={"request_hash": intent.request_hash})
+    context["reject_form"] = RejectForm(initial={"request_hash": intent.request_hash})
+    context.update(extra)
+    return context
+
+
+@require_GET
+@console_role_required
+def approval_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
+    """The preview, the full canonical payload and its request_hash, and the decision forms."""
+    intent = get_object_or_404(Intent, id=intent_id)
+    return page_or_partial(request, DETAIL, "decision", detail_context(request, intent))
+
+
+def _decide(request: HtmxHttpRequest, intent_id: uuid.UUID, *, approve: bool) -> HttpResponse:
+    intent = get_object_or_404(Intent, id=intent_id)
+    form = (DecisionForm if approve else RejectForm)(request.POST)
+    if not form.is_valid():
+        stale = request.POST.get("request_hash", "") != intent.request_hash
+        context = detail_context(request, intent, error=first_error(form), stale=stale)
+        return page_or_partial(request, DETAIL, "decision", context, status=422)
+    try:
+        if approve:
+            decided = intent_approve(
+                intent_id=intent.id,
+                user=request.user,  # type: ignore[arg-type]
+                request_hash=form.cleaned_data["request_hash"],
+                reason=form.cleaned_data["reason"],
+            )
+        else:
+            decided = intent_reject(
+                intent_id=intent.id,
+                user=request.user,  # type: ignore[arg-type]
+                request_hash=form.cleaned_data["request_hash"],
+                reason=form.cleaned_data["reason"],
+            )
+    except (ApprovalRefused, IntentMoved) as exc:
+        intent.refresh_from_db()
+        # A refusal must never hand back forms carrying a hash the operator has not reviewed.
+        stale = form.cleaned_data["request_hash"] != intent.request_hash
+        context = detail_context(request, intent, error=exc.detail, stale=stale)
+        return page_or_partial(request, DETAIL, "decision", context, status=exc.status)
+    if decided.status == Intent.Status.READY:
+        done = "Approved. The intent is READY and its dispatch is queued in the outbox."
+    elif decided.status == Intent.Status.AWAITING_APPROVAL:
+        done = "Your approval is recorded. This intent needs another approver before it runs."
+    else:
+        done = f"Decision recorded. The intent is {decided.status}."
+    if request.htmx:
+        return page_or_partial(request, DETAIL, "decision", detail_context(request, decided, success=done))
+    messages.success(request, done)
+    return redirect("intent-detail", intent_id=decided.id)
+
+
+@require_POST
+@console_role_required
+def approval_approve(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
+    """Approve the payload whose hash the page displayed (decision and dispatch commit together)."""
+    return _decide(request, intent_id, approve=True)
+
+
+@require_POST
+@console_role_required
+def approval_reject(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
+    """Reject the intent (a reason is required)."""
+    return _decide(request, intent_id, approve=False)

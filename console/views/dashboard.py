@@ -1,0 +1,38 @@
+"""The dashboard and the Prometheus ``/metrics`` endpoint."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+
+from console import selectors
+from console.charts import throughput_svg
+from console.permissions import console_role_required
+from console.views.common import HtmxHttpRequest, page_or_partial
+from operations.metrics import render_metrics
+from operations.selectors_metrics import ledger_gauges
+
+
+@require_GET
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus text format: counters from every worker process plus ledger gauges."""
+    body, content_type = render_metrics()
+    return HttpResponse(body, content_type=content_type)
+
+
+@require_GET
+@console_role_required
+def dashboard(request: HtmxHttpRequest) -> HttpResponse:
+    """Counts by state, approvals waiting, UNKNOWN by age, absorbed duplicates, stale fences,
+    outbox backlog and the last hour's throughput; htmx refreshes the figures."""
+    minutes = selectors.throughput_last_hour()
+    context = {
+        "gauges": ledger_gauges(),
+        "approvals": selectors.approvals_waiting(),
+        "unknown_ages": selectors.unknown_by_age(),
+        "counters": selectors.process_counters(),
+        "throughput_svg": throughput_svg(minutes),
+        "throughput_total": sum(row["succeeded"] + row["failed"] for row in minutes),
+        "section": "dashboard",
+    }
+    return page_or_partial(request, "console/dashboard.html", "stats", context)

@@ -1,0 +1,47 @@
+"""Intents search (keyset pagination) and the intent detail with its timeline."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404
+from django.views.decorators.http import require_GET
+
+from console import selectors
+from console.forms import IntentSearchForm
+from console.permissions import console_role_required
+from console.views.common import HtmxHttpRequest, page_or_partial
+from operations.models import TERMINAL_STATUSES, Intent
+
+
+@require_GET
+@console_role_required
+def intent_list(request: HtmxHttpRequest) -> HttpResponse:
+    """Search by intent_id, reference, tenant, action, status, principal and date range."""
+    form = IntentSearchForm(request.GET or None)
+    filters = selectors.IntentFilters()
+    if form.is_valid():
+        filters = selectors.IntentFilters(**{k: v for k, v in form.cleaned_data.items() if v})
+    page = selectors.intent_search(filters, cursor=request.GET.get("cursor"))
+    query = request.GET.copy()
+    query.pop("cursor", None)
+    context = {"form": form, "page": page, "query": query.urlencode(), "section": "intents"}
+    status = 200 if form.is_bound is False or form.is_valid() else 422
+    return page_or_partial(request, "console/intents.html", "results", context, status=status)
+
+
+@require_GET
+@console_role_required
+def intent_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
+    """The timeline of every audit event, approval, attempt and outcome, the key digest, the
+    policy snapshot and compensations; htmx polls the status while the intent is not final."""
+    intent = get_object_or_404(Intent.objects.select_related("compensates"), id=intent_id)
+    context = {
+        "intent": intent,
+        "timeline": selectors.intent_timeline(intent),
+        "compensations": list(intent.compensations.order_by("created_at")),
+        "terminal": intent.status in TERMINAL_STATUSES,
+        "section": "intents",
+    }
+    return page_or_partial(request, "console/intent_detail.html", "status", context)
