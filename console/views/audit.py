@@ -49,7 +49,7 @@ def _filters(form: AuditFilterForm) -> selectors.AuditFilters:
 def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     """Audit events newest first, filtered, one keyset page at a time."""
     form = AuditFilterForm(request.GET or None)
-    page = selectors.audit_search(_filters(form), cursor=request.GET.get("cursor"))
+    page = selectors.audit_search(_filters(form), cursor=request.GET.get("cursor"), limit=selectors.PAGE_SIZE)
     query = request.GET.copy()
     query.pop("cursor", None)
     context = {"form": form, "page": page, "query": query.urlencode(), "section": "audit"}

@@ -23,7 +23,7 @@ def intent_list(request: HtmxHttpRequest) -> HttpResponse:
     filters = selectors.IntentFilters()
     if form.is_valid():
         filters = selectors.IntentFilters(**{k: v for k, v in form.cleaned_data.items() if v})
-    page = selectors.intent_search(filters, cursor=request.GET.get("cursor"))
+    page = selectors.intent_search(filters, cursor=request.GET.get("cursor"), limit=selectors.PAGE_SIZE)
     query = request.GET.copy()
     query.pop("cursor", None)
     context = {"form": form, "page": page, "query": query.urlencode(), "section": "intents"}

@@ -1,0 +1,210 @@
+"""Intents search and detail, the audit log, and the dashboard."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.urls import reverse
+
+from console import selectors
+from operations.idempotency import key_digest
+from operations.models import AuditEvent, Intent
+from operations.services import intent_approve
+from tests.console.conftest import claimed, gated, make_unknown
+from tests.factories import charge_arguments, submit
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+# --- intents --------------------------------------------------------------------------------
+
+
+def test_search_by_each_field(viewer_client: Client) -> None:
+    # given
+    a = submit(reference="order-1")
+    b = submit(
+        tenant="globex", action="email.send", arguments={"to": "x@example.test", "subject": "hi", "body": "b"}
+    )
+    c = gated(principal="user:carol")
+    url = reverse("intents")
+
+    def found(**params: str) -> set[str]:
+        body = viewer_client.get(url, params).content.decode()
+        return {str(i.id)[:12] for i in (a, b, c) if str(i.id)[:12] in body}
+
+    # then
+    assert found(q=str(a.id)) == {str(a.id)[:12]}
+    assert found(q="order-1") == {str(a.id)[:12]}
+    assert found(tenant="globex") == {str(b.id)[:12]}
+    assert found(action="email.send") == {str(b.id)[:12]}
+    assert found(status="AWAITING_APPROVAL") == {str(c.id)[:12]}
+    assert found(principal="user:carol") == {str(c.id)[:12]}
+    assert found(created_after="2000-01-01T00:00") == {str(i.id)[:12] for i in (a, b, c)}
+    assert found(created_before="2000-01-01T00:00") == set()
+
+
+def test_invalid_filter_is_a_visible_422(viewer_client: Client) -> None:
+    response = viewer_client.get(reverse("intents"), {"status": "NOPE"})
+    assert response.status_code == 422 and b"status" in response.content
+
+
+def test_keyset_pagination_walks_every_row_once() -> None:
+    # given: seven intents, three with the same created_at (ties broken by id)
+    intents = [submit() for _ in range(7)]
+    Intent.objects.filter(id__in=[i.id for i in intents[:3]]).update(created_at=intents[0].created_at)
+    # when
+    seen: list[Any] = []
+    cursor = None
+    while True:
+        page = selectors.intent_search(selectors.IntentFilters(), cursor=cursor, limit=3)
+        seen.extend(row.id for row in page.rows)
+        if not page.next_cursor:
+            break
+        cursor = page.next_cursor
+    # then
+    assert sorted(seen) == sorted(i.id for i in intents) and len(seen) == 7
+
+
+def test_keyset_query_is_served_by_the_created_index() -> None:
+    # given
+    submit()
+    page_cursor = selectors.encode_cursor(Intent.objects.get().created_at, Intent.objects.get().id)
+    from django.db.models import Q
+
+    position = selectors.decode_cursor(page_cursor)
+    assert position is not None
+    created_at, row_id = position
+    queryset = (
+        Intent.objects.filter(created_at__lte=created_at)
+        .filter(Q(created_at__lt=created_at) | Q(id__gt=row_id))
+        .order_by("-created_at", "id")[:51]
+    )
+    # when: with sequential scans priced out, as on a large table
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        plan = queryset.explain()
+    # then
+    assert "intent_created" in plan
+
+
+def test_next_page_link_keeps_the_filters(viewer_client: Client, monkeypatch: Any) -> None:
+    monkeypatch.setattr(selectors, "PAGE_SIZE", 2)
+    for _ in range(3):
+        submit(tenant="acme")
+    body = viewer_client.get(reverse("intents"), {"tenant": "acme"}).content.decode()
+    assert "tenant=acme&amp;cursor=" in body
+
+
+def test_intent_detail_timeline_digest_policy_and_poll(viewer_client: Client, approver: Any) -> None:
+    # given: approved and claimed
+    intent = gated()
+    intent_approve(intent_id=intent.id, user=approver, request_hash=intent.request_hash, reason="ok by me")
+    claimed(Intent.objects.get(id=intent.id))
+    # when
+    body = viewer_client.get(reverse("intent-detail", args=[intent.id])).content.decode()
+    # then
+    for text in ("submitted", "approved by alice", "attempt 1 started, fence 1", "claimed", "ok by me"):
+        assert text in body
+    assert key_digest(intent.idempotency_key) in body and intent.idempotency_key not in body
+    assert "approval_ttl_seconds" in body  # policy snapshot
+    assert 'hx-trigger="every 2s"' in body  # RUNNING: the status refreshes
+    poll = viewer_client.get(reverse("intent-detail", args=[intent.id]), **HTMX).content.decode()
+    assert 'id="intent-status"' in poll and "RUNNING" in poll and "<html" not in poll
+
+
+def test_terminal_intent_stops_polling(viewer_client: Client, approver: Any) -> None:
+    intent = gated()
+    from operations.services import intent_reject
+
+    intent_reject(intent_id=intent.id, user=approver, request_hash=intent.request_hash, reason="no")
+    body = viewer_client.get(reverse("intent-detail", args=[intent.id]), **HTMX).content.decode()
+    assert "REJECTED" in body and "hx-trigger" not in body
+
+
+def test_unknown_intent_links_to_its_evidence(viewer_client: Client) -> None:
+    intent = make_unknown()
+    body = viewer_client.get(reverse("intent-detail", args=[intent.id])).content.decode()
+    assert reverse("unknown-detail", args=[intent.id]) in body
+
+
+# --- audit ----------------------------------------------------------------------------------
+
+
+def test_audit_log_filters_by_intent(viewer_client: Client) -> None:
+    a, b = submit(), submit()
+    body = viewer_client.get(reverse("audit"), {"intent_id": str(a.id)}).content.decode()
+    assert str(a.id)[:12] in body and str(b.id)[:12] not in body
+
+
+def test_audit_keyset_pagination() -> None:
+    for _ in range(5):
+        submit()
+    seen, cursor = [], None
+    while True:
+        page = selectors.audit_search(selectors.AuditFilters(), cursor=cursor, limit=2)
+        seen.extend(row.id for row in page.rows)
+        cursor = page.next_cursor
+        if not cursor:
+            break
+    assert sorted(seen) == sorted(AuditEvent.objects.values_list("id", flat=True))
+
+
+def test_audit_csv_export(viewer_client: Client) -> None:
+    a, _ = submit(), submit()
+    response = viewer_client.get(reverse("audit-export"), {"intent_id": str(a.id)})
+    assert response["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))  # type: ignore[attr-defined]
+    assert [row["event"] for row in rows] == ["submitted"]
+    assert rows[0]["intent_id"] == str(a.id) and len(rows[0]["hash"]) == 64
+
+
+def test_audit_verification_ok_then_a_break(viewer_client: Client) -> None:
+    # given
+    submit()
+    ok = viewer_client.get(reverse("audit-verify"), **HTMX).content.decode()
+    assert "All chains verify" in ok
+    # when: someone with owner rights edits an event behind the trigger's back
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute("UPDATE operations_auditevent SET reason = 'edited'")
+        cursor.execute("SET session_replication_role = DEFAULT")
+    # then (refresh bypasses the one-minute cache)
+    broken = viewer_client.get(reverse("audit-verify"), {"refresh": "1"}).content.decode()
+    assert "1 break found" in broken and "hash does not match" in broken
+
+
+# --- dashboard ------------------------------------------------------------------------------
+
+
+def test_dashboard_counts_waiting_unknown_outbox_and_chart(viewer_client: Client, approver: Any) -> None:
+    # given
+    gated()
+    make_unknown()
+    done = submit(arguments=charge_arguments(100))
+    claim = claimed(done)
+    from operations.adapters.base import ExecutionResult
+    from operations.services import intent_record_success
+
+    intent_record_success(claim=claim, result=ExecutionResult(provider_reference="ch_1", response_digest="d"))
+    # when
+    body = viewer_client.get(reverse("dashboard")).content.decode()
+    # then
+    assert "AWAITING_APPROVAL" in body and "Approvals waiting" in body
+    assert "UNKNOWN by age" in body and "under 5 minutes" in body
+    assert "Duplicate deliveries absorbed" in body and "Stale fences rejected" in body
+    assert "Prometheus counters" in body  # the page says where the numbers come from
+    assert "<svg" in body and "1 succeeded, 0 failed" in body
+    poll = viewer_client.get(reverse("dashboard"), **HTMX).content.decode()
+    assert 'id="stats"' in poll and "<html" not in poll
+
+
+def test_metrics_endpoint_still_served() -> None:
+    response = Client().get("/metrics")
+    assert response.status_code == 200 and b"effect_ledger_intents" in response.content
