@@ -3,7 +3,13 @@ embedded server under ``./.data/pg`` (see console/settings.py)."""
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Any
+
+# Counters of this test session (and the worker processes it starts) go to their own folder,
+# never into a running quickstart's.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="el-metrics-"))
 
 import pytest
 from rest_framework.test import APIClient

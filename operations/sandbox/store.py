@@ -151,7 +151,8 @@ def dsn_from_settings_dict(settings_dict: Mapping[str, Any]) -> str:
         "dbname": settings_dict.get("NAME") or None,
         "user": settings_dict.get("USER") or None,
         "password": settings_dict.get("PASSWORD") or None,
-        "host": settings_dict.get("HOST") or None,
+        # The embedded server's socket directory arrives as OPTIONS["host"] (see console/embedded.py).
+        "host": settings_dict.get("HOST") or (settings_dict.get("OPTIONS") or {}).get("host") or None,
         "port": str(settings_dict["PORT"]) if settings_dict.get("PORT") else None,
     }
     for name in ("sslmode", "sslrootcert", "sslcert", "sslkey", "connect_timeout", "options"):
