@@ -75,7 +75,8 @@ def test_200_intents_across_two_workers_one_effect_each(cluster: Cluster, sandbo
 
 def test_sigkill_right_after_effect_on_every_tenth_intent(cluster: Cluster, sandbox: Any) -> None:
     # given: the provider applies every tenth charge, then holds the connection open; the
-    # worker waiting for the answer is killed with SIGKILL
+    # worker waiting for the answer (deadline 4 s, lease 8 s) is killed with SIGKILL
+    cluster.set_timing(lease_seconds=8, provider_timeout_seconds=4.0)
     cluster.worker("w1")
     cluster.worker("w2")
     cluster.beat()
@@ -90,8 +91,9 @@ def test_sigkill_right_after_effect_on_every_tenth_intent(cluster: Cluster, sand
         wait_for(
             lambda r=reference: bool(sandbox.ledger("payments", reference=r)), 60, f"effect for {reference}"
         )
-        owner = Intent.objects.get(id=by_ref[reference].id).lease_owner
-        pid = int(owner.rsplit(":", 1)[1])
+        intent = Intent.objects.get(id=by_ref[reference].id)
+        assert (intent.status, intent.attempt_count) == ("RUNNING", 1), "the worker must still be waiting"
+        pid = int(intent.lease_owner.rsplit(":", 1)[1])
         os.kill(pid, signal.SIGKILL)  # the pool process that holds the lease, mid-call
         killed += 1
     ids = [i.id for i in intents]

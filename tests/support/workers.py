@@ -104,6 +104,11 @@ class Cluster:
         self.env = env
         self.groups: list[ProcessGroup] = []
 
+    def set_timing(self, *, lease_seconds: int, provider_timeout_seconds: float) -> None:
+        """Change the lease and provider deadline of workers started from now on."""
+        self.env["EFFECT_LEDGER_LEASE_SECONDS"] = str(lease_seconds)
+        self.env["EFFECT_LEDGER_PROVIDER_TIMEOUT_SECONDS"] = str(provider_timeout_seconds)
+
     def worker(self, name: str, concurrency: int = 1, prefetch: int = 1) -> ProcessGroup:
         """Start ``celery worker`` and wait until it reports ready."""
         command = [
