@@ -49,7 +49,7 @@ def throughput_svg(minutes: list[dict[str, Any]]) -> SafeString:
     first = f"{minutes[0]['minute']:%H:%M}" if minutes else ""
     last = f"{minutes[-1]['minute']:%H:%M}" if minutes else ""
     return format_html(
-        '<svg class="chart" viewBox="0 0 {w} {h}" width="100%" height="{h}" role="img" '
+        '<svg class="chart" viewBox="0 0 {w} {h}" width="100%" height="{h}" preserveAspectRatio="xMinYMid meet" role="img" '
         'aria-label="Intents finished per minute over the last hour: {s} succeeded, {f} failed, '
         'busiest minute {p}">'
         '<line x1="0" y1="{plot}" x2="{w}" y2="{plot}" class="axis"/>{body}'

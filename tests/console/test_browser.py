@@ -1,0 +1,163 @@
+"""Browser tests: Playwright for Python driving the machine's Chromium against a live server.
+
+They never download a browser: Chromium comes from the Debian package (``/usr/bin/chromium``);
+without it every test here is skipped with that reason. The screenshots in
+``docs/screenshots/`` are written by these tests.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from operations.engine import execute_intent
+from operations.models import Intent
+from tests.console.conftest import gated, unknown_with_effect
+from tests.factories import UserFactory, charge_arguments
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+PASSWORD = "correct horse battery"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install chromium chromium-driver)"
+    ),
+]
+
+expect: Any = None
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    global expect
+    sync_api = pytest.importorskip("playwright.sync_api")
+    expect = sync_api.expect
+    # Playwright's sync API keeps an event loop in this thread while it runs; the ORM calls
+    # the tests (and the database teardown) make between browser steps are still plain
+    # synchronous code, so Django's async-context guard is switched off for this module only.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        with sync_api.sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(
+                executable_path=str(CHROMIUM),
+                args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            )
+            yield chromium
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=live_server.url)
+    context.set_default_timeout(10_000)
+    tab = context.new_page()
+    yield tab
+    context.close()
+
+
+def sign_in(page: Any, username: str) -> None:
+    page.goto("/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Dashboard")).to_be_visible()
+
+
+def shot(page: Any, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / name), full_page=True)
+
+
+def test_sign_in_approve_a_high_risk_payment_and_watch_it_succeed(page: Any, sandbox: Any) -> None:
+    # given: an agent's 250.00 EUR charge waiting for approval, and an approver
+    UserFactory(username="alice", groups=["approver"])
+    from tests.factories import submit
+
+    submit(arguments=charge_arguments(4_990), reference="order-1001")
+    intent = gated(25_000, reference="order-1001")
+    sign_in(page, "alice")
+    # when: she opens the inbox and the intent
+    page.get_by_role("link", name="Approvals").click()
+    page.get_by_role("link", name="payments.charge").click()
+    expect(page.get_by_text("Charge 250.00 EUR to cus_42")).to_be_visible()
+    expect(page.locator("#shown-hash")).to_have_text(intent.request_hash)
+    shot(page, "approval-detail.png")
+    page.get_by_role("button", name="Approve this payload").click()
+    # then: the decision fragment says READY, and the intent page follows it to SUCCEEDED
+    expect(page.locator("#decision")).to_contain_text("Approved. The intent is READY")
+    page.get_by_role("link", name="Follow the intent").click()
+    expect(page.locator("#status-value")).to_have_text(re.compile("READY|RUNNING|SUCCEEDED"))
+    assert execute_intent(intent.id) in {"succeeded", "duplicate"}
+    expect(page.locator("#status-value")).to_have_text("SUCCEEDED", timeout=15_000)
+    assert len(sandbox.ledger("payments")) == 1
+    page.get_by_role("link", name="Dashboard").click()
+    expect(page.get_by_role("heading", name="Throughput, last hour")).to_be_visible()
+    shot(page, "dashboard.png")
+
+
+def test_approval_whose_payload_changed_after_the_page_loaded_is_refused(page: Any) -> None:
+    # given: the approver has the page open
+    UserFactory(username="alice", groups=["approver"])
+    intent = gated(25_000)
+    sign_in(page, "alice")
+    page.goto(f"/approvals/{intent.id}/")
+    expect(page.locator("#shown-hash")).to_have_text(intent.request_hash)
+    # when: the payload changes behind the page, then she clicks Approve
+    Intent.objects.filter(id=intent.id).update(arguments=charge_arguments(99_999), request_hash="b" * 64)
+    page.get_by_role("button", name="Approve this payload").click()
+    # then: refused in place, with the reason and no form carrying the new hash
+    expect(page.locator("#decision .error")).to_contain_text("request_hash differs")
+    expect(page.get_by_role("link", name="Reload and review the current payload")).to_be_visible()
+    expect(page.get_by_role("button", name="Approve this payload")).to_have_count(0)
+    assert Intent.objects.get(id=intent.id).status == Intent.Status.AWAITING_APPROVAL
+
+
+def test_resolve_an_unknown_as_confirmed(page: Any, sandbox: Any) -> None:
+    # given: a charge that reached the provider but whose answer was lost
+    UserFactory(username="otto", groups=["operator"])
+    intent, charge_id = unknown_with_effect(reference="order-2002")
+    sign_in(page, "otto")
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="UNKNOWN").click()
+    page.get_by_role("link", name="payments.charge").click()
+    expect(page.get_by_role("heading", name="Attempts and what the provider answered")).to_be_visible()
+    shot(page, "unknown-detail.png")
+    # when
+    page.get_by_label("Provider reference (required)").fill(charge_id)
+    page.locator("#confirmed-reason").fill("charge visible in the provider's dashboard")
+    page.get_by_role("button", name="Resolve as confirmed").click()
+    # then
+    expect(page.locator("#resolution")).to_contain_text("Resolved as confirmed. The intent is SUCCEEDED")
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.SUCCEEDED
+    assert intent.outcomes.get().provider_reference == charge_id
+
+
+def test_an_approver_cannot_approve_their_own_request(page: Any) -> None:
+    # given: alice, an approver, requested the intent herself
+    UserFactory(username="alice", groups=["approver"])
+    intent = gated(25_000, principal="user:alice")
+    sign_in(page, "alice")
+    page.goto(f"/approvals/{intent.id}/")
+    # then: the page tells her why, offers no button ...
+    expect(page.get_by_text("You requested this intent; someone else must approve it")).to_be_visible()
+    expect(page.get_by_role("button", name="Approve this payload")).to_have_count(0)
+    # ... and the server refuses a hand-made POST from her session with the page's CSRF token
+    result = page.evaluate(
+        """async ([url, hash]) => {
+            const token = JSON.parse(document.body.getAttribute('hx-headers'))['X-CSRFToken'];
+            const response = await fetch(url, {method: 'POST', headers: {'X-CSRFToken': token,
+                'HX-Request': 'true', 'Content-Type': 'application/x-www-form-urlencoded'},
+                body: 'request_hash=' + hash});
+            return [response.status, await response.text()];
+        }""",
+        [f"/approvals/{intent.id}/approve", intent.request_hash],
+    )
+    assert result[0] == 403 and "four eyes" in result[1]
+    assert Intent.objects.get(id=intent.id).status == Intent.Status.AWAITING_APPROVAL
