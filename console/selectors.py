@@ -22,7 +22,7 @@ from django.db.models.functions import Now, TruncMinute
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from operations.models import Approval, Attempt, AuditEvent, Intent, Outcome
+from operations.models import Approval, AuditEvent, Intent, Outcome
 
 PAGE_SIZE = 50
 RISK_ORDER = {"critical": 4, "high": 3, "medium": 2, "low": 1}
@@ -408,9 +408,3 @@ def process_counters() -> dict[str, float]:
             if sample.name in wanted:
                 totals[wanted[sample.name]] += sample.value
     return totals
-
-
-def recent_attempt_count(intent_ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
-    """How many attempts each of ``intent_ids`` has (one query)."""
-    rows = Attempt.objects.filter(intent_id__in=intent_ids).values("intent_id").annotate(n=Count("id"))
-    return {row["intent_id"]: row["n"] for row in rows}
