@@ -13,3 +13,7 @@ from reconciliation.services import reconcile_pass
 def reconcile() -> dict[str, Any]:
     """One reconciliation pass (see ``reconciliation.services.reconcile_pass``)."""
     return reconcile_pass()
+
+
+# The crash lab's control executors must be importable by every worker.
+from reconciliation.crashlab import naive  # noqa: E402, F401

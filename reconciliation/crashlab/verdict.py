@@ -1,0 +1,112 @@
+"""Judging crash-lab rows. Pure functions over measured numbers, so the verdict itself can be
+tested by feeding it any row (for instance a control's row in the ledger's place).
+
+The reference table (shared/seeds/000): with every tenth first attempt interrupted, retrying
+without deduplication and recording completion after the call both repeat the interrupted
+effects after an after-effect crash (110 for 100 operations); recording completion before the
+call loses them after a before-effect crash (90 effects, 10 missing); a stable key that the
+provider deduplicates gives 100 effects and 0 missing in every column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+LEDGER = "ledger"
+
+
+@dataclass
+class Row:
+    """One measured cell: a strategy at a crash boundary, counted at the provider.
+
+    Attributes:
+        strategy: ``retry``, ``record-after``, ``record-before`` or ``ledger``.
+        boundary: ``none``, ``before-effect``, ``after-effect`` or ``timeout``.
+        provider: ``payments``, ``email`` or ``reservations``.
+        ops: distinct operations submitted.
+        interrupted: first attempts interrupted at the boundary (every tenth).
+        effects: effects in the provider's ledger for these operations.
+        missing: operations with no effect at all.
+        duplicates: effects beyond the first for an operation (``effects - (ops - missing)``).
+        active: effects still active (reservations: not cancelled); equals effects elsewhere.
+        requests: requests the provider received for these operations.
+        kills: worker processes killed with SIGKILL.
+        not_terminal: (ledger) intents not in a terminal state at the end.
+        compensations: (ledger) compensation intents opened.
+        seconds: wall time of the cell.
+    """
+
+    strategy: str
+    boundary: str
+    provider: str
+    ops: int
+    interrupted: int
+    effects: int
+    missing: int
+    duplicates: int
+    active: int
+    requests: int
+    kills: int
+    not_terminal: int = 0
+    compensations: int = 0
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-safe form."""
+        return asdict(self)
+
+
+def judge_ledger_row(row: Row) -> list[str]:
+    """What is wrong with a row that claims to be the product's path: every operation exactly
+    one (active) effect, nothing missing, every intent terminal, every planned kill done."""
+    problems = []
+    if row.missing:
+        problems.append(f"{row.missing} operation(s) missing")
+    if row.provider == "reservations":
+        if row.active != row.ops:
+            problems.append(f"{row.active} active reservations for {row.ops} operations")
+    elif row.duplicates or row.effects != row.ops:
+        problems.append(f"{row.effects} effects for {row.ops} operations ({row.duplicates} duplicate(s))")
+    if row.not_terminal:
+        problems.append(f"{row.not_terminal} intent(s) not terminal")
+    if row.boundary in {"before-effect", "after-effect"} and row.kills != row.interrupted:
+        problems.append(f"{row.kills} kill(s) for {row.interrupted} planned")
+    return problems
+
+
+#: What each control must show, for the crashes to count as real.
+CONTROL_EXPECTATIONS = {
+    ("retry", "after-effect"): "duplicates",
+    ("record-after", "after-effect"): "duplicates",
+    ("retry", "timeout"): "duplicates",
+    ("record-after", "timeout"): "duplicates",
+    ("record-before", "before-effect"): "missing",
+}
+
+
+def judge_control_row(row: Row) -> list[str]:
+    """What is wrong with a control row: where the reference table predicts duplicates or
+    losses, exactly one per interrupted operation must appear (proof that the crash was real)."""
+    expected = CONTROL_EXPECTATIONS.get((row.strategy, row.boundary))
+    problems = []
+    if row.boundary in {"before-effect", "after-effect"} and row.kills != row.interrupted:
+        problems.append(f"{row.kills} kill(s) for {row.interrupted} planned")
+    if expected == "duplicates" and row.duplicates != row.interrupted:
+        problems.append(f"expected {row.interrupted} duplicate(s), measured {row.duplicates}")
+    if expected == "missing" and row.missing != row.interrupted:
+        problems.append(f"expected {row.interrupted} missing, measured {row.missing}")
+    return problems
+
+
+def judge(rows: list[Row]) -> bool:
+    """Fill each row's ``problems`` and return True when every row passes."""
+    for row in rows:
+        row.problems = judge_ledger_row(row) if row.strategy == LEDGER else judge_control_row(row)
+    return not any(row.problems for row in rows)
+
+
+def rows_from_json(data: dict[str, Any]) -> list[Row]:
+    """Rows of a saved report (``--json`` output), problems cleared for re-judging."""
+    return [Row(**{**row, "problems": []}) for row in data["rows"]]
