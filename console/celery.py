@@ -8,7 +8,7 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
-app = Celery("effect_ledger")
+app = Celery("effect_ledger", include=["operations.bench.tasks"])
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 

@@ -50,6 +50,8 @@ urlpatterns = [
     path("audit/", views.audit_log, name="audit"),
     path("audit/export.csv", views.audit_export, name="audit-export"),
     path("audit/verify/", views.audit_verify_view, name="audit-verify"),
+    path("drills/", views.drills, name="drills"),
+    path("drills/start", views.drill_start, name="drill-start"),
 ]
 
 

@@ -6,7 +6,7 @@ from django.db.models import F, QuerySet
 from django.db.models.functions import Now
 
 from operations.models import Intent
-from reconciliation.models import Evidence, ReconciliationRun
+from reconciliation.models import DrillRun, Evidence, ReconciliationRun
 
 
 def unknown_queue(*, escalated_only: bool = False) -> QuerySet[Intent]:
@@ -26,3 +26,8 @@ def intent_evidence(intent: Intent) -> list[Evidence]:
 def recent_runs(*, limit: int = 20) -> list[ReconciliationRun]:
     """The newest reconciliation passes."""
     return list(ReconciliationRun.objects.order_by("-started_at")[:limit])
+
+
+def drill_runs(*, limit: int = 50) -> list[DrillRun]:
+    """The newest crash-lab and acceptance runs."""
+    return list(DrillRun.objects.order_by("-started_at")[:limit])

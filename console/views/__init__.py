@@ -6,6 +6,7 @@ from console.views.approvals import approval_approve, approval_detail, approval_
 from console.views.audit import audit_export, audit_log, audit_verify_view
 from console.views.auth import login_view
 from console.views.dashboard import dashboard, metrics
+from console.views.drills import drill_start, drills
 from console.views.intents import intent_detail, intent_list
 from console.views.unknown import unknown_detail, unknown_queue, unknown_resolve
 
@@ -18,6 +19,8 @@ __all__ = [
     "audit_log",
     "audit_verify_view",
     "dashboard",
+    "drill_start",
+    "drills",
     "intent_detail",
     "intent_list",
     "login_view",
