@@ -1,0 +1,141 @@
+"""Bulk-load intents and their audit events with ``COPY`` (psycopg 3 ``cursor.copy``).
+
+Rows are synthetic but shaped like the real ones: ``payments.charge`` intents of two tenants
+spread over the last 30 days, across states, with one ``submitted`` audit event each.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+from django.utils import timezone
+
+from operations.audit import GENESIS
+from operations.models import AuditEvent, Intent
+from operations.policies import policy_for
+
+#: States per 1,000 intents of the console data set (the rest SUCCEEDED). UNKNOWN rows are
+#: loaded separately, so the reconciler phase controls how many there are.
+STATE_MIX: list[tuple[str, int]] = [
+    ("FAILED", 30),
+    ("CANCELLED", 10),
+    ("REJECTED", 10),
+    ("EXPIRED", 10),
+    ("COMPENSATED", 5),
+    ("AWAITING_APPROVAL", 10),
+    ("RUNNING", 1),
+]
+
+
+def _status_table() -> list[str]:
+    table: list[str] = []
+    for status, count in STATE_MIX:
+        table.extend([status] * count)
+    return table + ["SUCCEEDED"] * (1000 - len(table))
+
+
+def _intent_columns() -> list[str]:
+    return [str(field.column) for field in Intent._meta.concrete_fields]
+
+
+def load_intents(
+    dsn: str, *, count: int, status: str | None = None, tag: str = "bulk", span_days: float = 30
+) -> dict[str, Any]:
+    """COPY ``count`` intents into ``operations_intent`` and one audit event each; ``status``
+    forces every row's state (else ``STATE_MIX``). Returns rows and seconds."""
+    columns = _intent_columns()
+    audit_columns = [str(f.column) for f in AuditEvent._meta.concrete_fields if f.column != "id"]
+    policy = json.dumps(policy_for("payments.charge"))
+    statuses = _status_table()
+    now = timezone.now()
+    start = now - timedelta(days=span_days)
+    step = timedelta(days=span_days) / max(1, count)
+    lease = now + timedelta(days=1)
+    approval_until = now + timedelta(days=7)
+    began = time.perf_counter()
+    seed = uuid.uuid4().int >> 64 << 64  # ids are seed | i: unique, and no list of a million UUIDs
+    with psycopg.connect(dsn) as conn, conn.cursor() as cursor:
+        cursor.execute("SET synchronous_commit = off")
+        with cursor.copy(f"COPY operations_intent ({', '.join(columns)}) FROM STDIN") as copy:
+            for i in range(count):
+                intent_id = uuid.UUID(int=seed | i)
+                state = status or statuses[i % 1000]
+                created = start + step * i
+                values = _intent_row(i, intent_id, state, created, tag, policy)
+                values["lease_expires_at"] = lease if state == "RUNNING" else None
+                values["approval_expires_at"] = approval_until if state == "AWAITING_APPROVAL" else None
+                values["next_lookup_at"] = created if state == "UNKNOWN" else None
+                copy.write_row([values[c] for c in columns])
+        with cursor.copy(f"COPY operations_auditevent ({', '.join(audit_columns)}) FROM STDIN") as copy:
+            for i in range(count):
+                intent_id = uuid.UUID(int=seed | i)
+                created = start + step * i
+                row = {
+                    "intent_id": intent_id,
+                    "seq": 1,
+                    "event": "submitted",
+                    "from_status": "",
+                    "to_status": "READY",
+                    "actor": "agent:bench",
+                    "reason": "",
+                    "data": '{"needs_approval": false}',
+                    "created_at": created,
+                    "prev_hash": GENESIS,
+                    "hash": intent_id.hex * 2,
+                }
+                copy.write_row([row[c] for c in audit_columns])
+        conn.commit()
+    return {
+        "rows": count,
+        "seconds": round(time.perf_counter() - began, 1),
+        "ids_sample": [uuid.UUID(int=seed | i) for i in range(0, count, max(1, count // 20))],
+    }
+
+
+def _intent_row(
+    i: int, intent_id: uuid.UUID, state: str, created: datetime, tag: str, policy: str
+) -> dict[str, Any]:
+    tenant = "acme" if i % 4 else "globex"
+    amount = 1000 + i % 9000 if state != "AWAITING_APPROVAL" else 20_000 + i % 9000
+    return {
+        "id": intent_id,
+        "tenant": tenant,
+        "principal": "agent:bench",
+        "action": "payments.charge",
+        "action_version": 1,
+        "arguments": f'{{"amount":{amount},"currency":"EUR","customer":"cus_{i % 9973}"}}',
+        "request_hash": intent_id.hex * 2,
+        "client_key": f"{tag}-{i}",
+        "idempotency_key": f"el:{tenant}:payments.charge:1:{intent_id}",
+        "reference": f"{tag}-order-{i // 2}",
+        "metadata": "{}",
+        "policy": policy,
+        "status": state,
+        "fence": 0 if state in {"AWAITING_APPROVAL", "CANCELLED", "REJECTED", "EXPIRED"} else 1,
+        "lease_owner": "bench:1" if state == "RUNNING" else "",
+        "not_before": None,
+        "attempt_count": 1,
+        "cancel_requested": state == "CANCELLED",
+        "escalated_at": None,
+        "lookup_count": 0,
+        "verify_duplicates": False,
+        "last_error": "",
+        "compensates_id": None,
+        "created_at": created,
+        "updated_at": created + timedelta(seconds=1),
+    }
+
+
+def analyze(dsn: str) -> float:
+    """``VACUUM ANALYZE`` the loaded tables (visibility map for index-only scans, fresh
+    statistics), as autovacuum would after a load; returns seconds."""
+    began = time.perf_counter()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in ("operations_intent", "operations_auditevent"):
+            conn.execute(f"VACUUM ANALYZE {table}")
+    return round(time.perf_counter() - began, 1)

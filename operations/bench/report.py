@@ -1,0 +1,119 @@
+"""Render the benchmark's results as Markdown (the README's Performance table)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ok(met: bool | None) -> str:
+    return "n/a" if met is None else ("met" if met else "**not met**")
+
+
+def _cmp(value: float | None, limit: float, *, at_least: bool) -> bool | None:
+    if value is None:
+        return None
+    return value >= limit if at_least else value <= limit
+
+
+def targets(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """(measure, result, target, met) for each target of issue 7."""
+    ratios, half = r["ratios"], r["half"]
+    rec = r["reconciler"]
+    p99 = half["submit_to_succeeded"]["p99_ms"]
+    return [
+        ("ledger / bare-Celery throughput",
+         f"{r['full']['intents_per_second']} / {r['bare']['effects_per_second']} per s = {ratios['ledger_over_bare']}",
+         ">= 0.5", _cmp(ratios["ledger_over_bare"], 0.5, at_least=True)),
+        ("database commits per intent (pg_stat_database)",
+         f"{r['full']['db']['commits_per_intent']} (write transactions: {r['profile']['write_commits_per_intent']})",
+         "<= 4", _cmp(r["full"]["db"]["commits_per_intent"], 4, at_least=False)),
+        ("submit-to-SUCCEEDED p99 at half load", f"{p99} ms", "<= 250 ms", _cmp(p99, 250, at_least=False)),
+        ("console p95 server time, worst page", f"{ratios['console_worst_p95_ms']} ms at {r['options']['console_rows']:,} intents",
+         "<= 100 ms", _cmp(ratios["console_worst_p95_ms"], 100, at_least=False)),
+        ("reconciler pass, many / few UNKNOWN",
+         f"{rec['large']['pass_ms']} / {rec['small']['pass_ms']} ms = {ratios['reconciler_large_over_small']}",
+         "<= 1.2", _cmp(ratios["reconciler_large_over_small"], 1.2, at_least=False)),
+        ("API submit / trivial DRF view",
+         f"{r['api']['submit']['requests_per_second']} / {r['api']['trivial']['requests_per_second']} req/s = {ratios['api_submit_over_trivial']}",
+         ">= 0.6", _cmp(ratios["api_submit_over_trivial"], 0.6, at_least=True)),
+    ]  # fmt: skip
+
+
+def render(r: dict[str, Any], command: str) -> str:
+    """The whole report: machine, targets, and one table per phase."""
+    m, o = r["machine"], r["options"]
+    lines = [
+        f"Command: `{command}`",
+        "",
+        f"Machine: {m['cpus']} CPU ({m['cpu']}), PostgreSQL {m['postgresql']} (synchronous_commit={m['synchronous_commit']}),"
+        f" broker {m['broker']}, Python {m['python']}; {o['workers']} Celery worker process(es) x concurrency 1,"
+        f" gunicorn x{o['api_workers']} sync, {o['clients']} HTTP clients, load generator on the same machine.",
+        "",
+        "| measure | result | target | |",
+        "|---|---|---|---|",
+        *(f"| {a} | {b} | {c} | {_ok(d)} |" for a, b, c, d in targets(r)),
+        "",
+        "End to end (HTTP API -> outbox -> broker -> worker -> sandbox provider -> SUCCEEDED):",
+        "",
+        "| load | intents | intents/s | p50 ms | p95 ms | p99 ms | API p50 ms | API p99 ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in ("full", "half"):
+        e = r[name]
+        s, a = e["submit_to_succeeded"], e["api_response"]
+        label = (
+            f"full ({o['clients']} clients, closed loop)"
+            if name == "full"
+            else f"half (open loop, {e['offered_rate_per_second']}/s)"
+        )
+        lines.append(
+            f"| {label} | {e['intents']} | {e['intents_per_second']} | {s['p50_ms']} | {s['p95_ms']} | {s['p99_ms']} | {a['p50_ms']} | {a['p99_ms']} |"
+        )
+    b = r["bare"]
+    lines += [
+        f"| bare Celery task (same workers, broker, endpoint) | {b['effects']} | {b['effects_per_second']} | | | | | |",
+        "",
+    ]
+    db, p, c, ratios = r["full"]["db"], r["profile"], r["ceiling"], r["ratios"]
+    lines += [
+        "Database cost per intent (happy path):",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| commits (pg_stat_database delta / intents, full-load run) | {db['commits_per_intent']} |",
+        f"| sessions opened (connections) | {db['sessions_per_intent']} |",
+        f"| rows inserted / updated | {db['rows_inserted_per_intent']} / {db['rows_updated_per_intent']} |",
+        f"| statements (pg_stat_statements) | {'see profile' if r['pg_stat_statements'] else 'n/a (not in shared_preload_libraries)'} |",
+        f"| statements, in-process profile | {p['statements_per_intent']} ({p['commits_per_intent']} commits, of which {p['write_commits_per_intent']} not single autocommit reads) |",
+        *(f"| - {step} | {v['statements']} statements, {v['commits']} commits ({v['autocommit_reads']} autocommit reads), {v['ms']} ms |" for step, v in p["steps"].items()),
+        f"| single-row commit ceiling | {c['one_client']['commits_per_second']:.0f}/s (1 client), {c['many_clients']['commits_per_second']:.0f}/s ({c['many_clients']['clients']} clients) |",
+        f"| ceiling / commits per intent | {ratios['intents_per_second_bound_by_commits']} intents/s |",
+        f"| achieved / that bound | {ratios['achieved_over_commit_bound']} |",
+        "",
+        f"Console at {o['console_rows']:,} intents (loaded with COPY in {r['console']['load']['copy_seconds']} s), server time in-process, {o['page_repeat']} requests each:",
+        "",
+        "| page | p50 ms | p95 ms | queries | seq scan on a big table | slowest query ms | its indexes |",
+        "|---|---|---|---|---|---|---|",
+    ]  # fmt: skip
+    for name, page in r["console"]["pages"].items():
+        q = page["main_query"] or {}
+        lines.append(
+            f"| {name} | {page['p50_ms']} | {page['p95_ms']} | {page['queries']} | {', '.join(page['seq_scans']) or 'none'} | {q.get('ms')} | {', '.join(q.get('indexes') or []) or '-'} |"
+        )
+    rec = r["reconciler"]
+    lines += [
+        "",
+        f"Reconciler, one pass over a batch of {rec['batch']} (median of 2; lookups go to the sandbox over HTTP):",
+        "",
+        "| UNKNOWN rows | pass ms | batch claim ms |",
+        "|---|---|---|",
+        *(f"| {rec[k]['unknown_rows']:,} | {rec[k]['pass_ms']} | {rec[k]['claim_ms']} |" for k in ("small", "large")),
+        "",
+        f"API, closed loop, {r['api']['clients']} clients, {r['api']['seconds_each']} s each (workers stopped):",
+        "",
+        "| endpoint | req/s | p50 ms | p99 ms |",
+        "|---|---|---|---|",
+        *(f"| {n} | {r['api'][k]['requests_per_second']} | {r['api'][k]['latency']['p50_ms']} | {r['api'][k]['latency']['p99_ms']} |"
+          for k, n in (("trivial", "trivial DRF view"), ("submit", "POST /api/v1/intents"))),
+    ]  # fmt: skip
+    return "\n".join(lines) + "\n"
