@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 import uuid
 from collections import Counter
@@ -42,8 +43,8 @@ STRATEGIES = (*NAIVE_STRATEGIES, LEDGER)
 #: Variants of the ledger row on providers without keys (from the article's discussion).
 VARIANTS = (("email", "after-effect"), ("reservations", "after-effect"))
 
-PROVIDER_TIMEOUT = 2.0  # the workers' provider deadline, seconds
-LEASE_SECONDS = 4
+PROVIDER_TIMEOUT = 3.0  # the workers' provider deadline, seconds
+LEASE_SECONDS = 6
 HOLD_SECONDS = 30.0
 FAULTS = {
     "before-effect": "hold_before_effect",
@@ -158,19 +159,36 @@ class CrashLab:
             }
             fault["delay_seconds"] = PROVIDER_TIMEOUT + 0.7 if boundary == "timeout" else HOLD_SECONDS
             self._provider().post("/_sandbox/faults", json=fault).raise_for_status()
-        if strategy == LEDGER:
-            ids = self._submit_intents(provider, refs)
-        else:
-            ids = self._enqueue_naive(strategy, prefix, refs)
-        kills = (
-            self._kill_victims(strategy, provider, boundary, victims)
-            if boundary in {"before-effect", "after-effect"}
-            else 0
+        # Submission runs beside the killer: a victim may reach the provider while later
+        # operations are still being submitted, and must be caught while its worker waits.
+        ids: list[Any] = []
+        submitter = threading.Thread(
+            target=self._start_operations, args=(strategy, provider, prefix, refs, ids)
         )
+        submitter.start()
+        kills = 0
+        if boundary in {"before-effect", "after-effect"}:
+            kills = self._kill_victims(strategy, provider, boundary, victims)
+        submitter.join()
+        if len(ids) != len(refs):
+            raise HarnessError(f"only {len(ids)} of {len(refs)} operations were submitted")
         self._wait_done(strategy, ids)
         if boundary == "timeout":
             time.sleep(PROVIDER_TIMEOUT + 1.0)  # late effects land after the client gave up
         return self._count(strategy, boundary, provider, prefix, refs, ids, kills, time.monotonic() - started)
+
+    def _start_operations(
+        self, strategy: str, provider: str, prefix: str, refs: list[str], ids: list[Any]
+    ) -> None:
+        try:
+            if strategy == LEDGER:
+                ids.extend(self._submit_intents(provider, refs))
+            else:
+                ids.extend(self._enqueue_naive(strategy, prefix, refs))
+        finally:
+            from django.db import connection
+
+            connection.close()  # this thread's own connection
 
     def _submit_intents(self, provider: str, refs: list[str]) -> list[Any]:
         ids = []
@@ -203,12 +221,21 @@ class CrashLab:
         return [op.id for op in ops]
 
     def _victim_pid(self, strategy: str, ref: str) -> int | None:
+        """The pid of the process waiting on the victim's first attempt; 0 when that attempt
+        is already over (the kill came too late); None when it is not known yet."""
         if strategy == LEDGER:
             intent = Intent.objects.filter(reference=ref, tenant="crashlab").first()
-            if intent is None or intent.status != Intent.Status.RUNNING or intent.attempt_count != 1:
+            if intent is None:
                 return None
+            if intent.status != Intent.Status.RUNNING or intent.attempt_count != 1:
+                return 0
             return int(intent.lease_owner.rsplit(":", 1)[1])
-        pid = LabOperation.objects.filter(reference=ref).values_list("pid", flat=True).first()
+        op = LabOperation.objects.filter(reference=ref).values("pid", "attempts").first()
+        if op is None:
+            return None
+        if op["attempts"] > 1 or (op["pid"] is None and op["attempts"]):
+            return 0
+        pid: int | None = op["pid"]
         return pid
 
     def _kill_victims(self, strategy: str, provider: str, boundary: str, victims: list[str]) -> int:
@@ -222,6 +249,10 @@ class CrashLab:
                     continue  # received, not applied yet
                 pid = self._victim_pid(strategy, ref)
                 if pid is None:
+                    continue
+                if pid == 0:
+                    logger.warning("victim's attempt ended before the kill", extra={"reference": ref})
+                    pending.discard(ref)
                     continue
                 try:
                     os.kill(pid, signal.SIGKILL)
