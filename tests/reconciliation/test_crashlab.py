@@ -1,0 +1,67 @@
+"""The crash lab's verdict can fail: a control's measured row judged as the ledger's row is
+reported with its duplicates or losses, and the command's exit status turns non-zero."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from reconciliation.crashlab.verdict import Row, judge, judge_control_row, judge_ledger_row
+
+
+def row(strategy: str, boundary: str, effects: int, missing: int, kills: int = 10) -> Row:
+    return Row(strategy=strategy, boundary=boundary, provider="payments", ops=100, interrupted=10,
+               effects=effects, missing=missing, duplicates=effects - (100 - missing), active=effects,
+               requests=effects, kills=kills)  # fmt: skip
+
+
+def test_ledger_judge_reports_a_controls_duplicates_and_losses() -> None:
+    # given the reference table's control rows, offered as if they were the ledger's
+    duplicated = row("ledger", "after-effect", effects=110, missing=0)
+    lost = row("ledger", "before-effect", effects=90, missing=10)
+    # then
+    assert judge_ledger_row(duplicated) == ["110 effects for 100 operations (10 duplicate(s))"]
+    assert "10 operation(s) missing" in judge_ledger_row(lost)
+    assert judge([duplicated, lost]) is False
+
+
+def test_ledger_judge_passes_the_clean_row_and_requires_the_kills() -> None:
+    assert judge_ledger_row(row("ledger", "after-effect", 100, 0)) == []
+    assert judge_ledger_row(row("ledger", "after-effect", 100, 0, kills=7)) == ["7 kill(s) for 10 planned"]
+
+
+def test_control_judge_demands_the_reference_failures() -> None:
+    # a control that did NOT duplicate proves the crash was not real
+    assert judge_control_row(row("retry", "after-effect", 100, 0)) == ["expected 10 duplicate(s), measured 0"]
+    assert judge_control_row(row("record-before", "before-effect", 100, 0)) == [
+        "expected 10 missing, measured 0"
+    ]
+    assert judge_control_row(row("record-after", "after-effect", 110, 0)) == []
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_measured_control_row_in_the_ledger_place_fails_the_command(tmp_path: Path) -> None:
+    # given: a real, reduced run (workers killed with SIGKILL, sandbox ledger as ground truth)
+    report = tmp_path / "lab.json"
+    call_command(
+        "crashlab", "--ops", "10", "--strategies", "retry,ledger", "--boundaries", "after-effect",
+        "--no-variants", "--json", str(report),
+    )  # fmt: skip
+    data: dict[str, Any] = json.loads(report.read_text())
+    control = next(r for r in data["rows"] if r["strategy"] == "retry")
+    ledger = next(r for r in data["rows"] if r["strategy"] == "ledger")
+    assert control["duplicates"] == 1 and ledger["duplicates"] == 0 and ledger["effects"] == 10
+    # when: the control's measured numbers are judged as the ledger's row
+    tampered = tmp_path / "tampered.json"
+    swapped = {**control, "strategy": "ledger"}
+    tampered.write_text(json.dumps({**data, "rows": [control, swapped]}))
+    # then: the verdict fails and the exit status is non-zero; the genuine report passes
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("crashlab", "--judge", str(tampered))
+    assert exit_info.value.code == 1
+    call_command("crashlab", "--judge", str(report))  # no SystemExit: PASS
