@@ -25,7 +25,6 @@ from django.shortcuts import render
 from django_htmx.http import HttpResponseClientRedirect
 
 ROLES = ("viewer", "operator", "approver", "admin")
-RESOLVER_GROUPS = ("operator", "admin")
 
 AnyUser = AbstractBaseUser | AnonymousUser
 
@@ -54,8 +53,11 @@ def has_console_access(user: Any) -> bool:
 
 
 def can_resolve(user: Any) -> bool:
-    """True when ``user`` may resolve UNKNOWN intents (the operator or admin group)."""
-    return any(role in RESOLVER_GROUPS for role in roles_of(user))
+    """True when ``user`` may resolve UNKNOWN intents; the rule lives with the resolution
+    services (``reconciliation.resolution.can_resolve``), which re-check it."""
+    from reconciliation.resolution import can_resolve as service_can_resolve
+
+    return bool(user.is_authenticated) and service_can_resolve(user)
 
 
 def console_role_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:

@@ -59,7 +59,7 @@ def render_metrics() -> tuple[bytes, str]:
     from prometheus_client.core import GaugeMetricFamily
     from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-    from operations.selectors_metrics import ledger_gauges
+    from operations.selectors_metrics import ledger_gauges, unknown_age_buckets
 
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
@@ -79,6 +79,12 @@ def render_metrics() -> tuple[bytes, str]:
             yield GaugeMetricFamily(
                 "effect_ledger_outbox_pending", "Unsent outbox messages", value=gauges["outbox_pending"]
             )
+            by_age = GaugeMetricFamily(
+                "effect_ledger_unknown_by_age", "UNKNOWN intents by age bucket", labels=["age"]
+            )
+            for label, count in unknown_age_buckets().items():
+                by_age.add_metric([label], count)
+            yield by_age
             yield GaugeMetricFamily(
                 "effect_ledger_unknown_oldest_seconds",
                 "Age of the oldest UNKNOWN intent (reconciliation wait; 0 when none)",

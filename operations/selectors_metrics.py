@@ -35,3 +35,33 @@ def ledger_gauges() -> dict[str, Any]:
         "outbox_oldest_pending_seconds": float(oldest),
         "unknown_oldest_seconds": float(unknown_oldest),
     }
+
+
+#: UNKNOWN age buckets for metrics and the dashboard: (label, upper bound in seconds or None).
+UNKNOWN_AGE_BUCKETS: tuple[tuple[str, int | None], ...] = (
+    ("lt_1m", 60),
+    ("lt_10m", 600),
+    ("lt_1h", 3600),
+    ("ge_1h", None),
+)
+
+
+def unknown_age_buckets() -> dict[str, int]:
+    """UNKNOWN intents counted by how long they have been UNKNOWN (database clock); one query
+    over the partial index ``intent_unknown_age``."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT
+                count(*) FILTER (WHERE age < 60),
+                count(*) FILTER (WHERE age >= 60 AND age < 600),
+                count(*) FILTER (WHERE age >= 600 AND age < 3600),
+                count(*) FILTER (WHERE age >= 3600)
+            FROM (
+                SELECT EXTRACT(EPOCH FROM statement_timestamp() - updated_at) AS age
+                FROM operations_intent WHERE status = 'UNKNOWN'
+            ) AS unknown
+            """
+        )
+        row = cursor.fetchone()
+    return {label: int(count) for (label, _), count in zip(UNKNOWN_AGE_BUCKETS, row, strict=True)}
