@@ -7,6 +7,7 @@ Celery over kombu's filesystem transport under ``./.data/broker``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +163,14 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Effect Ledger
 SANDBOX_PROVIDER_URL = env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8765")
+
+# Real providers behind the generic Idempotency-Key HTTP adapter: a JSON file mapping each
+# action to {"url", "lookup_url", "schema", "timeout_seconds", "headers", ...}
+# (see operations/adapters/generic_http.py).
+_generic_http_file = env_str("EFFECT_LEDGER_GENERIC_HTTP_FILE")
+EFFECT_LEDGER_GENERIC_HTTP: dict[str, Any] = (
+    json.loads(Path(_generic_http_file).read_text()) if _generic_http_file else {}
+)
 
 EFFECT_LEDGER: dict[str, Any] = {
     # Seconds a worker's claim on an intent lasts; the provider deadline is shorter (see engine).

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol
 
 import httpx
 from django.conf import settings
@@ -42,6 +42,12 @@ CREDENTIAL_PATHS = (
     "/etc/shadow",
     ".config/gcloud",
 )
+
+
+class Writer(Protocol):
+    """Anything with ``write(str)`` (a file, ``sys.stdout``, a management command's stdout)."""
+
+    def write(self, text: str) -> Any: ...
 
 
 @dataclass
@@ -324,7 +330,7 @@ class Gate:
                      {"non_loopback_network_calls": calls, "credential_reads": reads})  # fmt: skip
 
 
-def run_acceptance(*, stdout: TextIO, json_path: str | None = None, requested_by: str = "cli") -> bool:
+def run_acceptance(*, stdout: Writer, json_path: str | None = None, requested_by: str = "cli") -> bool:
     """Run the gate, print PASS/FAIL per check and ``result=...``, record a ``DrillRun``.
 
     Returns True when all seven checks pass.

@@ -18,7 +18,7 @@ import os
 import uuid
 
 import httpx
-from celery import shared_task
+from celery import Task, shared_task
 from django.conf import settings
 
 from reconciliation.models import LabOperation
@@ -54,7 +54,7 @@ def _finish(op_id: int, label: str) -> str:
     bind=True,
     max_retries=3,
 )
-def naive_execute(self, op_id: int, strategy: str, timeout: float) -> str:  # type: ignore[no-untyped-def]
+def naive_execute(self: Task, op_id: int, strategy: str, timeout: float) -> str:
     """One delivery of a naive executor for ``LabOperation`` ``op_id``.
 
     A failed call (timeout, dropped connection, 5xx) is retried by Celery up to three times,
@@ -75,7 +75,7 @@ def naive_execute(self, op_id: int, strategy: str, timeout: float) -> str:  # ty
     try:
         _charge(op, timeout)
     except httpx.HTTPError as exc:
-        if self.request.retries >= self.max_retries:
+        if self.request.retries >= (self.max_retries or 0):
             return _finish(op_id, "gave-up")
         raise self.retry(exc=exc, countdown=0.1) from exc
     if strategy == "record-after":
