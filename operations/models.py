@@ -108,6 +108,8 @@ class Intent(models.Model):
             ),
             models.Index(fields=["status", "-created_at", "id"], name="intent_status_created"),
             models.Index(fields=["tenant", "reference"], name="intent_reference"),
+            # The console's search by reference has no tenant: (tenant, reference) cannot serve it.
+            models.Index(fields=["reference"], name="intent_reference_any_tenant"),
             models.Index(fields=["-created_at", "id"], name="intent_created"),
         ]
 

@@ -61,6 +61,8 @@ def load_intents(
     seed = uuid.uuid4().int >> 64 << 64  # ids are seed | i: unique, and no list of a million UUIDs
     with psycopg.connect(dsn) as conn, conn.cursor() as cursor:
         cursor.execute("SET synchronous_commit = off")
+        _skip_row_triggers(conn)
+        rebuild = _drop_secondary_indexes(conn) if count >= REBUILD_INDEXES_FROM else []
         with cursor.copy(f"COPY operations_intent ({', '.join(columns)}) FROM STDIN") as copy:
             for i in range(count):
                 intent_id = uuid.UUID(int=seed | i)
@@ -90,11 +92,42 @@ def load_intents(
                 }
                 copy.write_row([row[c] for c in audit_columns])
         conn.commit()
+        cursor.execute("SET maintenance_work_mem = '256MB'")
+        for definition in rebuild:
+            cursor.execute(definition)
+        conn.commit()
     return {
         "rows": count,
         "seconds": round(time.perf_counter() - began, 1),
         "ids_sample": [uuid.UUID(int=seed | i) for i in range(0, count, max(1, count // 20))],
     }
+
+
+#: From this many rows, secondary indexes are dropped before COPY and rebuilt after (a sorted
+#: build is several times faster than a million single-row index insertions).
+REBUILD_INDEXES_FROM = 200_000
+
+
+def _drop_secondary_indexes(conn: psycopg.Connection[Any]) -> list[str]:
+    """Drop the indexes of the intent and audit tables that back no constraint; return their
+    ``CREATE INDEX`` statements."""
+    rows = conn.execute(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE tablename IN ('operations_intent', 'operations_auditevent')"
+        " AND indexname NOT IN (SELECT conname FROM pg_constraint)"
+    ).fetchall()
+    for name, _ in rows:
+        conn.execute(f'DROP INDEX "{name}"')
+    return [str(definition) for _, definition in rows]
+
+
+def _skip_row_triggers(conn: psycopg.Connection[Any]) -> None:
+    """Skip foreign-key checks for this session when allowed (superuser): the rows are
+    consistent by construction, and a million FK lookups would dominate the load."""
+    try:
+        with conn.transaction():
+            conn.execute("SET session_replication_role = replica")
+    except psycopg.errors.InsufficientPrivilege:
+        pass
 
 
 def _intent_row(

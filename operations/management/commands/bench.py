@@ -54,7 +54,7 @@ class Command(BaseCommand):
             bench.console_rows, bench.unknown_small, bench.unknown_large = 2000, 20, 200
             bench.reconcile_batch, bench.page_repeat, bench.ceiling_seconds = 10, 3, 1.0
         results = runner.run(bench)
-        command = "python manage.py " + " ".join(shlex.quote(a) for a in sys.argv[2:] if a)
+        command = "python manage.py bench " + " ".join(shlex.quote(a) for a in sys.argv[2:] if a)
         markdown = report.render(results, command)
         self.stdout.write(markdown)
         if options["json_path"]:
