@@ -80,7 +80,12 @@ def _database_url() -> str:
 
 
 DATABASE_URL = _database_url()
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=0)}
+# Persistent connections (seconds; 0 closes after each request or task), checked before reuse.
+DATABASES = {
+    "default": dj_database_url.parse(
+        DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60), conn_health_checks=True
+    )
+}
 DATABASES["default"].setdefault("OPTIONS", {})
 DATABASES["default"]["TEST"] = {"NAME": env_str("EFFECT_LEDGER_TEST_DATABASE", "test_effect_ledger")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

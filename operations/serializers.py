@@ -66,6 +66,9 @@ class OutcomeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+OUTCOME_STATUSES = frozenset({"SUCCEEDED", "COMPENSATING", "COMPENSATED"})
+
+
 class IntentSerializer(serializers.ModelSerializer):
     """The representation of an intent returned by every endpoint."""
 
@@ -95,6 +98,8 @@ class IntentSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_outcome(self, intent: Intent) -> dict[str, Any] | None:
+        if intent.status not in OUTCOME_STATUSES:  # outcomes are written only with these
+            return None
         outcome = intent_latest_outcome(intent)
         return OutcomeSerializer(outcome).data if outcome else None
 

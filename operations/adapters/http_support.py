@@ -20,6 +20,8 @@ other 4xx (validation, decline, missing, withdrawn)     ``TerminalError``
 
 from __future__ import annotations
 
+import os
+
 import hashlib
 from typing import Any
 
@@ -35,6 +37,25 @@ from operations.adapters.base import (
 
 #: Error codes that say the provider is still executing the same key: retrying now is unsafe.
 IN_PROGRESS_CODES = frozenset({"request_in_progress"})
+
+
+_clients: dict[int, httpx.Client] = {}
+
+
+def _client() -> httpx.Client:
+    """One HTTP client per process (thread-safe; created after a fork, never inherited).
+
+    Building a client costs tens of milliseconds (its TLS context), more than a loopback call,
+    so it is made once. Idle keep-alive connections expire after 5 s; a request on a connection
+    the server closed meanwhile fails as ``RemoteProtocolError`` and is classified ambiguous,
+    which is the safe reading.
+    """
+    pid = os.getpid()
+    client = _clients.get(pid)
+    if client is None:
+        _clients.clear()
+        client = _clients[pid] = httpx.Client(follow_redirects=False, limits=httpx.Limits(keepalive_expiry=5.0))
+    return client
 
 
 def send(
@@ -58,8 +79,9 @@ def send(
             connection dropped or closed without a response, protocol error).
     """
     try:
-        with httpx.Client(timeout=httpx.Timeout(timeout_seconds), follow_redirects=False) as client:
-            return client.request(method, url, json=json, headers=headers, params=params)
+        return _client().request(
+            method, url, json=json, headers=headers, params=params, timeout=httpx.Timeout(timeout_seconds)
+        )
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
         raise RetryableError(f"{method} {url}: not sent ({exc!r})", detail={"code": "not_sent"}) from exc
     except (httpx.UnsupportedProtocol, httpx.InvalidURL) as exc:

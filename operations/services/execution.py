@@ -43,28 +43,26 @@ def intent_claim(*, intent_id: uuid.UUID, worker: str, lease_seconds: int) -> Cl
     with transaction.atomic():
         # The race this stops: two deliveries of the same message (or two workers) claiming one
         # intent. The UPDATE's WHERE is re-checked under the row lock, so exactly one wins and
-        # the fence increments once (shared/cases C05).
-        moved = (
-            Intent.objects.filter(id=intent_id, status=Intent.Status.READY)
-            .filter(Q(not_before__isnull=True) | Q(not_before__lte=Now()))
-            .update(
-                status=Intent.Status.RUNNING,
-                fence=F("fence") + 1,
-                attempt_count=F("attempt_count") + 1,
-                lease_owner=worker,
-                lease_expires_at=Now() + timedelta(seconds=lease_seconds),
-                updated_at=Now(),
+        # the fence increments once (shared/cases C05). RETURNING saves a re-read.
+        claimed = list(
+            Intent.objects.raw(
+                """
+                UPDATE operations_intent
+                SET status = 'RUNNING', fence = fence + 1, attempt_count = attempt_count + 1,
+                    lease_owner = %s, lease_expires_at = statement_timestamp() + make_interval(secs => %s),
+                    updated_at = statement_timestamp()
+                WHERE id = %s AND status = 'READY'
+                  AND (not_before IS NULL OR not_before <= statement_timestamp())
+                RETURNING *
+                """,
+                [worker, lease_seconds, intent_id],
             )
         )
-        if moved != 1:
+        if len(claimed) != 1:
             return None
-        intent = Intent.objects.get(id=intent_id)
+        intent = claimed[0]
         attempt = Attempt.objects.create(
-            intent=intent,
-            attempt_no=intent.attempt_count,
-            fence=intent.fence,
-            worker=worker,
-            started_at=Now(),
+            intent=intent, attempt_no=intent.attempt_count, fence=intent.fence, worker=worker, started_at=Now()
         )
         audit_append(
             intent_id=intent_id,
@@ -75,7 +73,6 @@ def intent_claim(*, intent_id: uuid.UUID, worker: str, lease_seconds: int) -> Cl
             data={"fence": intent.fence, "attempt_no": attempt.attempt_no},
         )
     metrics.ATTEMPTS.inc()
-    attempt.refresh_from_db(fields=["started_at"])
     return Claim(intent=intent, attempt=attempt, fence=intent.fence, worker=worker)
 
 

@@ -159,7 +159,8 @@ def intent_submit(
         if existing is None:
             raise
         return _replay_or_refuse(existing, digest)
-    intent.refresh_from_db()
+    if gated:  # approval_expires_at was computed by the database clock
+        intent.refresh_from_db(fields=["approval_expires_at"])
     return SubmitResult(intent=intent, created=True)
 
 

@@ -86,7 +86,8 @@ def transition(
         InvalidTransition: the table does not allow the move.
     """
     check_allowed(intent_id=intent_id, current=from_status, target=to_status)
-    with transaction.atomic():
+    # No savepoint: any error here aborts the caller's whole transaction anyway.
+    with transaction.atomic(savepoint=False):
         queryset = Intent.objects.filter(id=intent_id, status=from_status)
         if fence is not None:
             queryset = queryset.filter(fence=fence)
