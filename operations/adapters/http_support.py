@@ -20,9 +20,8 @@ other 4xx (validation, decline, missing, withdrawn)     ``TerminalError``
 
 from __future__ import annotations
 
-import os
-
 import hashlib
+import os
 from typing import Any
 
 import httpx
@@ -54,7 +53,9 @@ def _client() -> httpx.Client:
     client = _clients.get(pid)
     if client is None:
         _clients.clear()
-        client = _clients[pid] = httpx.Client(follow_redirects=False, limits=httpx.Limits(keepalive_expiry=5.0))
+        client = _clients[pid] = httpx.Client(
+            follow_redirects=False, limits=httpx.Limits(keepalive_expiry=5.0)
+        )
     return client
 
 

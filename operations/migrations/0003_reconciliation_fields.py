@@ -4,43 +4,51 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('operations', '0002_audit_append_only_and_groups'),
+        ("operations", "0002_audit_append_only_and_groups"),
     ]
 
     operations = [
         migrations.RenameIndex(
-            model_name='intent',
-            new_name='intent_unknown_age',
-            old_name='intent_unknown_q',
+            model_name="intent",
+            new_name="intent_unknown_age",
+            old_name="intent_unknown_q",
         ),
         migrations.AddField(
-            model_name='intent',
-            name='lookup_count',
-            field=models.PositiveIntegerField(default=0, help_text='reconciler lookups while UNKNOWN'),
+            model_name="intent",
+            name="lookup_count",
+            field=models.PositiveIntegerField(default=0, help_text="reconciler lookups while UNKNOWN"),
         ),
         migrations.AddField(
-            model_name='intent',
-            name='next_lookup_at',
-            field=models.DateTimeField(blank=True, help_text='earliest next reconciler lookup', null=True),
+            model_name="intent",
+            name="next_lookup_at",
+            field=models.DateTimeField(blank=True, help_text="earliest next reconciler lookup", null=True),
         ),
         migrations.AddField(
-            model_name='intent',
-            name='verify_duplicates',
-            field=models.BooleanField(default=False, help_text='succeeded after several attempts at a provider that cannot deduplicate'),
+            model_name="intent",
+            name="verify_duplicates",
+            field=models.BooleanField(
+                default=False,
+                help_text="succeeded after several attempts at a provider that cannot deduplicate",
+            ),
         ),
         migrations.AlterField(
-            model_name='intent',
-            name='escalated_at',
-            field=models.DateTimeField(blank=True, help_text='UNKNOWN handed to operators', null=True),
+            model_name="intent",
+            name="escalated_at",
+            field=models.DateTimeField(blank=True, help_text="UNKNOWN handed to operators", null=True),
         ),
         migrations.AddIndex(
-            model_name='intent',
-            index=models.Index(condition=models.Q(('status', 'UNKNOWN')), fields=['next_lookup_at'], name='intent_unknown_q'),
+            model_name="intent",
+            index=models.Index(
+                condition=models.Q(("status", "UNKNOWN")), fields=["next_lookup_at"], name="intent_unknown_q"
+            ),
         ),
         migrations.AddIndex(
-            model_name='intent',
-            index=models.Index(condition=models.Q(('verify_duplicates', True)), fields=['updated_at'], name='intent_verify_dup_q'),
+            model_name="intent",
+            index=models.Index(
+                condition=models.Q(("verify_duplicates", True)),
+                fields=["updated_at"],
+                name="intent_verify_dup_q",
+            ),
         ),
     ]

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.db.models.functions import Now
 
 from operations import metrics
@@ -62,7 +62,11 @@ def intent_claim(*, intent_id: uuid.UUID, worker: str, lease_seconds: int) -> Cl
             return None
         intent = claimed[0]
         attempt = Attempt.objects.create(
-            intent=intent, attempt_no=intent.attempt_count, fence=intent.fence, worker=worker, started_at=Now()
+            intent=intent,
+            attempt_no=intent.attempt_count,
+            fence=intent.fence,
+            worker=worker,
+            started_at=Now(),
         )
         audit_append(
             intent_id=intent_id,
