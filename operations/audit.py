@@ -62,16 +62,25 @@ def audit_append(
     to_status: str = "",
     reason: str = "",
     data: dict[str, Any] | None = None,
+    first: bool = False,
 ) -> AuditEvent:
     """Append one event to the intent's chain. Call inside the transition's transaction,
     after the UPDATE that locked the intent row (or the INSERT that created it).
+
+    Args:
+        first: the caller inserted the intent in this transaction (skips reading the chain).
 
     Raises:
         django.db.IntegrityError: a concurrent writer appended the same ``seq`` (cannot happen
             while the caller holds the intent's row lock).
     """
     data = data or {}
-    last = AuditEvent.objects.filter(intent_id=intent_id).order_by("-seq").values("seq", "hash").first()
+    # ``first``: the intent was inserted in this transaction, so its chain is empty.
+    last = (
+        None
+        if first
+        else AuditEvent.objects.filter(intent_id=intent_id).order_by("-seq").values("seq", "hash").first()
+    )
     seq = (last["seq"] if last else 0) + 1
     prev_hash = last["hash"] if last else GENESIS
     created_at = timezone.now()

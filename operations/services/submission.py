@@ -146,6 +146,7 @@ def intent_submit(
             audit_append(
                 intent_id=intent_id,
                 event="submitted",
+                first=True,
                 actor=principal,
                 to_status=intent.status,
                 data={"request_hash": digest, "client_key": client_key, "needs_approval": gated},
