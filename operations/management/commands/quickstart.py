@@ -3,7 +3,8 @@
 Starts (or reuses) the embedded PostgreSQL under ``./.data/pg`` when ``DATABASE_URL`` is unset,
 migrates, creates an operator account and a demo agent token on the first run (printing both
 once), then runs the web server, a Celery worker, Celery beat and the sandbox provider under
-honcho. Ctrl-C stops them all; a second run reuses the data.
+supervisord, which restarts any of them that exits. Ctrl-C stops them all; a second run reuses
+the data.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
+import signal
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -59,35 +62,87 @@ class Command(BaseCommand):
             )
 
     def _run(self, options: dict[str, Any]) -> None:
-        from honcho.manager import Manager
-
         data_dir = Path(settings.DATA_DIR)
         metrics_dir = data_dir / "metrics"
         shutil.rmtree(metrics_dir, ignore_errors=True)  # multiprocess counters start at zero
         metrics_dir.mkdir(parents=True, exist_ok=True)
-        sandbox_url = f"http://127.0.0.1:{options['sandbox_port']}"
         env = {
             **os.environ,
             "DATABASE_URL": settings.DATABASE_URL,
             "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-            "SANDBOX_PROVIDER_URL": sandbox_url,
+            "SANDBOX_PROVIDER_URL": f"http://127.0.0.1:{options['sandbox_port']}",
             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
             "PYTHONUNBUFFERED": "1",
         }
-        python = sys.executable
-        manage = str(Path(settings.BASE_DIR) / "manage.py")
-        processes = {
-            "web": f"{python} -m gunicorn console.wsgi -b 127.0.0.1:{options['port']} -w 2 --access-logfile -",
-            "worker": f"{python} -m celery -A console worker -l INFO -c {options['workers']} -n worker@%h",
-            "beat": f"{python} -m celery -A console beat -l INFO -s {data_dir / 'celerybeat-schedule'}",
-            "sandbox": f"{python} {manage} sandbox_provider --port {options['sandbox_port']}",
-        }
-        manager = Manager()
-        for name, command in processes.items():
-            manager.add_process(name, command, env=env, cwd=str(settings.BASE_DIR))
+        config = data_dir / "supervisord.conf"
+        config.write_text(supervisor_config(data_dir, self._programs(options, data_dir)))
         self.stdout.write(
             self.style.SUCCESS(f"console: http://127.0.0.1:{options['port']}/  (Ctrl-C stops everything)")
         )
         self.stdout.write(f"API: http://127.0.0.1:{options['port']}/api/v1/intents  docs: /api/docs/")
-        manager.loop()
-        sys.exit(manager.returncode)
+        supervisor = subprocess.Popen(
+            [sys.executable, "-m", "supervisor.supervisord", "-n", "-c", str(config)], env=env
+        )
+
+        def stop(signum: int, frame: Any) -> None:
+            supervisor.send_signal(signal.SIGTERM)  # supervisord stops every program, then exits
+
+        # Explicit handlers: Ctrl-C (SIGINT) and SIGTERM both stop the group, even where the
+        # shell started us with SIGINT ignored.
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        supervisor.wait()
+        sys.exit(supervisor.returncode or 0)
+
+    def _programs(self, options: dict[str, Any], data_dir: Path) -> dict[str, str]:
+        python = sys.executable
+        manage = str(Path(settings.BASE_DIR) / "manage.py")
+        # kombu's filesystem transport is not safe with prefork pool children killed mid-task (a
+        # dead child can leave the pool's queue lock held): use threads there; prefork with a
+        # real broker (RabbitMQ, Redis).
+        pool = "threads" if settings.CELERY_BROKER_URL.startswith("filesystem://") else "prefork"
+        return {
+            "web": f"{python} -m gunicorn console.wsgi -b 127.0.0.1:{options['port']} -w 2 --access-logfile -",
+            "worker": f"{python} -m celery -A console worker -l INFO -P {pool} -c {max(2, options['workers'] * 2)}"
+            f" -n worker@%%h",
+            "beat": f"{python} -m celery -A console beat -l INFO -s {data_dir / 'celerybeat-schedule'}",
+            "sandbox": f"{python} {manage} sandbox_provider --port {options['sandbox_port']}",
+        }
+
+
+def supervisor_config(data_dir: Path, programs: dict[str, str]) -> str:
+    """A supervisord configuration running ``programs`` in the foreground, each restarted when
+    it exits (a killed worker comes back; the others keep running)."""
+    sections = [
+        "[supervisord]",
+        "nodaemon=true",
+        f"logfile={data_dir / 'supervisord.log'}",
+        f"pidfile={data_dir / 'supervisord.pid'}",
+        f"childlogdir={data_dir}",
+        "",
+        "[unix_http_server]",
+        f"file={data_dir / 'supervisor.sock'}",
+        "",
+        "[rpcinterface:supervisor]",
+        "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface",
+        "",
+        "[supervisorctl]",
+        f"serverurl=unix://{data_dir / 'supervisor.sock'}",
+    ]
+    for name, command in programs.items():
+        sections += [
+            "",
+            f"[program:{name}]",
+            f"command={command}",
+            f"directory={settings.BASE_DIR}",
+            "autorestart=true",
+            "startsecs=1",
+            "startretries=100",
+            "stopasgroup=true",
+            "killasgroup=true",
+            "stopwaitsecs=20",
+            "redirect_stderr=true",
+            "stdout_logfile=/dev/stdout",
+            "stdout_logfile_maxbytes=0",
+        ]
+    return "\n".join(sections) + "\n"
