@@ -81,3 +81,32 @@ def key_digest(key: str) -> str:
 def is_valid_client_key(key: str | None) -> bool:
     """True when ``key`` is 1-255 printable ASCII characters."""
     return key is not None and bool(CLIENT_KEY_PATTERN.fullmatch(key))
+
+
+#: Deepest nesting accepted in arguments and metadata (objects and arrays).
+MAX_JSON_DEPTH = 32
+
+
+def storage_problems(value: Any, *, field: str, depth: int = 0) -> list[dict[str, str]]:
+    """Why ``value`` cannot be stored and shown safely, as ``[{"field", "message"}]``.
+
+    PostgreSQL's JSONB refuses the NUL character (U+0000) and lone UTF-16 surrogates; nesting
+    deeper than ``MAX_JSON_DEPTH`` is refused so one small request cannot make huge pages.
+    """
+    if depth > MAX_JSON_DEPTH:
+        return [{"field": field, "message": f"nested deeper than {MAX_JSON_DEPTH} levels"}]
+    if isinstance(value, str):
+        if "\x00" in value:
+            return [{"field": field, "message": "contains the NUL character (U+0000)"}]
+        if any("\ud800" <= ch <= "\udfff" for ch in value):
+            return [{"field": field, "message": "contains a lone UTF-16 surrogate"}]
+        return []
+    problems: list[dict[str, str]] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problems += storage_problems(str(key), field=f"{field} (key)", depth=depth)
+            problems += storage_problems(item, field=f"{field}.{key}", depth=depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            problems += storage_problems(item, field=f"{field}.{index}", depth=depth + 1)
+    return problems[:20]

@@ -20,6 +20,7 @@ from operations.idempotency import (
     derive_provider_key,
     is_valid_client_key,
     request_hash,
+    storage_problems,
 )
 from operations.models import Intent
 from operations.policies import needs_approval, policy_for
@@ -45,6 +46,13 @@ def _replay_or_refuse(existing: Intent, digest: str) -> SubmitResult:
         )
     metrics.IDEMPOTENCY_HITS.labels(layer="api").inc()
     return SubmitResult(intent=existing, created=False)
+
+
+def _check_storable(**values: Any) -> None:
+    problems = [p for name, value in values.items() for p in storage_problems(value, field=name)]
+    if problems:
+        detail = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
+        raise ValidationFailed(f"the request cannot be stored: {detail}", errors=problems)
 
 
 def _validate(action: str, action_version: int, arguments: Any) -> None:
@@ -106,6 +114,7 @@ def intent_submit(
     if not is_valid_client_key(client_key):
         raise ClientKeyInvalid("send an Idempotency-Key header of 1-255 printable ASCII characters")
     assert client_key is not None
+    _check_storable(arguments=arguments, metadata=metadata or {}, reference=reference)
     _validate(action, action_version, arguments)
     try:
         digest = request_hash(
@@ -206,6 +215,7 @@ def intent_preview(*, tenant: str, action: str, arguments: Any, action_version: 
     Raises:
         ValidationFailed: unknown action or version, or arguments failing the schema.
     """
+    _check_storable(arguments=arguments)
     _validate(action, action_version, arguments)
     try:
         digest = request_hash(

@@ -326,3 +326,42 @@ def test_openapi_schema_is_served(db: Any) -> None:
     response = APIClient().get("/api/schema/")
     assert response.status_code == 200
     assert b"/api/v1/intents" in response.content
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"action": "payments.charge", "arguments": charge_arguments(customer="c\u0000")},
+        {"action": "payments.charge", "arguments": charge_arguments(), "metadata": {"a": "\u0000"}},
+        {"action": "payments.charge", "arguments": charge_arguments(), "metadata": {"\u0000": "x"}},
+        {"action": "payments.charge", "arguments": charge_arguments(), "reference": "r\u0000"},
+    ],
+    ids=["nul-in-arguments", "nul-in-metadata-value", "nul-in-metadata-key", "nul-in-reference"],
+)
+def test_values_postgres_cannot_store_are_422_not_500(api: APIClient, body: Any) -> None:
+    detail = assert_problem(post(api, body), 422)["detail"]
+    assert "NUL" in detail or "Null characters are not allowed" in detail
+    assert counts() == (0, 0, 0)
+
+
+def test_lone_surrogate_in_metadata_is_422(api: APIClient) -> None:
+    raw = b'{"action":"payments.charge","arguments":{"amount":1,"currency":"EUR","customer":"c"},"metadata":{"a":"\\ud800"}}'
+    assert "surrogate" in assert_problem(post(api, None, raw=raw), 422)["detail"]
+    assert counts() == (0, 0, 0)
+
+
+def test_deeply_nested_metadata_is_refused(api: APIClient) -> None:
+    # given: 40 levels of arrays, well under the body limit
+    deep: Any = "x"
+    for _ in range(40):
+        deep = [deep]
+    # when / then
+    body = assert_problem(post(api, charge(metadata={"deep": deep})), 422)
+    assert "nested deeper than 32" in body["detail"]
+    assert counts() == (0, 0, 0)
+
+
+def test_preview_refuses_nul_too(api: APIClient) -> None:
+    body = {"action": "payments.charge", "arguments": charge_arguments(customer="c\u0000")}
+    response = api.post(f"{URL}/preview", data=body, format="json")
+    assert_problem(response, 422)
