@@ -217,3 +217,20 @@ class LocalCluster:
         for process in self.processes:
             if process.alive():
                 process.kill_group()
+
+
+def require_real_broker(what: str) -> None:
+    """Refuse to kill worker processes on kombu's filesystem transport.
+
+    A pool process killed mid-task can leave the prefork pool's shared queue lock held on the
+    filesystem transport (it has no asynchronous consumer), freezing its sibling processes;
+    RabbitMQ and Redis do not have the problem.
+
+    Raises:
+        HarnessError: naming ``what`` and how to point it at a real broker.
+    """
+    if settings.CELERY_BROKER_URL.startswith("filesystem://"):
+        raise HarnessError(
+            f"{what} kills worker processes mid-task, which kombu's filesystem transport does not survive; "
+            "set CELERY_BROKER_URL to RabbitMQ (amqp://...) or Redis (redis://...)"
+        )

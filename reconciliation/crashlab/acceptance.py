@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from operations.lab.cluster import LocalCluster, wait_until
+from operations.lab.cluster import LocalCluster, require_real_broker, wait_until
 from operations.models import TERMINAL_STATUSES, Attempt, Intent, OutboxMessage
 from operations.outbox import outbox_relay
 from operations.services import intent_submit
@@ -110,6 +110,7 @@ class Gate:
         self.intent_ids: list[Any] = []
 
     def __enter__(self) -> Gate:
+        require_real_broker("the acceptance gate")
         url = self.cluster.start_sandbox()
         settings.SANDBOX_PROVIDER_URL = url
         self.provider = httpx.Client(base_url=url, timeout=10)

@@ -30,7 +30,7 @@ import httpx
 from django.conf import settings
 from django.test import Client
 
-from operations.lab.cluster import HarnessError, LocalCluster, wait_until
+from operations.lab.cluster import HarnessError, LocalCluster, require_real_broker, wait_until
 from operations.models import TERMINAL_STATUSES, Agent, Intent
 from reconciliation.crashlab.naive import STRATEGIES as NAIVE_STRATEGIES
 from reconciliation.crashlab.verdict import LEDGER, Row
@@ -95,6 +95,7 @@ class CrashLab:
     # --- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> CrashLab:
+        require_real_broker("the crash lab")
         url = self.cluster.start_sandbox()
         settings.SANDBOX_PROVIDER_URL = url
         self.sandbox = httpx.Client(base_url=url, timeout=10)

@@ -17,7 +17,7 @@ from console.celery import app
 from operations.models import Attempt, Intent, OutboxMessage
 from operations.outbox import outbox_relay
 from tests.factories import charge_arguments, submit
-from tests.support.workers import Cluster, wait_for
+from tests.support.workers import Cluster, requires_real_broker, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -73,6 +73,7 @@ def test_200_intents_across_two_workers_one_effect_each(cluster: Cluster, sandbo
     assert len(workers) >= 2, "both worker processes should have executed intents"
 
 
+@requires_real_broker
 def test_sigkill_right_after_effect_on_every_tenth_intent(cluster: Cluster, sandbox: Any) -> None:
     # given: the provider applies every tenth charge, then holds the connection open; the
     # worker waiting for the answer (deadline 4 s, lease 8 s) is killed with SIGKILL
@@ -124,6 +125,7 @@ def test_c01_warm_shutdown_of_one_worker_mid_batch(cluster: Cluster, sandbox: An
     assert_one_effect_each(sandbox, intents)
 
 
+@requires_real_broker
 def test_c02_sigkill_every_worker_with_acks_late(cluster: Cluster, sandbox: Any) -> None:
     # given: six long intents, two running when every worker process is SIGKILLed
     worker = cluster.worker("w1", concurrency=2, prefetch=2)
@@ -189,7 +191,9 @@ def test_c04_c11_broker_down_at_commit_then_back(cluster: Cluster, sandbox: Any,
     # when: the broker is back and the relay runs
     cluster.worker("w1")
     outbox_relay()  # (a periodic relay task left in the session queue may publish them first)
-    wait_for(lambda: not OutboxMessage.objects.filter(sent_at__isnull=True).exists(), 30, "the outbox to drain")
+    wait_for(
+        lambda: not OutboxMessage.objects.filter(sent_at__isnull=True).exists(), 30, "the outbox to drain"
+    )
     ids = [i.id for i in auto] + [gated.id]
     wait_for(lambda: all_terminal(ids), 60, "all to finish once the broker is back")
     # then: exactly one effect each

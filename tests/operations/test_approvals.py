@@ -110,9 +110,14 @@ def test_unexpired_request_does_not_expire() -> None:
     assert Intent.objects.get(id=intent.id).status == Intent.Status.AWAITING_APPROVAL
 
 
-def test_critical_tier_needs_two_different_approvers(settings: Any, approver: Any, second_approver: Any) -> None:
+def test_critical_tier_needs_two_different_approvers(
+    settings: Any, approver: Any, second_approver: Any
+) -> None:
     # given
-    settings.EFFECT_LEDGER_POLICIES = {**settings.EFFECT_LEDGER_POLICIES, "email.send": {"risk_tier": "critical"}}
+    settings.EFFECT_LEDGER_POLICIES = {
+        **settings.EFFECT_LEDGER_POLICIES,
+        "email.send": {"risk_tier": "critical"},
+    }
     intent = submit(action="email.send", arguments={"to": "a@b.c", "subject": "s", "body": "b"})
     assert intent.status == Intent.Status.AWAITING_APPROVAL and intent.policy["approvals_required"] == 2
     # when
@@ -129,7 +134,9 @@ def test_reject_needs_a_reason_and_is_terminal(approver: Any, second_approver: A
     intent = gated()
     with pytest.raises(ApprovalRefused, match="reason"):
         intent_reject(intent_id=intent.id, user=approver, request_hash=intent.request_hash, reason=" ")
-    rejected = intent_reject(intent_id=intent.id, user=approver, request_hash=intent.request_hash, reason="too much")
+    rejected = intent_reject(
+        intent_id=intent.id, user=approver, request_hash=intent.request_hash, reason="too much"
+    )
     assert rejected.status == Intent.Status.REJECTED
     with pytest.raises(IntentMoved):
         intent_approve(intent_id=intent.id, user=second_approver, request_hash=intent.request_hash)

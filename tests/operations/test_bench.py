@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.workers import requires_real_broker
+
 BASE_DIR = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, requires_real_broker]
 
 
 def _numbers(section: dict[str, object], *keys: str) -> None:

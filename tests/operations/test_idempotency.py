@@ -71,6 +71,7 @@ def test_amount_change_changes_the_hash(a: int, b: int) -> None:
         return request_hash(
             tenant="t", action="payments.charge", action_version=1, arguments={"amount": amount}
         )  # noqa: E731
+
     assert (h(a) == h(b)) == (a == b)
 
 

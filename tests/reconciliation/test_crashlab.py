@@ -11,6 +11,7 @@ import pytest
 from django.core.management import call_command
 
 from reconciliation.crashlab.verdict import Row, judge, judge_control_row, judge_ledger_row
+from tests.support.workers import requires_real_broker
 
 
 def row(strategy: str, boundary: str, effects: int, missing: int, kills: int = 10) -> Row:
@@ -44,6 +45,7 @@ def test_control_judge_demands_the_reference_failures() -> None:
 
 
 @pytest.mark.integration
+@requires_real_broker
 @pytest.mark.django_db(transaction=True)
 def test_measured_control_row_in_the_ledger_place_fails_the_command(tmp_path: Path) -> None:
     # given: a real, reduced run (workers killed with SIGKILL, sandbox ledger as ground truth)

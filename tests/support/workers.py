@@ -141,6 +141,14 @@ class Cluster:
                 group.kill()
 
 
+#: For tests that SIGKILL pool processes: kombu's filesystem transport (the zero-setup default)
+#: cannot survive that, so they need RabbitMQ or Redis (``.ci/run`` provides RabbitMQ).
+requires_real_broker = pytest.mark.skipif(
+    os.environ.get("CELERY_BROKER_URL", "filesystem://").startswith("filesystem://"),
+    reason="kills worker processes mid-task: set CELERY_BROKER_URL to RabbitMQ or Redis",
+)
+
+
 @pytest.fixture
 def cluster(transactional_db: None, sandbox: Any, settings: Any) -> Iterator[Cluster]:
     """A factory for real worker and beat processes on the test database and the sandbox.

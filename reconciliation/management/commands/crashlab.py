@@ -54,6 +54,12 @@ class Command(BaseCommand):
         if options["judge"]:
             self._judge(Path(options["judge"]))
             return
+        from operations.lab.cluster import HarnessError, require_real_broker
+
+        try:
+            require_real_broker("the crash lab")
+        except HarnessError as exc:
+            raise CommandError(str(exc)) from exc
         if options["acceptance"]:
             from reconciliation.crashlab.acceptance import run_acceptance
 
