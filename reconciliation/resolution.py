@@ -70,7 +70,7 @@ def resolve_confirmed(*, intent_id: uuid.UUID, user: User, provider_reference: s
     reference = provider_reference.strip()
     if not reference:
         raise ResolutionRefused("confirmed needs the provider's reference for the effect")
-    verification = "not checked (the provider has no lookup)"
+    verification = "unverified: the provider has no lookup"
     from reconciliation.lookups import _call_for
 
     result = get_adapter(intent.action).lookup(_call_for(intent))
@@ -82,6 +82,8 @@ def resolve_confirmed(*, intent_id: uuid.UUID, user: User, provider_reference: s
         verification = "confirmed by lookup"
     elif result.status == LookupStatus.ABSENT:
         raise ResolutionRefused("the provider's authoritative lookup shows no effect for this intent")
+    elif result.status != LookupStatus.UNSUPPORTED:
+        verification = f"unverified: the provider's lookup answered {result.status.value}"
     with transaction.atomic():
         _record(intent, user, "confirmed", reason, [reference], verification=verification)
         services.intent_resolve_found(

@@ -77,7 +77,7 @@ def expire_approvals(*, batch: int | None = None) -> SweepCounts:
     return counts
 
 
-def redispatch_stalled_ready(*, stalled_seconds: int = 30, batch: int | None = None) -> SweepCounts:
+def redispatch_stalled_ready(*, stalled_seconds: int = 120, batch: int | None = None) -> SweepCounts:
     """READY intents that are due and have not moved for ``stalled_seconds`` (their message was
     lost by the broker, or never published) get a fresh outbox message. Duplicates are
     harmless: the claim's compare-and-swap absorbs them."""

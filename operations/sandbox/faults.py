@@ -115,6 +115,10 @@ def parse_fault(body: dict[str, Any]) -> Fault:
     Raises:
         BadRequest: any field missing or malformed.
     """
+    unknown = sorted(set(body) - {"product", "mode", "times", "match", "delay_seconds"})
+    if unknown:  # e.g. a top-level "reference" would otherwise silently match every request
+        raise BadRequest(f"unknown field(s) {', '.join(unknown)}; to match a reference use "
+                         '{"match": {"reference": "..."}}', param=unknown[0])  # fmt: skip
     product = body.get("product", "*")
     if product not in (*PRODUCTS, "*"):
         raise BadRequest(f"product must be one of {', '.join(PRODUCTS)} or '*'", param="product")

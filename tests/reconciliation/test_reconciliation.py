@@ -4,6 +4,7 @@ escalated when the evidence is not there, duplicates compensated; operators' ver
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -350,3 +351,19 @@ def test_reconciler_batch_query_uses_the_partial_index_at_100k_unknown(db: Any) 
     assert "intent_unknown_q" in plan, plan
     assert Intent.objects.filter(status="UNKNOWN").count() >= 100_000
     assert len(claim_unknown_batch(batch=500)) == 0  # none due yet: all next_lookup_at in the future
+
+
+def test_stalled_ready_intent_gets_a_fresh_message_but_not_while_one_is_pending(db: Any) -> None:
+    from operations.models import OutboxMessage
+    from reconciliation.services import redispatch_stalled_ready
+
+    # given: a READY intent whose message went out long ago (and was lost by the broker)
+    intent = submit()
+    OutboxMessage.objects.filter(intent=intent).update(sent_at=Now())
+    Intent.objects.filter(id=intent.id).update(updated_at=Now() - timedelta(minutes=5))
+    # when
+    first = redispatch_stalled_ready()
+    second = redispatch_stalled_ready()
+    # then: one fresh message; none more while it waits for the broker
+    assert (first.moved, second.moved) == (1, 0)
+    assert OutboxMessage.objects.filter(intent=intent, sent_at__isnull=True).count() == 1
