@@ -78,7 +78,8 @@ def claim_unknown_batch(*, batch: int) -> list[uuid.UUID]:
         return [row[0] for row in cursor.fetchall()]
 
 
-def _call_for(intent: Intent) -> ExecutionCall:
+def execution_call_for(intent: Intent) -> ExecutionCall:
+    """The ``ExecutionCall`` describing ``intent`` as its last attempt sent it (for lookups)."""
     return ExecutionCall(
         intent_id=str(intent.id),
         action=intent.action,
@@ -147,7 +148,7 @@ def reconcile_intent(intent_id: uuid.UUID) -> str:
         return "moved"
     adapter = get_adapter(intent.action)
     try:
-        result = adapter.lookup(_call_for(intent))
+        result = adapter.lookup(execution_call_for(intent))
     except Exception as exc:  # a lookup error is evidence of nothing
         logger.warning("lookup failed", extra={"intent_id": str(intent.id), "error": repr(exc)[:200]})
         result = LookupResult(status=LookupStatus.INCONCLUSIVE, detail={"error": repr(exc)[:500]})
@@ -227,7 +228,7 @@ def verify_duplicates(*, batch: int = 100) -> LookupCounts:
         counts.examined += 1
         intent = Intent.objects.get(id=intent_id)
         try:
-            result = get_adapter(intent.action).lookup(_call_for(intent))
+            result = get_adapter(intent.action).lookup(execution_call_for(intent))
         except Exception:
             logger.exception("duplicate check failed", extra={"intent_id": str(intent_id)})
             Intent.objects.filter(id=intent_id).update(verify_duplicates=True)  # try again next pass

@@ -71,9 +71,9 @@ def resolve_confirmed(*, intent_id: uuid.UUID, user: User, provider_reference: s
     if not reference:
         raise ResolutionRefused("confirmed needs the provider's reference for the effect")
     verification = "unverified: the provider has no lookup"
-    from reconciliation.lookups import _call_for
+    from reconciliation.lookups import execution_call_for
 
-    result = get_adapter(intent.action).lookup(_call_for(intent))
+    result = get_adapter(intent.action).lookup(execution_call_for(intent))
     if result.status == LookupStatus.FOUND:
         if reference not in result.provider_references:
             raise ResolutionRefused(

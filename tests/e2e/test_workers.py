@@ -136,7 +136,7 @@ def test_c02_sigkill_every_worker_with_acks_late(cluster: Cluster, sandbox: Any)
     ids = [i.id for i in intents]
     wait_for(lambda: Intent.objects.filter(id__in=ids, status="RUNNING").count() >= 2, 30, "two running")
     # when
-    worker.kill()
+    worker.kill_group()
     restarted = time.monotonic()
     cluster.worker("w2", concurrency=2, prefetch=2)
     wait_for(lambda: all_terminal(ids), 90, "all six to finish")
