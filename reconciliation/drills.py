@@ -45,6 +45,11 @@ def drill_request(*, kind: str, requested_by: str) -> None:
 )
 def run_drill(kind: str, requested_by: str) -> int:
     """Run one drill to its end; the command records its own ``DrillRun``. Returns its exit code."""
+    from django.utils import timezone
+
+    from reconciliation.models import DrillRun
+
+    started = timezone.now()
     completed = subprocess.run(  # noqa: S603 - our own manage.py, fixed arguments
         drill_command(kind=kind, requested_by=requested_by),
         cwd=settings.BASE_DIR,
@@ -52,4 +57,15 @@ def run_drill(kind: str, requested_by: str) -> int:
         capture_output=True,
         check=False,
     )
+    recorded = DrillRun.objects.filter(requested_by=requested_by, started_at__gte=started).exists()
+    if completed.returncode and not recorded:
+        # The command refused before recording a run (e.g. no real broker): show why.
+        DrillRun.objects.create(
+            kind=kind,
+            started_at=started,
+            finished_at=timezone.now(),
+            passed=False,
+            requested_by=requested_by,
+            error=completed.stderr.decode(errors="replace")[-2000:] or f"exit status {completed.returncode}",
+        )
     return completed.returncode

@@ -72,3 +72,16 @@ def test_admin_start_queues_the_drill_after_commit(db: Any, django_capture_on_co
 def test_drill_commands_target_the_lab_only() -> None:
     assert drill_command(kind="acceptance", requested_by="user:a")[-1] == "--acceptance"
     assert drill_command(kind="crashlab", requested_by="user:a")[-2:] == ["--ops", "20"]
+
+
+def test_a_refused_drill_is_recorded_with_its_reason(db: Any, monkeypatch: Any) -> None:
+    # given: the drill's command refuses to run (here: an unknown argument makes it exit 2)
+    import reconciliation.drills as drills
+
+    original = drills.drill_command
+    monkeypatch.setattr(drills, "drill_command", lambda **kwargs: [*original(**kwargs), "--no-such-flag"])
+    # when
+    code = drills.run_drill("crashlab", "user:admin")
+    # then
+    run = DrillRun.objects.get()
+    assert code != 0 and run.passed is False and "no-such-flag" in run.error
