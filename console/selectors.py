@@ -16,18 +16,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Case, Count, IntegerField, Min, Q, QuerySet, Value, When
+from django.db.models import Count, IntegerField, Min, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Now, TruncMinute
+from django.db.models.functions import Coalesce, Now, TruncMinute
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from operations.models import Approval, AuditEvent, Intent, Outcome
 
 PAGE_SIZE = 50
-RISK_ORDER = {"critical": 4, "high": 3, "medium": 2, "low": 1}
-
-
 # --- keyset cursors -------------------------------------------------------------------------
 
 
@@ -64,24 +61,24 @@ class Page:
 
 
 def approvals_inbox() -> QuerySet[Intent]:
-    """Intents awaiting a decision: highest risk tier first, then newest first.
+    """Intents awaiting a decision: highest risk tier first, then newest first (a top-N scan
+    of the partial index ``intent_approvals_inbox``).
 
-    Each row is annotated with ``risk_rank`` (4 critical .. 1 low) and ``approvals_given``
-    (approvals recorded on the current request_hash).
+    Each row is annotated with ``risk_tier`` and ``approvals_given`` (approvals recorded), the
+    latter as a subquery so it is computed only for the rows a page shows.
     """
-    risk = KeyTextTransform("risk_tier", "policy")
+    given = (
+        Approval.objects.filter(intent=OuterRef("pk"), decision=Approval.Decision.APPROVED)
+        .order_by()
+        .values("intent")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
     return (
         Intent.objects.filter(status=Intent.Status.AWAITING_APPROVAL)
         .annotate(
-            risk_rank=Case(
-                *(When(**{"policy__risk_tier": tier}, then=Value(rank)) for tier, rank in RISK_ORDER.items()),
-                default=Value(0),
-                output_field=IntegerField(),
-            ),
-            risk_tier=risk,
-            approvals_given=Count(
-                "approvals", filter=Q(approvals__decision=Approval.Decision.APPROVED), distinct=True
-            ),
+            risk_tier=KeyTextTransform("risk_tier", "policy"),
+            approvals_given=Coalesce(Subquery(given, output_field=IntegerField()), Value(0)),
         )
         .order_by("-risk_rank", "-created_at", "id")
     )

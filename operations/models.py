@@ -58,6 +58,7 @@ class Intent(models.Model):
     reference = models.CharField(max_length=200, blank=True, default="")
     metadata = models.JSONField(default=dict, blank=True, help_text="stored, never hashed")
     policy = models.JSONField(help_text="the policy in force at submission")
+    risk_rank = models.PositiveSmallIntegerField(default=0, help_text="1 low .. 4 critical, from the policy")
     status = models.CharField(max_length=20, choices=Status.choices)
     fence = models.BigIntegerField(default=0, help_text="incremented on every claim")
     lease_owner = models.CharField(max_length=200, blank=True, default="")
@@ -107,6 +108,12 @@ class Intent(models.Model):
                 name="intent_awaiting_q",
             ),
             models.Index(fields=["status", "-created_at", "id"], name="intent_status_created"),
+            # The approvals inbox: highest risk, then newest, as a top-N index scan.
+            models.Index(
+                fields=["-risk_rank", "-created_at", "id"],
+                condition=Q(status="AWAITING_APPROVAL"),
+                name="intent_approvals_inbox",
+            ),
             models.Index(fields=["tenant", "reference"], name="intent_reference"),
             # The console's search by reference has no tenant: (tenant, reference) cannot serve it.
             models.Index(fields=["reference"], name="intent_reference_any_tenant"),

@@ -40,6 +40,14 @@ DEFAULT_POLICY: dict[str, Any] = {
 }
 
 RISK_TIERS = ("low", "medium", "high", "critical")
+
+
+def risk_rank(policy: dict[str, Any]) -> int:
+    """The policy's risk tier as a number for ordering: 1 low, 2 medium, 3 high, 4 critical."""
+    tier = policy.get("risk_tier")
+    return RISK_TIERS.index(tier) + 1 if tier in RISK_TIERS else 0
+
+
 APPROVAL_RULES = ("never", "always", "above_amount")
 
 

@@ -148,6 +148,7 @@ def _intent_row(
         "reference": f"{tag}-order-{i // 2}",
         "metadata": "{}",
         "policy": policy,
+        "risk_rank": 3,  # payments.charge is high risk
         "status": state,
         "fence": 0 if state in {"AWAITING_APPROVAL", "CANCELLED", "REJECTED", "EXPIRED"} else 1,
         "lease_owner": "bench:1" if state == "RUNNING" else "",

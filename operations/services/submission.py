@@ -23,7 +23,7 @@ from operations.idempotency import (
     storage_problems,
 )
 from operations.models import Intent
-from operations.policies import needs_approval, policy_for
+from operations.policies import needs_approval, policy_for, risk_rank
 from operations.services.transitions import outbox_enqueue, transition
 
 SUPPORTED_ACTION_VERSIONS = (1,)
@@ -146,6 +146,7 @@ def intent_submit(
         metadata=metadata or {},
         compensates=compensates,
         policy=policy,
+        risk_rank=risk_rank(policy),
         status=Intent.Status.AWAITING_APPROVAL if gated else Intent.Status.READY,
         approval_expires_at=Now() + timedelta(seconds=policy["approval_ttl_seconds"]) if gated else None,
     )
