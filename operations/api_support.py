@@ -97,7 +97,7 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
     elif isinstance(exc, exceptions.ValidationError):
         errors = _flatten(exc.detail)
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
-        body = problem(422, "Invalid request body", detail, "validation-failed", errors=errors)
+        body = problem(422, "Invalid request", detail, "validation-failed", errors=errors)
         code = 422
     elif isinstance(exc, exceptions.APIException):
         code = exc.status_code

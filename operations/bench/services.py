@@ -40,7 +40,7 @@ def start_gunicorn(cluster: LocalCluster, *, workers: int) -> tuple[Process, str
     port = free_port()
     env = {**cluster.env, "DJANGO_SETTINGS_MODULE": "operations.bench.settings"}
     command = [sys.executable, "-m", "gunicorn", "console.wsgi:application", "-b", f"127.0.0.1:{port}",
-               "-w", str(workers), "-k", "sync", "--backlog", "2048", "--log-level", "warning"]  # fmt: skip
+               "-w", str(workers), "-k", "sync", "--backlog", "2048", "--log-level", "warning", "--no-control-socket"]  # fmt: skip
     process = Process("bench-gunicorn", command, env)
     cluster.processes.append(process)
     url = f"http://127.0.0.1:{port}"

@@ -213,10 +213,20 @@ class LocalCluster:
         return found
 
     def stop(self) -> None:
-        """Stop every process (SIGKILL; nothing here needs a graceful end)."""
+        """Stop every process (SIGKILL; nothing here needs a graceful end) and delete the
+        cluster's queue from the broker, so runs leave nothing behind."""
         for process in self.processes:
             if process.alive():
                 process.kill_group()
+        from kombu import Queue
+
+        from console.celery import app
+
+        try:
+            with app.connection_for_write() as conn:
+                Queue(self.queue, channel=conn.default_channel).delete()
+        except Exception:  # noqa: BLE001 - best effort: a broker that is gone keeps nothing
+            pass
 
 
 def require_real_broker(what: str) -> None:

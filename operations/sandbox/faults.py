@@ -125,9 +125,13 @@ def parse_fault(body: dict[str, Any]) -> Fault:
     times = body.get("times", 1)
     if isinstance(times, bool) or not isinstance(times, int) or times < 1:
         raise BadRequest("times must be an integer >= 1", param="times")
-    match = body.get("match") or {}
-    if not isinstance(match, dict) or not isinstance(match.get("reference", ""), str):
-        raise BadRequest('match must be {"reference": "..."}', param="match")
+    match = body.get("match", {})
+    if (
+        not isinstance(match, dict)
+        or set(match) - {"reference"}
+        or not isinstance(match.get("reference", ""), str)
+    ):  # anything else would silently match every request
+        raise BadRequest('match must be {"reference": "..."} (or {} for any request)', param="match")
     return Fault(
         product=product,
         mode=parse_mode(body.get("mode")),

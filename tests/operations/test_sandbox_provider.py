@@ -532,3 +532,14 @@ def test_reset_forgets_effects_keys_and_faults(sandbox: SandboxProvider) -> None
     assert again.status_code == 200 and "Idempotent-Replayed" not in again.headers
     assert len(sandbox.ledger()) == 1
     assert sandbox.request_count() == 1
+
+
+@pytest.mark.parametrize("match", [{"ref": "x"}, [], "", 0, {"reference": 5}])
+def test_a_malformed_match_is_refused_not_applied_to_everything(sandbox: SandboxProvider, match: Any) -> None:
+    # when
+    response = sandbox.client.post(
+        "/_sandbox/faults", json={"product": "payments", "mode": "in_progress", "match": match}
+    )
+    # then
+    assert response.status_code == 400
+    assert sandbox.client.get("/_sandbox/faults").json()["faults"] == []

@@ -22,7 +22,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from operations.authentication import agent_create
 from operations.models import Agent
@@ -74,6 +74,12 @@ class Command(BaseCommand):
             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
             "PYTHONUNBUFFERED": "1",
         }
+        running = _running_supervisor(data_dir)
+        if running:
+            raise CommandError(
+                f"a previous quickstart group is still running (supervisord pid {running}); "
+                f"stop it first: kill -TERM {running}"
+            )
         config = data_dir / "supervisord.conf"
         config.write_text(supervisor_config(data_dir, self._programs(options, data_dir)))
         self.stdout.write(
@@ -102,12 +108,26 @@ class Command(BaseCommand):
         # real broker (RabbitMQ, Redis).
         pool = "threads" if settings.CELERY_BROKER_URL.startswith("filesystem://") else "prefork"
         return {
-            "web": f"{python} -m gunicorn console.wsgi -b 127.0.0.1:{options['port']} -w 2 --access-logfile -",
+            "web": f"{python} -m gunicorn console.wsgi -b 127.0.0.1:{options['port']} -w 2 --no-control-socket --access-logfile -",
             "worker": f"{python} -m celery -A console worker -l INFO -P {pool} -c {max(2, options['workers'] * 2)}"
             f" -n worker@%%h",
             "beat": f"{python} -m celery -A console beat -l INFO -s {data_dir / 'celerybeat-schedule'}",
             "sandbox": f"{python} {manage} sandbox_provider --port {options['sandbox_port']}",
         }
+
+
+def _running_supervisor(data_dir: Path) -> int | None:
+    """The pid of a supervisord still running from an earlier quickstart in ``data_dir``."""
+    import psutil
+
+    try:
+        pid = int((data_dir / "supervisord.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        return pid if "supervisord" in " ".join(psutil.Process(pid).cmdline()) else None
+    except psutil.Error:
+        return None
 
 
 def supervisor_config(data_dir: Path, programs: dict[str, str]) -> str:
