@@ -329,11 +329,11 @@ def test_reconciler_batch_query_uses_the_partial_index_at_100k_unknown(db: Any) 
         cursor.execute(
             """
             INSERT INTO operations_intent (id, tenant, principal, action, action_version, arguments, request_hash,
-                client_key, idempotency_key, reference, metadata, policy, status, fence, lease_owner,
+                client_key, idempotency_key, reference, metadata, policy, risk_rank, status, fence, lease_owner,
                 attempt_count, cancel_requested, last_error, lookup_count, next_lookup_at, verify_duplicates,
                 created_at, updated_at)
             SELECT gen_random_uuid(), tenant, principal, action, action_version, arguments, request_hash,
-                'bulk-' || g, 'el_bulk_' || g, reference, metadata, policy,
+                'bulk-' || g, 'el_bulk_' || g, reference, metadata, policy, risk_rank,
                 CASE WHEN g %% 10 = 0 THEN 'SUCCEEDED' ELSE 'UNKNOWN' END, 1, '', 1, false, '', 0,
                 now() + interval '1 day' + (g || ' seconds')::interval, false, now(), now()
             FROM operations_intent, generate_series(1, 111112) AS g WHERE id = %s
