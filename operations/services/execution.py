@@ -139,30 +139,52 @@ def _release() -> dict[str, Any]:
     return {"lease_owner": "", "lease_expires_at": None}
 
 
+def _record(
+    claim: Claim,
+    *,
+    to_status: str,
+    event: str,
+    attempt_result: str,
+    error: str = "",
+    detail: dict[str, Any] | None = None,
+    data: dict[str, Any] | None = None,
+    updates: dict[str, Any] | None = None,
+    dispatch: bool = False,
+) -> bool:
+    """RUNNING -> ``to_status`` for the claim's fence (a stale worker's write moves nothing),
+    releasing the lease and closing the attempt. Call inside the caller's transaction."""
+    moved = transition(
+        intent_id=claim.intent.id,
+        from_status=Intent.Status.RUNNING,
+        to_status=to_status,
+        fence=claim.fence,
+        actor=f"worker:{claim.worker}",
+        event=event,
+        reason=error[:500],
+        data={"fence": claim.fence, **(data or {}), **(detail or {})},
+        updates={**_release(), "last_error": error[:2000], **(updates or {})},
+        dispatch=dispatch,
+    )
+    if moved:
+        _close_attempt(claim, attempt_result, error=error, detail=detail)
+    return moved
+
+
 def intent_record_success(*, claim: Claim, result: ExecutionResult) -> bool:
     """RUNNING -> SUCCEEDED with the provider's receipt, conditional on the claim's fence.
 
     Returns False (and counts ``stale_fences_rejected``) when a newer fence took over.
     """
     with transaction.atomic():
-        moved = transition(
-            intent_id=claim.intent.id,
-            from_status=Intent.Status.RUNNING,
+        moved = _record(
+            claim,
             to_status=Intent.Status.SUCCEEDED,
-            fence=claim.fence,
-            actor=f"worker:{claim.worker}",
             event="succeeded",
-            data={
-                "provider_reference": result.provider_reference,
-                "fence": claim.fence,
-                "replayed": result.replayed,
-            },
-            updates={**_release(), "last_error": ""},
+            attempt_result=Attempt.Result.SUCCEEDED,
+            detail={"provider_reference": result.provider_reference},
+            data={"replayed": result.replayed},
         )
         if moved:
-            _close_attempt(
-                claim, Attempt.Result.SUCCEEDED, detail={"provider_reference": result.provider_reference}
-            )
             if (
                 claim.attempt.attempt_no > 1
                 and not get_adapter(claim.intent.action).capabilities.idempotency_keys
@@ -191,21 +213,15 @@ def intent_record_failure(
     """RUNNING -> FAILED: a definite refusal (or a re-check refusal when ``sent`` is False).
     Stored, never retried. Conditional on the fence."""
     with transaction.atomic():
-        moved = transition(
-            intent_id=claim.intent.id,
-            from_status=Intent.Status.RUNNING,
+        moved = _record(
+            claim,
             to_status=Intent.Status.FAILED,
-            fence=claim.fence,
-            actor=f"worker:{claim.worker}",
             event="failed",
-            reason=error[:500],
-            data={"fence": claim.fence, "sent": sent, **(detail or {})},
-            updates={**_release(), "last_error": error[:2000]},
+            attempt_result=Attempt.Result.FAILED if sent else Attempt.Result.SKIPPED,
+            error=error,
+            detail=detail,
+            data={"sent": sent},
         )
-        if moved:
-            _close_attempt(
-                claim, Attempt.Result.FAILED if sent else Attempt.Result.SKIPPED, error=error, detail=detail
-            )
     if moved:
         metrics.TERMINAL_FAILURES.inc()
     return moved
@@ -242,24 +258,17 @@ def intent_schedule_retry(*, claim: Claim, error: str, detail: dict[str, Any] | 
         cap=float(retry.get("cap_seconds", 8.0)),
     )
     with transaction.atomic():
-        moved = transition(
-            intent_id=claim.intent.id,
-            from_status=Intent.Status.RUNNING,
+        moved = _record(
+            claim,
             to_status=Intent.Status.READY,
-            fence=claim.fence,
-            actor=f"worker:{claim.worker}",
             event="retry_scheduled",
-            reason=error[:500],
-            data={"fence": claim.fence, "backoff_seconds": round(delay, 3), **(detail or {})},
-            updates={
-                **_release(),
-                "last_error": error[:2000],
-                "not_before": Now() + timedelta(seconds=delay),
-            },
+            attempt_result=Attempt.Result.RETRY,
+            error=error,
+            detail=detail,
+            data={"backoff_seconds": round(delay, 3)},
+            updates={"not_before": Now() + timedelta(seconds=delay)},
             dispatch=True,
         )
-        if moved:
-            _close_attempt(claim, Attempt.Result.RETRY, error=error, detail=detail)
     if moved:
         metrics.RETRIES_SCHEDULED.inc()
     return moved
@@ -271,19 +280,16 @@ def intent_mark_unknown(
     """RUNNING -> UNKNOWN: the effect may or may not have happened. Conditional on the fence;
     the reconciler takes it from here."""
     with transaction.atomic():
-        moved = transition(
-            intent_id=claim.intent.id,
-            from_status=Intent.Status.RUNNING,
+        moved = _record(
+            claim,
             to_status=Intent.Status.UNKNOWN,
-            fence=claim.fence,
-            actor=f"worker:{claim.worker}",
             event="outcome_unknown",
-            reason=error[:500],
-            data={"fence": claim.fence, "cause": cause, **(detail or {})},
-            updates={**_release(), "last_error": error[:2000], "next_lookup_at": Now(), "lookup_count": 0},
+            attempt_result=Attempt.Result.UNKNOWN,
+            error=error,
+            detail=detail,
+            data={"cause": cause},
+            updates={"next_lookup_at": Now(), "lookup_count": 0},
         )
-        if moved:
-            _close_attempt(claim, Attempt.Result.UNKNOWN, error=error, detail=detail)
     if moved:
         metrics.UNKNOWN_OUTCOMES.labels(cause=cause).inc()
     return moved
