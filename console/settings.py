@@ -174,6 +174,12 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Effect Ledger
 SANDBOX_PROVIDER_URL = env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8765")
+# Seconds the sandbox's read paths may miss an effect that exists (its capabilities' consistency
+# windows): duplicate checks keep looking this long after an intent ends.
+SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS = env_float("SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS", 120.0)
+SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS = env_float(
+    "SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS", 60.0
+)
 
 # Real providers behind the generic Idempotency-Key HTTP adapter: a JSON file mapping each
 # action to {"url", "lookup_url", "schema", "timeout_seconds", "headers", ...}

@@ -28,8 +28,9 @@ import uuid
 from django.conf import settings
 
 from operations import metrics
-from operations.adapters.base import AmbiguousOutcome, ExecutionCall, RetryableError, TerminalError
+from operations.adapters.base import AmbiguousOutcome, RetryableError, TerminalError
 from operations.adapters.registry import get_adapter
+from operations.calls import provider_call
 from operations.idempotency import key_digest
 from operations.models import Intent
 from operations.services import execution as svc
@@ -84,16 +85,11 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None) -> str:
 
     intent = claim.intent
     adapter = get_adapter(intent.action)
-    call = ExecutionCall(
-        intent_id=str(intent.id),
-        action=intent.action,
-        action_version=intent.action_version,
-        arguments=intent.arguments,
-        idempotency_key=intent.idempotency_key,
+    call = provider_call(
+        intent,
         fence=claim.fence,
         attempt_no=claim.attempt.attempt_no,
         deadline_seconds=provider_deadline_seconds(),
-        reference=intent.reference,
     )
     logger.info("calling provider", extra=context)
     started = time.monotonic()
@@ -118,7 +114,7 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None) -> str:
                 else "stale"
             )
     except AmbiguousOutcome as exc:
-        if adapter.capabilities.idempotency_keys and svc.retry_allowed(intent):
+        if adapter.capabilities_for(intent.action).same_key_retry_safe and svc.retry_allowed(intent):
             # Safe: the provider deduplicates on the key, so a same-key retry cannot double-apply.
             outcome = (
                 "retry"

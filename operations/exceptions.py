@@ -87,3 +87,12 @@ class ResolutionRefused(LedgerError):
     status = 409
     code = "resolution-refused"
     title = "Resolution refused"
+
+
+class CancelRefused(LedgerError):
+    """A cancel was refused for who asked (an agent cannot cancel a compensation intent, which
+    operators and the reconciler open to undo an effect)."""
+
+    status = 403
+    code = "cancel-refused"
+    title = "Cancel refused"

@@ -41,7 +41,22 @@ OUTBOX_PUBLISH_ERRORS = Counter(
     "effect_ledger_outbox_publish_errors_total", "Outbox publications that failed"
 )
 COMPENSATIONS = Counter("effect_ledger_compensations_total", "Compensation intents opened", ["cause"])
-ESCALATIONS = Counter("effect_ledger_escalations_total", "UNKNOWN intents escalated to operators")
+ESCALATIONS = Counter(
+    "effect_ledger_escalations_total", "Intents escalated to operators (UNKNOWN, or a failed compensation)"
+)
+DUPLICATES_FOUND = Counter(
+    "effect_ledger_duplicates_found_total",
+    "Extra effects found at providers without keys, by what happened to them",
+    ["handling"],
+)
+FENCED_OUT_ATTEMPTS = Counter(
+    "effect_ledger_fenced_out_attempts_total",
+    "Attempts whose outcome was refused by the fence, by what the provider answered",
+    ["answer"],
+)
+RECONCILE_ITEM_ERRORS = Counter(
+    "effect_ledger_reconcile_item_errors_total", "Reconciler items that raised, by sweep", ["sweep"]
+)
 LOOKUPS = Counter("effect_ledger_lookups_total", "Reconciler lookups by result", ["result"])
 PROVIDER_SECONDS = Histogram(
     "effect_ledger_provider_call_seconds",

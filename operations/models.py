@@ -70,8 +70,13 @@ class Intent(models.Model):
     escalated_at = models.DateTimeField(null=True, blank=True, help_text="UNKNOWN handed to operators")
     lookup_count = models.PositiveIntegerField(default=0, help_text="reconciler lookups while UNKNOWN")
     next_lookup_at = models.DateTimeField(null=True, blank=True, help_text="earliest next reconciler lookup")
-    verify_duplicates = models.BooleanField(
-        default=False, help_text="succeeded after several attempts at a provider that cannot deduplicate"
+    next_duplicate_check_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="earliest next duplicate check (sent more than once to a provider without keys)",
+    )
+    duplicate_check_until = models.DateTimeField(
+        null=True, blank=True, help_text="duplicate checks go on until the lookup's consistency window ends"
     )
     last_error = models.TextField(blank=True, default="")
     compensates = models.ForeignKey(
@@ -100,7 +105,9 @@ class Intent(models.Model):
             models.Index(fields=["next_lookup_at"], condition=Q(status="UNKNOWN"), name="intent_unknown_q"),
             models.Index(fields=["updated_at"], condition=Q(status="UNKNOWN"), name="intent_unknown_age"),
             models.Index(
-                fields=["updated_at"], condition=Q(verify_duplicates=True), name="intent_verify_dup_q"
+                fields=["next_duplicate_check_at"],
+                condition=Q(next_duplicate_check_at__isnull=False),
+                name="intent_duplicate_check_q",
             ),
             models.Index(
                 fields=["approval_expires_at"],
@@ -134,6 +141,7 @@ class Attempt(models.Model):
         RETRY = "retry", "Retry scheduled"
         UNKNOWN = "unknown", "Unknown"
         ABANDONED = "abandoned", "Abandoned (lease expired)"
+        FENCED_OUT = "fenced_out", "Fenced out (a newer attempt took over; its write was refused)"
         SKIPPED = "skipped", "Not sent (re-check refused)"
 
     intent = models.ForeignKey(Intent, on_delete=models.PROTECT, related_name="attempts")
@@ -282,7 +290,8 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.READY, S.UNKNOWN}),
     S.UNKNOWN: frozenset({S.SUCCEEDED, S.READY, S.COMPENSATING}),
     S.SUCCEEDED: frozenset({S.COMPENSATING}),
-    S.COMPENSATING: frozenset({S.COMPENSATED}),
+    # COMPENSATING -> SUCCEEDED: an operator keeps the effect after its compensation failed.
+    S.COMPENSATING: frozenset({S.COMPENSATED, S.SUCCEEDED}),
     S.FAILED: frozenset(),
     S.COMPENSATED: frozenset(),
     S.REJECTED: frozenset(),

@@ -50,6 +50,51 @@ class Evidence(models.Model):
         return f"{self.kind} {self.result} for {self.intent_id}"
 
 
+class DuplicateFinding(models.Model):
+    """A second (or further) effect at the provider for one intent, found by a duplicate check
+    at a provider without idempotency keys. One row per extra effect (unique), kept for good.
+
+    ``state``: ``compensating`` while its compensation intent runs; ``open`` when it needs an
+    operator (the action has no compensation, e.g. an email, or the compensation failed, was
+    rejected, expired or was cancelled); ``resolved`` once compensated or acknowledged.
+    """
+
+    class State(models.TextChoices):
+        COMPENSATING = "compensating", "Compensation running"
+        OPEN = "open", "Needs an operator"
+        RESOLVED = "resolved", "Resolved"
+
+    intent = models.ForeignKey(
+        "operations.Intent", on_delete=models.PROTECT, related_name="duplicate_findings"
+    )
+    provider_reference = models.CharField(max_length=200, help_text="the extra effect at the provider")
+    kept_reference = models.CharField(max_length=200, help_text="the effect the intent keeps")
+    state = models.CharField(max_length=20, choices=State.choices)
+    compensation = models.ForeignKey(
+        "operations.Intent", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    note = models.TextField(blank=True, default="", help_text="why it is in this state")
+    resolved_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["intent", "provider_reference"], name="duplicate_finding_unique"),
+        ]
+        indexes = [
+            models.Index(fields=["created_at"], condition=models.Q(state="open"), name="duplicate_open_q"),
+            models.Index(
+                fields=["updated_at"],
+                condition=models.Q(state="compensating"),
+                name="duplicate_compensating_q",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"duplicate {self.provider_reference} of {self.intent_id} [{self.state}]"
+
+
 class DrillRun(models.Model):
     """One crash-lab or acceptance run: its table, its checks, when and by whom (the evidence
     an operator shows an auditor)."""

@@ -15,10 +15,11 @@ from django.db import transaction
 
 from operations import services
 from operations.adapters.base import LookupStatus
-from operations.adapters.registry import get_adapter
+from operations.adapters.registry import capabilities_for, get_adapter
+from operations.calls import lookup_call
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent, Outcome
-from reconciliation.models import Evidence
+from reconciliation.models import DuplicateFinding, Evidence
 from reconciliation.selectors import intent_evidence
 
 RESOLVER_GROUPS = ("operator", "admin")
@@ -31,16 +32,20 @@ def can_resolve(user: User) -> bool:
     )
 
 
-def _load(intent_id: uuid.UUID, user: User, reason: str) -> Intent:
+def _check(user: User, reason: str) -> None:
     if not can_resolve(user):
         raise ResolutionRefused("only operators and admins can resolve UNKNOWN intents")
     if not reason.strip():
         raise ResolutionRefused("a resolution needs a reason")
+
+
+def _load(intent_id: uuid.UUID, user: User, reason: str, status: str = Intent.Status.UNKNOWN) -> Intent:
+    _check(user, reason)
     intent = Intent.objects.filter(id=intent_id).first()
     if intent is None:
         raise ResolutionRefused(f"no intent {intent_id}")
-    if intent.status != Intent.Status.UNKNOWN:
-        raise IntentMoved(intent_id=intent_id, expected="UNKNOWN", current=intent.status)
+    if intent.status != status:
+        raise IntentMoved(intent_id=intent_id, expected=status, current=intent.status)
     return intent
 
 
@@ -56,43 +61,59 @@ def _record(intent: Intent, user: User, verb: str, reason: str, references: list
     )
 
 
-def resolve_confirmed(*, intent_id: uuid.UUID, user: User, provider_reference: str, reason: str) -> Intent:
+def resolve_confirmed(
+    *,
+    intent_id: uuid.UUID,
+    user: User,
+    provider_reference: str,
+    reason: str,
+    accept_unverified: bool = False,
+) -> Intent:
     """The effect happened: UNKNOWN -> SUCCEEDED with ``provider_reference`` (source operator).
 
-    Where the adapter can look up, the reference is checked first: a lookup that finds other
-    references, or proves absence, refuses the confirmation.
+    The reference is checked by a lookup first: a lookup that finds other references, or
+    proves absence, refuses the confirmation. When the provider cannot verify it (no lookup,
+    a lagging lookup that sees nothing yet, an inconclusive answer), the operator must say so
+    explicitly (``accept_unverified``); the outcome, the audit event and every page that shows
+    the intent then say "unverified".
 
     Raises:
-        ResolutionRefused: no permission, no reason, no reference, or the provider contradicts it.
+        ResolutionRefused: no permission, no reason, no reference, the provider contradicts it,
+            or it is unverified and ``accept_unverified`` is False.
         IntentMoved: the intent is no longer UNKNOWN.
     """
     intent = _load(intent_id, user, reason)
     reference = provider_reference.strip()
     if not reference:
         raise ResolutionRefused("confirmed needs the provider's reference for the effect")
-    verification = "unverified: the provider has no lookup"
-    from reconciliation.lookups import execution_call_for
-
-    result = get_adapter(intent.action).lookup(execution_call_for(intent))
+    result = get_adapter(intent.action).lookup(lookup_call(intent))
+    verified = False
     if result.status == LookupStatus.FOUND:
         if reference not in result.provider_references:
             raise ResolutionRefused(
                 f"the provider reports {', '.join(result.provider_references)} for this intent, not {reference}"
             )
-        verification = "confirmed by lookup"
+        verified, verification = True, "confirmed by lookup"
     elif result.status == LookupStatus.ABSENT:
         raise ResolutionRefused("the provider's authoritative lookup shows no effect for this intent")
-    elif result.status != LookupStatus.UNSUPPORTED:
+    elif result.status == LookupStatus.UNSUPPORTED:
+        verification = "unverified: the provider has no lookup"
+    else:
         verification = f"unverified: the provider's lookup answered {result.status.value}"
+    if not verified and not accept_unverified:
+        raise ResolutionRefused(
+            f"the provider cannot verify {reference} ({verification.removeprefix('unverified: ')}); "
+            "confirm it as unverified explicitly if you are sure"
+        )
     with transaction.atomic():
-        _record(intent, user, "confirmed", reason, [reference], verification=verification)
+        _record(intent, user, "confirmed", reason, [reference], verification=verification, verified=verified)
         services.intent_resolve_found(
             intent_id=intent.id,
             provider_reference=reference,
             source=Outcome.Source.OPERATOR,
             actor=f"user:{user.get_username()}",
             reason=reason,
-            detail={"verification": verification},
+            detail={"verification": verification, "verified": verified},
         )
     intent.refresh_from_db()
     return intent
@@ -111,7 +132,7 @@ def resolve_absent(
         IntentMoved: the intent is no longer UNKNOWN.
     """
     intent = _load(intent_id, user, reason)
-    deduplicates = get_adapter(intent.action).capabilities.idempotency_keys
+    deduplicates = capabilities_for(intent.action).same_key_retry_safe
     if not deduplicates and not accept_duplicate_risk:
         raise ResolutionRefused(
             f"{intent.action}'s provider does not deduplicate on our key: retrying may create a second effect. "
@@ -166,3 +187,91 @@ def resolve_compensate(
         )
     intent.refresh_from_db()
     return intent
+
+
+def lookup_now(*, intent_id: uuid.UUID, user: User) -> str:
+    """An operator asks for a fresh lookup of an UNKNOWN intent now, whatever its backoff
+    (escalated items are looked up at most hourly). The result is recorded and acted on
+    exactly as the reconciler would (``reconciliation.lookups.reconcile_intent``).
+
+    Returns:
+        ``resolved``, ``retry``, ``waiting``, ``escalated`` or ``moved``.
+
+    Raises:
+        ResolutionRefused: no permission. IntentMoved: the intent is no longer UNKNOWN.
+    """
+    from reconciliation.lookups import reconcile_intent
+
+    _load(intent_id, user, "fresh lookup")
+    return reconcile_intent(intent_id, actor=f"user:{user.get_username()}")
+
+
+def resolve_failed_compensation(*, intent_id: uuid.UUID, user: User, verb: str, reason: str) -> Intent:
+    """Decide on a COMPENSATING intent whose compensation failed, was rejected, expired or was
+    cancelled (escalated by ``reconciliation.duplicates.sweep_compensations``).
+
+    Args:
+        verb: ``reopen`` (open a new compensation intent, own key), ``compensated`` (it was
+            undone outside the ledger -> COMPENSATED) or ``kept`` (the effect stands -> SUCCEEDED).
+
+    Raises:
+        ResolutionRefused: no permission, no reason, an unknown verb.
+        IntentMoved: the intent is not an escalated COMPENSATING intent any more.
+    """
+    intent = _load(intent_id, user, reason, status=Intent.Status.COMPENSATING)
+    actor = f"user:{user.get_username()}"
+    if intent.escalated_at is None:
+        raise ResolutionRefused("its compensation is still running: wait for it to end")
+    with transaction.atomic():
+        _record(intent, user, f"compensation_{verb}", reason, [])
+        if verb == "reopen":
+            services.intent_reopen_compensation(intent_id=intent.id, actor=actor, reason=reason)
+        elif verb in {"compensated", "kept"}:
+            services.intent_settle_compensation(
+                intent_id=intent.id, compensated=verb == "compensated", actor=actor, reason=reason
+            )
+        else:
+            raise ResolutionRefused(f"unknown decision {verb!r}: reopen, compensated or kept")
+    intent.refresh_from_db()
+    return intent
+
+
+def resolve_duplicate_finding(*, finding_id: int, user: User, verb: str, reason: str) -> DuplicateFinding:
+    """Decide on an open duplicate finding (an extra effect nobody could undo automatically).
+
+    Args:
+        verb: ``acknowledge`` (the extra effect stands or was handled outside; resolved) or
+            ``compensate`` (open a new compensation intent, where the action has one).
+
+    Raises:
+        ResolutionRefused: no permission, no reason, an unknown verb, no compensation action,
+            or the finding is not open.
+    """
+    _check(user, reason)
+    actor = f"user:{user.get_username()}"
+    with transaction.atomic():
+        finding = DuplicateFinding.objects.select_for_update().filter(id=finding_id).first()
+        if finding is None:
+            raise ResolutionRefused(f"no duplicate finding {finding_id}")
+        if finding.state != DuplicateFinding.State.OPEN:
+            raise ResolutionRefused(f"this finding is {finding.get_state_display().lower()}, not open")
+        _record(finding.intent, user, f"duplicate_{verb}", reason, [finding.provider_reference])
+        if verb == "acknowledge":
+            finding.state, finding.resolved_by = DuplicateFinding.State.RESOLVED, actor
+            finding.note = f"acknowledged: {reason}"[:1000]
+        elif verb == "compensate":
+            compensation = services.intent_open_compensation(
+                original=finding.intent,
+                provider_reference=finding.provider_reference,
+                principal=actor,
+                cause="duplicate",
+                generation=services.next_compensation_generation(
+                    original_id=finding.intent_id, provider_reference=finding.provider_reference
+                ),
+            )
+            finding.state, finding.compensation = DuplicateFinding.State.COMPENSATING, compensation
+            finding.note = f"compensation reopened by {actor}: {reason}"[:1000]
+        else:
+            raise ResolutionRefused(f"unknown decision {verb!r}: acknowledge or compensate")
+        finding.save()
+    return finding

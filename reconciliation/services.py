@@ -7,6 +7,8 @@ at once without blocking each other) and changes intents only through
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +19,10 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from operations import services
-from operations.adapters.registry import UnknownAction, get_adapter
+from operations.adapters.registry import UnknownAction, capabilities_for
 from operations.models import Intent, OutboxMessage
+
+logger = logging.getLogger("reconciliation")
 
 
 @dataclass
@@ -33,9 +37,9 @@ def _batch() -> int:
     return int(settings.EFFECT_LEDGER["RECONCILE_BATCH"])
 
 
-def _deduplicates(action: str) -> bool:
+def _same_key_retry_safe(action: str) -> bool:
     try:
-        return get_adapter(action).capabilities.idempotency_keys
+        return capabilities_for(action).same_key_retry_safe
     except UnknownAction:
         return False
 
@@ -54,7 +58,7 @@ def take_over_expired_leases(*, batch: int | None = None) -> SweepCounts:
         for intent_id, fence, action in rows:
             counts.examined += 1
             if services.intent_take_over_lease(
-                intent_id=intent_id, fence=fence, provider_deduplicates=_deduplicates(action)
+                intent_id=intent_id, fence=fence, provider_deduplicates=_same_key_retry_safe(action)
             ):
                 counts.moved += 1
     return counts
@@ -111,32 +115,71 @@ def outbox_lag_seconds() -> float:
 
 def reconcile_pass() -> dict[str, Any]:
     """Run every sweep once, each on a bounded batch, and record the pass as a
-    ``ReconciliationRun`` (examined, resolved, escalated, errors, and per-sweep detail)."""
-    from reconciliation.lookups import reconcile_unknown, verify_duplicates
+    ``ReconciliationRun`` (examined, resolved, escalated, errors, and per-sweep detail).
+
+    One sweep's or one item's failure never aborts the pass: each sweep runs on its own, its
+    error is recorded on the run (``detail["errors"]``), and the run is always finished.
+    """
+    from reconciliation.duplicates import run_duplicate_checks, sweep_compensations
+    from reconciliation.lookups import reconcile_unknown
     from reconciliation.models import ReconciliationRun
 
     run = ReconciliationRun.objects.create(started_at=timezone.now())
-    leases = take_over_expired_leases()
-    approvals = expire_approvals()
-    stalled = redispatch_stalled_ready()
-    unknown = reconcile_unknown()
-    duplicates = verify_duplicates()
-    lag = outbox_lag_seconds()
-    detail = {
-        "leases_taken_over": leases.moved,
-        "approvals_expired": approvals.moved,
-        "redispatched": stalled.moved,
-        "unknown_examined": unknown.examined,
-        "duplicates_compensated": duplicates.resolved,
-        "outbox_lag_seconds": round(lag, 3),
-        "outbox_lag_warning": lag > settings.EFFECT_LEDGER["OUTBOX_LAG_WARNING_SECONDS"],
-    }
-    ReconciliationRun.objects.filter(id=run.id).update(
-        finished_at=timezone.now(),
-        examined=leases.examined + approvals.examined + unknown.examined + duplicates.examined,
-        resolved=leases.moved + approvals.moved + unknown.resolved + duplicates.resolved,
-        escalated=unknown.escalated,
-        errors=unknown.errors + duplicates.errors,
-        detail=detail,
-    )
+    errors: list[str] = []
+    examined = resolved = escalated = 0
+    detail: dict[str, Any] = {}
+
+    def sweep(name: str, function: Callable[[], Any]) -> Any:
+        try:
+            return function()
+        except Exception as exc:  # recorded on the run; the next sweep still runs
+            logger.exception("reconciliation sweep failed", extra={"sweep": name})
+            errors.append(f"{name}: {exc!r}"[:300])
+            return None
+
+    try:
+        for name, function in (
+            ("leases_taken_over", take_over_expired_leases),
+            ("approvals_expired", expire_approvals),
+            ("redispatched", redispatch_stalled_ready),
+        ):
+            counts = sweep(name, function)
+            if counts is not None:
+                detail[name] = counts.moved
+                examined += counts.examined
+                resolved += counts.moved
+        unknown = sweep("unknown", reconcile_unknown)
+        if unknown is not None:
+            detail["unknown_examined"] = unknown.examined
+            examined, resolved, escalated = (
+                examined + unknown.examined,
+                resolved + unknown.resolved,
+                escalated + unknown.escalated,
+            )
+            errors.extend(unknown.errors)
+        duplicates = sweep("duplicates", run_duplicate_checks)
+        if duplicates is not None:
+            detail["duplicate_checks"] = duplicates.examined
+            detail["duplicates_found"] = duplicates.found
+            examined += duplicates.examined
+            errors.extend(duplicates.errors)
+        compensations = sweep("compensations", sweep_compensations)
+        if compensations is not None:
+            detail["compensations_escalated"] = compensations.escalated
+            escalated += compensations.escalated
+            errors.extend(compensations.errors)
+        lag = sweep("outbox_lag", outbox_lag_seconds)
+        if lag is not None:
+            detail["outbox_lag_seconds"] = round(lag, 3)
+            detail["outbox_lag_warning"] = lag > settings.EFFECT_LEDGER["OUTBOX_LAG_WARNING_SECONDS"]
+    finally:
+        detail["errors"] = errors[:50]
+        ReconciliationRun.objects.filter(id=run.id).update(
+            finished_at=timezone.now(),
+            examined=examined,
+            resolved=resolved,
+            escalated=escalated,
+            errors=len(errors),
+            detail=detail,
+        )
     return detail

@@ -29,23 +29,51 @@ class LookupKind(enum.StrEnum):
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a provider contract guarantees.
+    """What a provider contract guarantees for one action: the one place the engine, the
+    reconciler, operators' resolutions and the console read it from (``capabilities_for``).
 
     Attributes:
         idempotency_keys: the provider deduplicates requests on our idempotency key.
         lookup: how the provider answers a lookup by our key / reference.
+        consistency_window_seconds: how long the provider's read path may miss an effect that
+            exists (0 for a read-your-writes lookup). Duplicate checks keep looking this long
+            after an intent ends; an empty answer inside it proves nothing.
         list_by_reference: the provider can list effects by our business reference
             (used to find duplicates where it cannot deduplicate).
-        compensation_action: the action that undoes or offsets this one (e.g. ``payments.refund``).
+        compensation_action: the action that undoes or offsets this one (e.g. ``payments.refund``),
+            or None when the effect cannot be undone (an email).
         fences: the provider refuses a request whose fencing token is lower than the highest
             it has seen for the key.
     """
 
     idempotency_keys: bool
     lookup: LookupKind
+    consistency_window_seconds: float = 0.0
     list_by_reference: bool = False
     compensation_action: str | None = None
     fences: bool = False
+
+    @property
+    def same_key_retry_safe(self) -> bool:
+        """Whether sending the same request again (same key) can never create a second effect.
+
+        True only where the provider deduplicates on our key (Stripe-style idempotency keys:
+        a replay returns the stored answer). Everything that may send again — a retry after an
+        ambiguous outcome, a lease takeover, an operator's ``absent`` — asks this.
+        """
+        return self.idempotency_keys
+
+    @property
+    def absence_is_proof(self) -> bool:
+        """Whether a lookup's ABSENT proves the effect never happened (a keyed provider whose
+        lookup by key is authoritative); anything else that finds nothing proves nothing."""
+        return self.idempotency_keys and self.lookup == LookupKind.AUTHORITATIVE
+
+    @property
+    def duplicates_possible(self) -> bool:
+        """Whether one intent can leave two effects at the provider (no key deduplication), so
+        an intent that was sent more than once needs a duplicate check."""
+        return not self.idempotency_keys
 
 
 @dataclass(frozen=True)
@@ -185,6 +213,12 @@ class Adapter:
     argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {}
     #: Argument fields that hold money in minor units; floats there are refused.
     money_fields: ClassVar[tuple[str, ...]] = ("amount",)
+
+    def capabilities_for(self, action: str) -> Capabilities:
+        """The capabilities of ``action`` (default: the class's ``capabilities``; an adapter
+        serving several actions overrides this where they differ, e.g. a refund has no
+        compensation of its own)."""
+        return self.capabilities
 
     def validate(self, action: str, arguments: dict[str, Any]) -> None:
         """Check ``arguments`` against the action's JSON schema.

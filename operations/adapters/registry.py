@@ -13,7 +13,7 @@ from functools import cache
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from operations.adapters.base import Adapter
+from operations.adapters.base import Adapter, Capabilities
 from operations.adapters.generic_http import generic_http_adapter, generic_http_config
 
 DEFAULT_ADAPTERS: dict[str, str] = {
@@ -70,3 +70,13 @@ def get_adapter(action: str) -> Adapter:
     if path is None:
         raise UnknownAction(action, known_actions())
     return _instantiate(path)
+
+
+def capabilities_for(action: str) -> Capabilities:
+    """The capabilities of ``action``'s provider contract (keys honoured, lookup kind and
+    consistency window, compensation, fences), as its adapter declares them.
+
+    Raises:
+        UnknownAction: no adapter is registered for it.
+    """
+    return get_adapter(action).capabilities_for(action)

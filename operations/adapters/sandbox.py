@@ -16,6 +16,7 @@ The base URL is ``settings.SANDBOX_PROVIDER_URL``; every request is bounded by t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -163,6 +164,12 @@ class SandboxPaymentsAdapter(Adapter):
         "payments.refund": REFUND_SCHEMA,
     }
 
+    def capabilities_for(self, action: str) -> Capabilities:
+        """A charge is compensated by a refund; a refund has no compensation of its own."""
+        if action == "payments.refund":
+            return replace(self.capabilities, compensation_action=None)
+        return self.capabilities
+
     def preview(self, action: str, arguments: dict[str, Any]) -> Preview:
         """Describe the charge or refund; no request is sent."""
         amount = format_minor(arguments["amount"], arguments["currency"])
@@ -280,6 +287,13 @@ class SandboxEmailAdapter(Adapter):
     argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {"email.send": EMAIL_SCHEMA}
     money_fields: ClassVar[tuple[str, ...]] = ()
 
+    def capabilities_for(self, action: str) -> Capabilities:
+        """No keys, an eventual lookup by Message-ID whose lag is at most
+        ``settings.SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS``, and no compensation (a sent
+        email cannot be unsent: a duplicate becomes a finding for operators)."""
+        window = float(getattr(settings, "SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS", 120.0))
+        return replace(self.capabilities, consistency_window_seconds=window)
+
     def execute(self, call: ExecutionCall) -> ExecutionResult:
         """POST the email once with ``Message-ID: <{idempotency_key}@effect-ledger.local>``.
 
@@ -364,6 +378,22 @@ class SandboxReservationsAdapter(Adapter):
         "reservations.cancel": CANCEL_RESERVATION_SCHEMA,
     }
     money_fields: ClassVar[tuple[str, ...]] = ()
+
+    def capabilities_for(self, action: str) -> Capabilities:
+        """``reservations.create``: listed by reference; a late second booking (a request that
+        lands after the client gave up) may appear for up to
+        ``settings.SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS``; compensated by
+        ``reservations.cancel``. ``reservations.cancel`` reads the reservation itself and has
+        no compensation."""
+        if action == "reservations.cancel":
+            return replace(
+                self.capabilities,
+                lookup=LookupKind.EVENTUAL,
+                list_by_reference=False,
+                compensation_action=None,
+            )
+        window = float(getattr(settings, "SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS", 60.0))
+        return replace(self.capabilities, consistency_window_seconds=window)
 
     def execute(self, call: ExecutionCall) -> ExecutionResult:
         """Create the reservation (``POST /v1/reservations``) or cancel one

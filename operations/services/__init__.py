@@ -8,6 +8,7 @@ from operations.services.approvals import (
     intent_reject,
     user_principal,
 )
+from operations.services.duplicates import duplicate_check_updates
 from operations.services.execution import (
     Claim,
     intent_claim,
@@ -19,12 +20,16 @@ from operations.services.execution import (
     intent_take_over_lease,
 )
 from operations.services.resolution import (
+    COMPENSATION_DEAD_ENDS,
     complete_compensated_original,
     intent_begin_compensation,
     intent_escalate,
     intent_open_compensation,
+    intent_reopen_compensation,
     intent_resolve_absent,
     intent_resolve_found,
+    intent_settle_compensation,
+    next_compensation_generation,
 )
 from operations.services.submission import (
     PreviewResult,
@@ -36,6 +41,11 @@ from operations.services.submission import (
 from operations.services.transitions import check_allowed, transition
 
 __all__ = [
+    "COMPENSATION_DEAD_ENDS",
+    "duplicate_check_updates",
+    "intent_reopen_compensation",
+    "intent_settle_compensation",
+    "next_compensation_generation",
     "Claim",
     "SubmitResult",
     "check_allowed",

@@ -13,15 +13,15 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
-from django.db.models.functions import Now
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce, Now
 
 from operations import metrics
 from operations.adapters.base import ExecutionResult
-from operations.adapters.registry import get_adapter
 from operations.audit import audit_append
 from operations.models import Approval, Attempt, Intent, Outcome
 from operations.policies import needs_approval
+from operations.services.duplicates import duplicate_check_updates
 from operations.services.resolution import complete_compensated_original
 from operations.services.transitions import outbox_enqueue, transition
 
@@ -152,7 +152,11 @@ def _record(
     dispatch: bool = False,
 ) -> bool:
     """RUNNING -> ``to_status`` for the claim's fence (a stale worker's write moves nothing),
-    releasing the lease and closing the attempt. Call inside the caller's transaction."""
+    releasing the lease and closing the attempt. Call inside the caller's transaction.
+
+    A refused write is recorded too (``_record_fenced_out``): the attempt row says it was
+    fenced out and what the provider answered, and the intent's chain gets an audit event.
+    """
     moved = transition(
         intent_id=claim.intent.id,
         from_status=Intent.Status.RUNNING,
@@ -167,11 +171,63 @@ def _record(
     )
     if moved:
         _close_attempt(claim, attempt_result, error=error, detail=detail)
+    else:
+        _record_fenced_out(
+            claim,
+            would_be=to_status,
+            answer={"result": attempt_result, "error": error[:500], **(detail or {})},
+        )
     return moved
+
+
+def _record_fenced_out(claim: Claim, *, would_be: str, answer: dict[str, Any]) -> None:
+    """Record a write refused by the fence: a newer attempt (a lease takeover) moved the intent
+    while this worker was calling the provider. Its answer still matters — a stale worker that
+    did apply the effect is the one a duplicate check or a lookup must account for.
+
+    The attempt (still pending, or marked ``abandoned`` by the takeover) becomes ``fenced_out``
+    with the provider's answer; an audit event ``stale_write_refused`` is appended. At a
+    provider without keys, a stale success on an intent that already SUCCEEDED schedules a
+    duplicate check. Call inside the caller's transaction.
+    """
+    # Lock the intent row: the audit chain is appended under it (operations.audit).
+    current = (
+        Intent.objects.select_for_update().filter(id=claim.intent.id).values_list("status", flat=True).first()
+    )
+    if current is None:
+        return
+    Attempt.objects.filter(
+        id=claim.attempt.id, result__in=[Attempt.Result.PENDING, Attempt.Result.ABANDONED]
+    ).update(
+        finished_at=Coalesce(F("finished_at"), Now()),
+        result=Attempt.Result.FENCED_OUT,
+        error="fenced out: a newer attempt took over before this one recorded its outcome",
+        detail={"provider_answer": answer, "would_have_become": would_be},
+    )
+    audit_append(
+        intent_id=claim.intent.id,
+        event="stale_write_refused",
+        actor=f"worker:{claim.worker}",
+        reason="a newer attempt took over; this attempt's outcome was not applied",
+        data={
+            "fence": claim.fence,
+            "attempt_no": claim.attempt.attempt_no,
+            "would_have_become": would_be,
+            "provider_answer": answer,
+        },
+    )
+    metrics.FENCED_OUT_ATTEMPTS.labels(answer=answer.get("result", "")).inc()
+    if would_be == Intent.Status.SUCCEEDED and current == Intent.Status.SUCCEEDED:
+        Intent.objects.filter(id=claim.intent.id).update(
+            **duplicate_check_updates(action=claim.intent.action, attempts=2)
+        )
 
 
 def intent_record_success(*, claim: Claim, result: ExecutionResult) -> bool:
     """RUNNING -> SUCCEEDED with the provider's receipt, conditional on the claim's fence.
+
+    An intent sent more than once to a provider that cannot deduplicate gets duplicate checks
+    scheduled over its lookup's consistency window (``duplicate_check_updates``).
 
     Returns False (and counts ``stale_fences_rejected``) when a newer fence took over.
     """
@@ -183,14 +239,9 @@ def intent_record_success(*, claim: Claim, result: ExecutionResult) -> bool:
             attempt_result=Attempt.Result.SUCCEEDED,
             detail={"provider_reference": result.provider_reference},
             data={"replayed": result.replayed},
+            updates=duplicate_check_updates(action=claim.intent.action, attempts=claim.attempt.attempt_no),
         )
         if moved:
-            if (
-                claim.attempt.attempt_no > 1
-                and not get_adapter(claim.intent.action).capabilities.idempotency_keys
-            ):
-                # Several attempts at a provider that cannot deduplicate: look for duplicates.
-                Intent.objects.filter(id=claim.intent.id).update(verify_duplicates=True)
             complete_compensated_original(compensation=claim.intent)
             Outcome.objects.create(
                 intent=claim.intent,

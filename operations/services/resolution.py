@@ -10,13 +10,15 @@ import uuid
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 
 from operations import metrics
-from operations.adapters.registry import get_adapter
+from operations.adapters.registry import capabilities_for, get_adapter
 from operations.audit import audit_append
-from operations.exceptions import ResolutionRefused
+from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent, Outcome
+from operations.services.duplicates import duplicate_check_updates
 from operations.services.submission import intent_submit
 from operations.services.transitions import transition, transition_or_raise
 
@@ -27,13 +29,18 @@ def intent_resolve_found(
 ) -> None:  # fmt: skip
     """UNKNOWN -> SUCCEEDED with the provider's receipt found by lookup or given by an operator.
 
+    An intent sent more than once to a provider without keys gets duplicate checks scheduled
+    (``duplicate_check_updates``), as on every path that ends an intent.
+
     Args:
         source: ``reconciler`` or ``operator`` (``Outcome.Source``).
+        detail: stored on the outcome and in the audit event (e.g. ``{"verified": False}``).
 
     Raises:
         IntentMoved: the intent is no longer UNKNOWN.
     """
     with transaction.atomic():
+        intent = Intent.objects.only("action", "attempt_count").get(id=intent_id)
         transition_or_raise(
             intent_id=intent_id,
             from_status=Intent.Status.UNKNOWN,
@@ -41,8 +48,12 @@ def intent_resolve_found(
             actor=actor,
             event="outcome_found",
             reason=reason,
-            data={"provider_reference": provider_reference, "source": source},
-            updates={"last_error": "", "next_lookup_at": None},
+            data={"provider_reference": provider_reference, "source": source, **(detail or {})},
+            updates={
+                "last_error": "",
+                "next_lookup_at": None,
+                **duplicate_check_updates(action=intent.action, attempts=intent.attempt_count),
+            },
         )
         Outcome.objects.create(
             intent_id=intent_id, source=source, provider_reference=provider_reference, detail=detail or {}
@@ -71,47 +82,59 @@ def intent_resolve_absent(
     )
 
 
-def intent_escalate(*, intent_id: uuid.UUID, reason: str) -> bool:
-    """Hand an UNKNOWN intent to the operators' queue (once). Returns True if newly escalated.
+def intent_escalate(
+    *, intent_id: uuid.UUID, reason: str, status: str = Intent.Status.UNKNOWN, event: str = "escalated",
+    data: dict[str, Any] | None = None,
+) -> bool:  # fmt: skip
+    """Hand an intent to the operators' queue (once). Returns True if newly escalated.
 
-    Not a status change: the intent stays UNKNOWN; ``escalated_at`` is set and audited.
+    Not a status change: the intent stays in ``status`` (UNKNOWN: the reconciler could not
+    prove the outcome; COMPENSATING: its compensation failed, was rejected, expired or was
+    cancelled); ``escalated_at`` is set and the audit event ``event`` records why.
     """
     with transaction.atomic():
         # The race this stops: two reconciler passes escalating the same intent twice.
-        updated = Intent.objects.filter(
-            id=intent_id, status=Intent.Status.UNKNOWN, escalated_at__isnull=True
-        ).update(escalated_at=Now())
+        updated = Intent.objects.filter(id=intent_id, status=status, escalated_at__isnull=True).update(
+            escalated_at=Now()
+        )
         if updated:
-            audit_append(intent_id=intent_id, event="escalated", actor="reconciler", reason=reason)
+            audit_append(intent_id=intent_id, event=event, actor="reconciler", reason=reason, data=data)
     if updated:
         metrics.ESCALATIONS.inc()
     return bool(updated)
 
 
 def intent_open_compensation(
-    *, original: Intent, provider_reference: str, principal: str, cause: str
+    *, original: Intent, provider_reference: str, principal: str, cause: str, generation: int = 0
 ) -> Intent:
     """Open (or find) the compensation intent that undoes ``provider_reference`` of ``original``.
 
     It is an ordinary intent with its own key, retries, policy (it may need approval) and
     audit, linked to the original by ``compensates``. Its client key is derived from the
-    provider reference, so asking twice returns the same compensation.
+    provider reference (and ``generation`` for a compensation reopened by an operator after
+    an earlier one failed), so asking twice returns the same compensation.
+
+    Args:
+        cause: ``operator`` (undo the original's effect) or ``duplicate`` (undo an extra effect).
+        generation: 0 for the first compensation of this effect, then 1, 2 ...
 
     Raises:
         ResolutionRefused: the action has no compensation.
     """
-    adapter = get_adapter(original.action)
-    action = adapter.capabilities.compensation_action
+    action = capabilities_for(original.action).compensation_action
     if not action:
         raise ResolutionRefused(f"{original.action} has no compensation action")
     try:
-        arguments = adapter.compensation_arguments(original.action, original.arguments, provider_reference)
+        arguments = get_adapter(original.action).compensation_arguments(
+            original.action, original.arguments, provider_reference
+        )
     except NotImplementedError as exc:
         raise ResolutionRefused(f"{original.action} cannot be compensated: {exc}") from exc
+    suffix = f":{generation}" if generation else ""
     result = intent_submit(
         tenant=original.tenant,
         principal=principal,
-        client_key=f"compensate:{original.id}:{provider_reference}"[:255],
+        client_key=f"compensate:{original.id}:{provider_reference}"[: 255 - len(suffix)] + suffix,
         action=action,
         arguments=arguments,
         reference=f"compensation:{original.id}",
@@ -121,6 +144,14 @@ def intent_open_compensation(
     if result.created:
         metrics.COMPENSATIONS.labels(cause=cause).inc()
     return result.intent
+
+
+def next_compensation_generation(*, original_id: uuid.UUID, provider_reference: str) -> int:
+    """How many compensations were already opened for ``provider_reference`` of the original
+    (the ``generation`` of the next one)."""
+    return Intent.objects.filter(
+        compensates_id=original_id, metadata__provider_reference=provider_reference
+    ).count()
 
 
 def intent_begin_compensation(
@@ -155,8 +186,8 @@ def complete_compensated_original(*, compensation: Intent) -> None:
     Call in the transaction that records the compensation's success. An original that is not
     COMPENSATING (a duplicate was compensated and one effect remains) keeps its state.
     """
-    if compensation.compensates_id is None:
-        return
+    if compensation.compensates_id is None or compensation.metadata.get("cause") == "duplicate":
+        return  # a duplicate's compensation undoes an extra effect, not the original's own
     transition(
         intent_id=compensation.compensates_id,
         from_status=Intent.Status.COMPENSATING,
@@ -164,4 +195,82 @@ def complete_compensated_original(*, compensation: Intent) -> None:
         actor="reconciler",
         event="compensated",
         data={"compensation_intent": str(compensation.id)},
+    )
+
+
+#: States in which a compensation intent can no longer undo anything.
+COMPENSATION_DEAD_ENDS = (
+    Intent.Status.FAILED,
+    Intent.Status.REJECTED,
+    Intent.Status.EXPIRED,
+    Intent.Status.CANCELLED,
+)
+
+
+def intent_reopen_compensation(*, intent_id: uuid.UUID, actor: str, reason: str) -> Intent:
+    """An operator opens a new compensation for an escalated COMPENSATING intent whose last
+    compensation failed, was rejected, expired or was cancelled. The intent stays
+    COMPENSATING; ``escalated_at`` is cleared; audit event ``compensation_reopened``.
+
+    Returns:
+        The new compensation intent (its own key: the next ``generation``).
+
+    Raises:
+        IntentMoved: the intent is not an escalated COMPENSATING intent any more.
+        ResolutionRefused: the action has no compensation.
+    """
+    with transaction.atomic():
+        original = Intent.objects.select_for_update().get(id=intent_id)
+        if original.status != Intent.Status.COMPENSATING or original.escalated_at is None:
+            raise IntentMoved(
+                intent_id=intent_id,
+                expected="COMPENSATING with a failed compensation",
+                current=original.status,
+            )
+        last = (
+            Intent.objects.filter(compensates=original)
+            .exclude(metadata__cause="duplicate")
+            .order_by("-created_at")
+            .first()
+        )
+        reference = str(last.metadata.get("provider_reference", "")) if last else ""
+        compensation = intent_open_compensation(
+            original=original,
+            provider_reference=reference,
+            principal=actor,
+            cause="operator",
+            generation=next_compensation_generation(original_id=original.id, provider_reference=reference),
+        )
+        Intent.objects.filter(id=intent_id).update(escalated_at=None, updated_at=Now())
+        audit_append(
+            intent_id=intent_id,
+            event="compensation_reopened",
+            actor=actor,
+            reason=reason,
+            data={"compensation_intent": str(compensation.id), "provider_reference": reference},
+        )
+    return compensation
+
+
+def intent_settle_compensation(*, intent_id: uuid.UUID, compensated: bool, actor: str, reason: str) -> None:
+    """An operator ends an escalated COMPENSATING intent without a new compensation:
+    ``compensated=True`` -> COMPENSATED (undone outside the ledger, e.g. by provider support);
+    ``compensated=False`` -> SUCCEEDED (the effect stands, e.g. the customer kept the booking).
+
+    Raises:
+        IntentMoved: the intent is not an escalated COMPENSATING intent (a compensation may be
+            running: the operator must wait for it).
+    """
+    target = Intent.Status.COMPENSATED if compensated else Intent.Status.SUCCEEDED
+    transition_or_raise(
+        intent_id=intent_id,
+        from_status=Intent.Status.COMPENSATING,
+        to_status=target,
+        actor=actor,
+        event="compensation_settled",
+        reason=reason,
+        data={"compensated": compensated},
+        updates={"escalated_at": None},
+        # The race this stops: settling while a reopened compensation runs.
+        where=Q(escalated_at__isnull=False),
     )

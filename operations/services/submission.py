@@ -14,7 +14,13 @@ from operations import metrics
 from operations.adapters.base import ArgumentsInvalid, Preview
 from operations.adapters.registry import UnknownAction, get_adapter
 from operations.audit import audit_append
-from operations.exceptions import ClientKeyInvalid, IdempotencyKeyReused, IntentMoved, ValidationFailed
+from operations.exceptions import (
+    CancelRefused,
+    ClientKeyInvalid,
+    IdempotencyKeyReused,
+    IntentMoved,
+    ValidationFailed,
+)
 from operations.idempotency import (
     CanonicalizationError,
     derive_provider_key,
@@ -181,7 +187,13 @@ def intent_cancel(*, intent_id: uuid.UUID, actor: str, reason: str = "") -> Inte
     Raises:
         IntentMoved: the intent is RUNNING or beyond (cancel is honoured only before RUNNING);
             ``current`` names its state.
+        CancelRefused: an agent asked to cancel a compensation intent (only people may: an
+            agent's cancel would leave the original's effect un-undone with nobody told).
     """
+    if actor.startswith("agent:") and Intent.objects.filter(id=intent_id, compensates__isnull=False).exists():
+        raise CancelRefused(
+            "this is a compensation intent opened to undo another intent's effect; only an operator can cancel it"
+        )
     for from_status in (Intent.Status.AWAITING_APPROVAL, Intent.Status.READY):
         if transition(
             intent_id=intent_id,

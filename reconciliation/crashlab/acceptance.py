@@ -283,7 +283,7 @@ class Gate:
         duplicate risk) books twice; reconciliation cancels the extra; one remains."""
         from django.contrib.auth import get_user_model
 
-        from reconciliation.lookups import verify_duplicates
+        from reconciliation.duplicates import run_duplicate_checks
         from reconciliation.resolution import resolve_absent
 
         reference = f"gate-resv-{uuid.uuid4().hex[:8]}"
@@ -300,7 +300,7 @@ class Gate:
             accept_duplicate_risk=True,
         )
         self._wait_status(intent, {"SUCCEEDED"})
-        verify_duplicates()
+        run_duplicate_checks()
         compensations = list(Intent.objects.filter(compensates=intent))
         self.intent_ids.extend(c.id for c in compensations)
         for compensation in compensations:

@@ -10,9 +10,9 @@ from django.test import Client
 
 from operations.adapters.base import ExecutionResult
 from operations.adapters.registry import get_adapter
+from operations.calls import lookup_call
 from operations.models import Intent
 from operations.services import Claim, intent_claim, intent_mark_unknown
-from reconciliation.lookups import execution_call_for
 from tests.factories import UserFactory, charge_arguments, submit
 
 
@@ -82,7 +82,7 @@ def unknown_with_effect(**kwargs: Any) -> tuple[Intent, str]:
     Returns (intent, the provider's charge id). Needs the ``sandbox`` fixture."""
     intent = submit(arguments=charge_arguments(), **kwargs)
     claim = claimed(intent)
-    result: ExecutionResult = get_adapter(intent.action).execute(execution_call_for(claim.intent))
+    result: ExecutionResult = get_adapter(intent.action).execute(lookup_call(claim.intent))
     assert intent_mark_unknown(
         claim=claim, error="response lost after the charge was sent", cause="ambiguous"
     )

@@ -153,7 +153,7 @@ def test_stale_worker_write_is_refused_and_newer_outcome_kept(sandbox: Any) -> N
     assert list(Outcome.objects.filter(intent=intent).values_list("provider_reference", flat=True)) == [
         "ch_new"
     ]
-    assert Attempt.objects.get(intent=intent, fence=1).result == "abandoned"
+    assert Attempt.objects.get(intent=intent, fence=1).result == "fenced_out"
 
 
 def test_live_lease_is_never_taken_over(sandbox: Any) -> None:

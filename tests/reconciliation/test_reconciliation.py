@@ -16,7 +16,8 @@ from operations.engine import execute_intent
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent, Outcome
 from operations.services import intent_claim, intent_mark_unknown
-from reconciliation.lookups import claim_unknown_batch, reconcile_unknown, verify_duplicates
+from reconciliation.duplicates import run_duplicate_checks
+from reconciliation.lookups import claim_unknown_batch, reconcile_unknown
 from reconciliation.models import Evidence, ReconciliationRun
 from reconciliation.resolution import resolve_absent, resolve_compensate, resolve_confirmed
 from reconciliation.services import expire_approvals, reconcile_pass
@@ -162,15 +163,15 @@ def test_reservation_blind_retry_duplicate_is_compensated(sandbox: Any, operator
     assert execute_intent(intent.id) == "succeeded"
     assert len(sandbox.ledger("reservations")) == 2
     # when: reconciliation checks for duplicates, then the compensation runs
-    counts = verify_duplicates()
+    counts = run_duplicate_checks()
     (compensation,) = Intent.objects.filter(compensates=intent)
-    assert counts.resolved == 1 and compensation.action == "reservations.cancel"
+    assert counts.found == 1 and compensation.action == "reservations.cancel"
     assert execute_intent(compensation.id) == "succeeded"
     # then: one active reservation remains, and a second check opens nothing new
     active = [r for r in sandbox.ledger("reservations") if r["status"] == "confirmed"]
     assert len(active) == 1
-    Intent.objects.filter(id=intent.id).update(verify_duplicates=True)
-    verify_duplicates()
+    Intent.objects.filter(id=intent.id).update(next_duplicate_check_at=Now())
+    run_duplicate_checks()
     assert Intent.objects.filter(compensates=intent).count() == 1
     assert Evidence.objects.filter(intent=intent, kind="duplicate").exists()
 
@@ -233,7 +234,11 @@ def test_confirmed_by_operator(sandbox: Any, operator: Any) -> None:
     intent = unknown(submit(action="email.send", arguments=email(3)))
     # when
     resolved = resolve_confirmed(
-        intent_id=intent.id, user=operator, provider_reference="em_123", reason="customer forwarded the mail"
+        intent_id=intent.id,
+        user=operator,
+        provider_reference="em_123",
+        reason="customer forwarded the mail",
+        accept_unverified=True,
     )
     # then
     assert resolved.status == "SUCCEEDED"
@@ -330,12 +335,12 @@ def test_reconciler_batch_query_uses_the_partial_index_at_100k_unknown(db: Any) 
             """
             INSERT INTO operations_intent (id, tenant, principal, action, action_version, arguments, request_hash,
                 client_key, idempotency_key, reference, metadata, policy, risk_rank, status, fence, lease_owner,
-                attempt_count, cancel_requested, last_error, lookup_count, next_lookup_at, verify_duplicates,
+                attempt_count, cancel_requested, last_error, lookup_count, next_lookup_at,
                 created_at, updated_at)
             SELECT gen_random_uuid(), tenant, principal, action, action_version, arguments, request_hash,
                 'bulk-' || g, 'el_bulk_' || g, reference, metadata, policy, risk_rank,
                 CASE WHEN g %% 10 = 0 THEN 'SUCCEEDED' ELSE 'UNKNOWN' END, 1, '', 1, false, '', 0,
-                now() + interval '1 day' + (g || ' seconds')::interval, false, now(), now()
+                now() + interval '1 day' + (g || ' seconds')::interval, now(), now()
             FROM operations_intent, generate_series(1, 111112) AS g WHERE id = %s
             """,
             [template.id],

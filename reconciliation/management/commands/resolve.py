@@ -1,4 +1,10 @@
-"""``manage.py resolve INTENT_ID --as confirmed|absent|compensate --reason TEXT``."""
+"""``manage.py resolve INTENT_ID --as VERB --reason TEXT``.
+
+UNKNOWN intents: ``confirmed`` (``--provider-reference``; ``--unverified`` when the provider
+cannot verify it), ``absent`` (``--accept-duplicate-risk`` at a provider without keys),
+``compensate``. COMPENSATING intents whose compensation failed: ``reopen`` (a new compensation),
+``compensated`` (undone outside the ledger), ``kept`` (the effect stands).
+"""
 
 from __future__ import annotations
 
@@ -9,17 +15,37 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from operations.exceptions import LedgerError
-from reconciliation.resolution import resolve_absent, resolve_compensate, resolve_confirmed
+from reconciliation.resolution import (
+    resolve_absent,
+    resolve_compensate,
+    resolve_confirmed,
+    resolve_failed_compensation,
+)
+
+FAILED_COMPENSATION_VERBS = ("reopen", "compensated", "kept")
 
 
 class Command(BaseCommand):
-    help = "Resolve an UNKNOWN intent as an operator (confirmed, absent or compensate)."
+    help = (
+        "Resolve an UNKNOWN intent as an operator (confirmed, absent or compensate), or a "
+        "COMPENSATING intent whose compensation failed (reopen, compensated or kept)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("intent_id", type=uuid.UUID)
-        parser.add_argument("--as", dest="verb", required=True, choices=["confirmed", "absent", "compensate"])
+        parser.add_argument(
+            "--as",
+            dest="verb",
+            required=True,
+            choices=["confirmed", "absent", "compensate", *FAILED_COMPENSATION_VERBS],
+        )
         parser.add_argument("--reason", required=True)
         parser.add_argument("--provider-reference", default="", help="required for confirmed")
+        parser.add_argument(
+            "--unverified",
+            action="store_true",
+            help="confirmed although the provider cannot verify the reference (recorded as unverified)",
+        )
         parser.add_argument(
             "--accept-duplicate-risk", action="store_true", help="absent at a provider without keys"
         )
@@ -38,6 +64,11 @@ class Command(BaseCommand):
                     user=user,
                     provider_reference=options["provider_reference"],
                     reason=options["reason"],
+                    accept_unverified=options["unverified"],
+                )
+            elif options["verb"] in FAILED_COMPENSATION_VERBS:
+                intent = resolve_failed_compensation(
+                    intent_id=options["intent_id"], user=user, verb=options["verb"], reason=options["reason"]
                 )
             elif options["verb"] == "absent":
                 intent = resolve_absent(

@@ -1,0 +1,42 @@
+"""The one factory for the ``ExecutionCall`` sent to a provider, for an attempt and for a
+lookup; the two differ only in the arguments named here."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from operations.adapters.base import ExecutionCall
+from operations.models import Intent
+
+
+def provider_call(intent: Intent, *, fence: int, attempt_no: int, deadline_seconds: float) -> ExecutionCall:
+    """The call describing ``intent`` to its provider.
+
+    Args:
+        fence: the fencing token to send (an attempt's own claim; for a lookup the intent's
+            current fence).
+        attempt_no: 1-based attempt number (for a lookup, the last attempt's).
+        deadline_seconds: the adapter gives up within this many seconds.
+    """
+    return ExecutionCall(
+        intent_id=str(intent.id),
+        action=intent.action,
+        action_version=intent.action_version,
+        arguments=intent.arguments,
+        idempotency_key=intent.idempotency_key,
+        fence=fence,
+        attempt_no=attempt_no,
+        deadline_seconds=deadline_seconds,
+        reference=intent.reference,
+    )
+
+
+def lookup_call(intent: Intent) -> ExecutionCall:
+    """The call a lookup describes: the intent as its last attempt sent it, with the configured
+    provider timeout (``EFFECT_LEDGER["PROVIDER_TIMEOUT_SECONDS"]``) as the deadline."""
+    return provider_call(
+        intent,
+        fence=intent.fence,
+        attempt_no=intent.attempt_count,
+        deadline_seconds=float(settings.EFFECT_LEDGER["PROVIDER_TIMEOUT_SECONDS"]),
+    )

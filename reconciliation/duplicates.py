@@ -1,0 +1,297 @@
+"""Duplicate checks at providers without idempotency keys, and compensations that end badly.
+
+An intent sent more than once to a provider that cannot deduplicate may have left two
+effects. Whatever ended it (worker, reconciler, operator) scheduled checks over its lookup's
+consistency window (``operations.services.duplicate_check_updates``); each check lists what the
+provider holds for the intent. Every extra effect becomes a ``DuplicateFinding``: with its own
+keyed, audited compensation intent where the action has one (``compensating``), else visible to
+operators (``open``) — never an exception.
+
+A compensation that fails, is rejected, expires or is cancelled is never a dead end:
+``sweep_compensations`` puts the original (COMPENSATING) back in front of an operator
+(escalated, with the evidence) and re-opens the finding of a duplicate whose compensation
+failed. Operators then open a new compensation or settle it (``reconciliation.resolution``).
+
+Each item is its own transaction; an error is logged, counted, returned to the pass and the
+item is looked at again later (the claim already pushed its next check forward).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
+from django.db.models.functions import Now
+
+from operations import metrics, services
+from operations.adapters.base import LookupResult, LookupStatus
+from operations.adapters.registry import capabilities_for, get_adapter
+from operations.audit import audit_append
+from operations.calls import lookup_call
+from operations.models import Intent
+from reconciliation.models import DuplicateFinding, Evidence
+
+logger = logging.getLogger("reconciliation")
+
+#: Seconds between duplicate checks of one intent, by check number (then the last value).
+CHECK_BACKOFF_SECONDS = (1, 2, 5, 10, 30, 60)
+
+#: States in which the effect an intent keeps is known, so extra effects can be told apart.
+ENDED_WITH_EFFECT = (Intent.Status.SUCCEEDED, Intent.Status.COMPENSATING, Intent.Status.COMPENSATED)
+
+#: States after which no later attempt will be made and no check can be useful.
+NOTHING_TO_CHECK = (
+    Intent.Status.FAILED,
+    Intent.Status.REJECTED,
+    Intent.Status.EXPIRED,
+    Intent.Status.CANCELLED,
+)
+
+
+@dataclass
+class DuplicateCounts:
+    """What one pass of duplicate checks (or of the compensation sweep) did."""
+
+    examined: int = 0
+    found: int = 0
+    escalated: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def claim_duplicate_checks(*, batch: int) -> list[uuid.UUID]:
+    """Claim up to ``batch`` intents due for a duplicate check, pushing their next check 60 s
+    forward so a second reconciler skips them (partial index ``intent_duplicate_check_q``)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE operations_intent
+            SET next_duplicate_check_at = statement_timestamp() + interval '60 seconds'
+            WHERE id IN (
+                SELECT id FROM operations_intent
+                WHERE next_duplicate_check_at <= statement_timestamp()
+                ORDER BY next_duplicate_check_at
+                LIMIT %s
+                FOR UPDATE SKIP LOCKED
+            )
+            RETURNING id
+            """,
+            [batch],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _kept_reference(intent: Intent, found: tuple[str, ...]) -> str:
+    recorded = intent.outcomes.order_by("created_at").values_list("provider_reference", flat=True).first()
+    return recorded or found[0]
+
+
+def record_duplicates(*, intent: Intent, references: list[str], keep: str) -> int:
+    """Record every effect in ``references`` other than ``keep`` as a ``DuplicateFinding`` of
+    ``intent`` (once each), compensating it where the action has a compensation, else leaving
+    it open for operators. Call inside a transaction.
+
+    Returns:
+        How many findings are new.
+    """
+    extras = [ref for ref in dict.fromkeys(references) if ref != keep]
+    known = set(
+        DuplicateFinding.objects.filter(intent=intent, provider_reference__in=extras).values_list(
+            "provider_reference", flat=True
+        )
+    )
+    new = [ref for ref in extras if ref not in known]
+    if not new:
+        return 0
+    Evidence.objects.create(
+        intent=intent,
+        kind=Evidence.Kind.DUPLICATE,
+        result="duplicates_found",
+        provider_references=references,
+        detail={"kept": keep, "extra": new},
+    )
+    compensation_action = capabilities_for(intent.action).compensation_action
+    # Lock the intent row: the audit chain is appended under it.
+    Intent.objects.select_for_update().filter(id=intent.id).values_list("id", flat=True).first()
+    for ref in new:
+        if compensation_action:
+            compensation = services.intent_open_compensation(
+                original=intent, provider_reference=ref, principal="system:reconciler", cause="duplicate"
+            )
+            DuplicateFinding.objects.create(
+                intent=intent,
+                provider_reference=ref,
+                kept_reference=keep,
+                state=DuplicateFinding.State.COMPENSATING,
+                compensation=compensation,
+                note=f"compensating with {compensation_action}",
+            )
+            handling = "compensating"
+        else:
+            DuplicateFinding.objects.create(
+                intent=intent,
+                provider_reference=ref,
+                kept_reference=keep,
+                state=DuplicateFinding.State.OPEN,
+                note=f"{intent.action} has no compensation: an operator must decide",
+            )
+            handling = "flagged"
+        audit_append(
+            intent_id=intent.id,
+            event="duplicate_found",
+            actor="reconciler",
+            reason=f"a second effect {ref} exists at the provider; kept {keep}",
+            data={"provider_reference": ref, "kept": keep, "handling": handling},
+        )
+        metrics.DUPLICATES_FOUND.labels(handling=handling).inc()
+    return len(new)
+
+
+def _next_check(intent_id: uuid.UUID, checks: int) -> None:
+    """Schedule the next check with backoff while the consistency window lasts; after the
+    window one last check has run, so stop."""
+    delay = CHECK_BACKOFF_SECONDS[min(checks, len(CHECK_BACKOFF_SECONDS)) - 1]
+    Intent.objects.filter(id=intent_id, duplicate_check_until__gt=Now()).update(
+        next_duplicate_check_at=Now() + timedelta(seconds=delay)
+    )
+    Intent.objects.filter(id=intent_id, duplicate_check_until__lte=Now()).update(next_duplicate_check_at=None)
+
+
+def check_intent_for_duplicates(intent_id: uuid.UUID) -> int:
+    """One duplicate check of one intent: look every effect up at the provider and record the
+    extras. Returns how many new findings it recorded.
+
+    An intent that has not ended yet (READY, RUNNING, UNKNOWN after an operator's ``absent``)
+    is checked again later; one that ended without any effect needs no check.
+    """
+    intent = Intent.objects.get(id=intent_id)
+    if intent.status in NOTHING_TO_CHECK:
+        Intent.objects.filter(id=intent_id).update(next_duplicate_check_at=None)
+        return 0
+    checks = (
+        Evidence.objects.filter(
+            intent=intent, kind=Evidence.Kind.LOOKUP, detail__purpose="duplicates"
+        ).count()
+        + 1
+    )
+    if intent.status not in ENDED_WITH_EFFECT:
+        _next_check(intent_id, checks)
+        return 0
+    try:
+        result = get_adapter(intent.action).lookup(lookup_call(intent))
+    except Exception as exc:  # a lookup error is evidence of nothing
+        result = LookupResult(status=LookupStatus.INCONCLUSIVE, detail={"error": repr(exc)[:500]})
+    Evidence.objects.create(
+        intent=intent,
+        kind=Evidence.Kind.LOOKUP,
+        result=result.status.value,
+        provider_references=list(result.provider_references),
+        detail={**result.detail, "purpose": "duplicates"},
+    )
+    metrics.LOOKUPS.labels(result=result.status.value).inc()
+    found = 0
+    if result.status == LookupStatus.FOUND and len(result.provider_references) > 1:
+        with transaction.atomic():
+            found = record_duplicates(
+                intent=intent,
+                references=list(result.provider_references),
+                keep=_kept_reference(intent, result.provider_references),
+            )
+    _next_check(intent_id, checks)
+    return found
+
+
+def run_duplicate_checks(*, batch: int | None = None) -> DuplicateCounts:
+    """One pass: every intent due for a duplicate check, each on its own; one item's error
+    never stops the pass (it is counted, reported and the item is checked again later)."""
+    counts = DuplicateCounts()
+    for intent_id in claim_duplicate_checks(batch=batch or int(settings.EFFECT_LEDGER["RECONCILE_BATCH"])):
+        counts.examined += 1
+        try:
+            counts.found += check_intent_for_duplicates(intent_id)
+        except Exception as exc:
+            logger.exception("duplicate check failed", extra={"intent_id": str(intent_id)})
+            metrics.RECONCILE_ITEM_ERRORS.labels(sweep="duplicates").inc()
+            counts.errors.append(f"duplicate check of {intent_id}: {exc!r}"[:300])
+    return counts
+
+
+def sweep_compensations(*, batch: int | None = None) -> DuplicateCounts:
+    """Follow compensation intents to their end.
+
+    * A duplicate's compensation that SUCCEEDED resolves its finding; one that ended FAILED,
+      REJECTED, EXPIRED or CANCELLED re-opens the finding for operators.
+    * An original in COMPENSATING none of whose own compensations can still succeed is
+      escalated (``compensation_failed``) with the compensation's state and last error.
+    """
+    size = batch or int(settings.EFFECT_LEDGER["RECONCILE_BATCH"])
+    counts = DuplicateCounts()
+    findings = list(
+        DuplicateFinding.objects.filter(
+            state=DuplicateFinding.State.COMPENSATING,
+            compensation__status__in=[Intent.Status.SUCCEEDED, *services.COMPENSATION_DEAD_ENDS],
+        ).select_related("compensation")[:size]
+    )
+    for finding in findings:
+        counts.examined += 1
+        compensation = finding.compensation
+        assert compensation is not None
+        if compensation.status == Intent.Status.SUCCEEDED:
+            state, note = DuplicateFinding.State.RESOLVED, f"compensated by {compensation.id}"
+        else:
+            state = DuplicateFinding.State.OPEN
+            note = f"compensation {compensation.id} ended {compensation.status}: {compensation.last_error}"[
+                :1000
+            ]
+            counts.escalated += 1
+        DuplicateFinding.objects.filter(id=finding.id, state=DuplicateFinding.State.COMPENSATING).update(
+            state=state,
+            note=note,
+            resolved_by="reconciler" if state == DuplicateFinding.State.RESOLVED else "",
+        )
+    alive = (
+        Intent.objects.filter(compensates=OuterRef("pk"))
+        .exclude(metadata__cause="duplicate")
+        .exclude(status__in=services.COMPENSATION_DEAD_ENDS)
+    )
+    stuck = (
+        Intent.objects.filter(status=Intent.Status.COMPENSATING, escalated_at__isnull=True)
+        .filter(~Exists(alive))
+        .values_list("id", flat=True)[:size]
+    )
+    for intent_id in stuck:
+        counts.examined += 1
+        last = (
+            Intent.objects.filter(compensates_id=intent_id)
+            .exclude(metadata__cause="duplicate")
+            .order_by("-created_at")
+            .first()
+        )
+        detail: dict[str, str | None] = (
+            {
+                "compensation_intent": str(last.id),
+                "compensation_status": last.status,
+                "last_error": last.last_error[:500],
+            }
+            if last
+            else {"compensation_intent": None}
+        )
+        what = f"compensation {last.id} ended {last.status}" if last else "no compensation intent exists"
+        try:
+            if services.intent_escalate(
+                intent_id=intent_id,
+                status=Intent.Status.COMPENSATING,
+                event="compensation_failed",
+                reason=f"{what}; the effect is not undone: open a new compensation or settle it",
+                data=detail,
+            ):
+                counts.escalated += 1
+        except Exception as exc:
+            logger.exception("escalating a failed compensation failed", extra={"intent_id": str(intent_id)})
+            metrics.RECONCILE_ITEM_ERRORS.labels(sweep="compensations").inc()
+            counts.errors.append(f"compensation sweep of {intent_id}: {exc!r}"[:300])
+    return counts
