@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,31 @@ def money(amount: Any, currency: str | None = "") -> str:
     sign = "-" if amount < 0 else ""
     whole, cents = divmod(abs(amount), 100)
     return f"{sign}{whole:,}.{cents:02d} {currency or ''}".strip()
+
+
+#: What a money column shows when the action moves no money (or names no currency).
+NO_AMOUNT = "—"
+
+
+@register.filter
+def amount(arguments: Any) -> str:
+    """The money in an intent's ``arguments``, for lists that mix every action kind.
+
+    ``{"amount": 4990, "currency": "EUR", ...}`` -> ``49.90 EUR`` (as ``money``). Anything
+    else -> ``—``: no ``amount``, an amount that is not an integer (a bool is not one), no
+    ``currency`` or an empty one (an email, a reservation, a generic action whose ``amount``
+    is a count), or arguments that are not a mapping.
+
+    It takes the whole dict on purpose: ``{{ x.amount|money:x.currency }}`` raises
+    ``VariableDoesNotExist`` (an HTTP 500) when ``currency`` is missing, because Django
+    resolves a filter's argument strictly, unlike the value it filters.
+    """
+    if not isinstance(arguments, Mapping):
+        return NO_AMOUNT
+    value, currency = arguments.get("amount"), arguments.get("currency")
+    if not isinstance(value, int) or isinstance(value, bool) or not isinstance(currency, str) or not currency:
+        return NO_AMOUNT
+    return money(value, currency)
 
 
 @register.filter

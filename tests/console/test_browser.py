@@ -11,13 +11,14 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 
 from operations.engine import execute_intent
 from operations.models import Intent
-from tests.console.conftest import gated, unknown_with_effect
-from tests.factories import UserFactory, charge_arguments
+from tests.console.conftest import gated, make_unknown, unknown_with_effect
+from tests.factories import UserFactory, charge_arguments, submit
 
 CHROMIUM = Path("/usr/bin/chromium")
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
@@ -78,8 +79,6 @@ def shot(page: Any, name: str) -> None:
 def test_sign_in_approve_a_high_risk_payment_and_watch_it_succeed(page: Any, sandbox: Any) -> None:
     # given: an agent's 250.00 EUR charge waiting for approval, and an approver
     UserFactory(username="alice", groups=["approver"])
-    from tests.factories import submit
-
     submit(arguments=charge_arguments(4_990), reference="order-1001")
     intent = gated(25_000, reference="order-1001")
     sign_in(page, "alice")
@@ -161,3 +160,103 @@ def test_an_approver_cannot_approve_their_own_request(page: Any) -> None:
     )
     assert result[0] == 403 and "four eyes" in result[1]
     assert Intent.objects.get(id=intent.id).status == Intent.Status.AWAITING_APPROVAL
+
+
+def fail_next_polls(page: Any, path: str) -> None:
+    """Answer every htmx request (``HX-Request: true``) for ``path`` with a bare HTTP 500,
+    as a crashing view would; full page loads still reach the server."""
+
+    def answer(route: Any) -> None:
+        if route.request.headers.get("hx-request") == "true":
+            route.fulfill(status=500, content_type="text/html", body="<h1>Server Error (500)</h1>")
+        else:
+            route.continue_()
+
+    page.route(lambda url: urlparse(url).path == path, answer)
+
+
+EMAIL = {"to": "ana@example.test", "subject": "Receipt", "body": "Thanks"}
+
+
+def test_unknown_queue_never_shows_a_failed_refresh_as_empty(page: Any) -> None:
+    # given: a viewer has the UNKNOWN queue open, reached from the dashboard, while it is empty
+    UserFactory(username="vera", groups=["viewer"])
+    page.clock.install()  # polls run every 15 s: the test moves the page's clock instead of waiting
+    sign_in(page, "vera")
+    page.get_by_role("link", name="Open the queue").click()
+    expect(page).to_have_url(re.compile(r"/unknown/$"))
+    rows = page.locator("#unknown-rows")
+    expect(rows.get_by_text("No intent is UNKNOWN.")).to_be_visible()
+    # when: an email goes UNKNOWN and the next poll answers 500
+    email = make_unknown(action="email.send", arguments=EMAIL)
+    fail_next_polls(page, "/unknown/")
+    page.clock.fast_forward(16_000)
+    # then: the list is marked stale, its empty-state text is gone, and the notice says why
+    expect(rows.locator(".stale-mark")).to_contain_text("may be out of date")
+    expect(rows.get_by_text("No intent is UNKNOWN.")).to_be_hidden()
+    expect(page.locator("#notice")).to_contain_text("failed (HTTP 500)")
+    # when: the next poll succeeds
+    page.unroute_all()
+    page.clock.fast_forward(16_000)
+    # then: the email is listed, with no stale mark and no notice left
+    expect(page.locator("#unknown-rows")).to_contain_text(str(email.id))
+    expect(page.locator("#unknown-rows .stale-mark")).to_have_count(0)
+    expect(page.locator("#notice")).to_be_hidden()
+    # and the dashboard's "Open the queue" link leads to a queue that renders it
+    page.goto("/")
+    link = page.get_by_role("link", name="Open the queue")
+    assert link.get_attribute("href") == "/unknown/"
+    with page.expect_navigation() as navigation:
+        link.click()
+    assert navigation.value.status == 200
+    expect(page.get_by_role("link", name="email.send")).to_be_visible()
+
+
+@pytest.mark.parametrize(
+    ("path", "region", "poll_ms", "hidden_when_stale"),
+    [
+        ("/approvals/", "#approval-rows", 10_000, "Nothing awaits a decision."),
+        ("/", "#stats", 15_000, "Nothing awaits a decision."),
+        ("/intents/{id}/", "#intent-status", 2_000, "(refreshing)"),
+    ],
+    ids=["approvals", "dashboard", "intent-status"],
+)
+def test_every_polled_region_is_marked_stale_when_its_refresh_fails(
+    page: Any, path: str, region: str, poll_ms: int, hidden_when_stale: str
+) -> None:
+    # given: a polled region on screen (the intent is READY, so its status keeps refreshing)
+    UserFactory(username="vera", groups=["viewer"])
+    path = path.format(id=submit(action="email.send", arguments=EMAIL).id)
+    page.clock.install()
+    sign_in(page, "vera")
+    page.goto(path)
+    polled = page.locator(region)
+    expect(polled.get_by_text(hidden_when_stale)).to_be_visible()
+    # when: its next refresh answers 500
+    fail_next_polls(page, path)
+    page.clock.fast_forward(poll_ms + 1_000)
+    # then: marked stale where the user looks, what would read as current is hidden
+    expect(polled.locator(".stale-mark")).to_contain_text("Not refreshed (HTTP 500)")
+    expect(polled.get_by_text(hidden_when_stale)).to_be_hidden()
+    expect(page.locator("#notice")).to_contain_text("failed (HTTP 500)")
+    # when / then: the next successful refresh clears the mark
+    page.unroute_all()
+    page.clock.fast_forward(poll_ms + 1_000)
+    expect(page.locator(f"{region} .stale-mark")).to_have_count(0)
+    expect(page.locator(region).get_by_text(hidden_when_stale)).to_be_visible()
+
+
+def test_a_poll_that_cannot_reach_the_server_marks_the_queue_stale(page: Any) -> None:
+    # given: the empty UNKNOWN queue on screen
+    UserFactory(username="vera", groups=["viewer"])
+    page.clock.install()
+    sign_in(page, "vera")
+    page.goto("/unknown/")
+    rows = page.locator("#unknown-rows")
+    # when: the next poll never reaches the server
+    page.route(lambda url: urlparse(url).path == "/unknown/", lambda route: route.abort("connectionrefused"))
+    page.clock.fast_forward(16_000)
+    # then
+    expect(rows.locator(".stale-mark")).to_contain_text("Not refreshed (server unreachable)")
+    expect(rows.get_by_text("No intent is UNKNOWN.")).to_be_hidden()
+    expect(page.locator("#notice")).to_contain_text("could not be reached")

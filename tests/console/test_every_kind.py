@@ -1,0 +1,280 @@
+"""Every console page renders for every provider kind in every state that kind can reach.
+
+Issue 10, fault 1: the UNKNOWN queue (and the approvals inbox) answered 500 as soon as one
+listed intent had no ``currency`` argument (email.send, reservations.*, generic actions),
+because a template filter argument that does not resolve raises ``VariableDoesNotExist``.
+These tests build one intent per (kind, state) through the services and open every page, the
+full page and the htmx partial, as a viewer.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from operations.adapters.base import ExecutionResult
+from operations.models import Intent
+from operations.services import (
+    intent_cancel,
+    intent_claim,
+    intent_escalate,
+    intent_expire_approval,
+    intent_mark_unknown,
+    intent_record_failure,
+    intent_record_success,
+    intent_reject,
+)
+from operations.services.resolution import intent_begin_compensation
+from tests.factories import submit
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+S = Intent.Status
+
+#: Generic HTTP actions (operations/adapters/generic_http.py); nothing is ever sent to them.
+GENERIC_HTTP = {
+    "acme.transfer": {
+        "url": "http://127.0.0.1:9/v1/transfers",
+        "lookup_url": "http://127.0.0.1:9/v1/transfers?idempotency_key={idempotency_key}",
+    },
+    "acme.notify": {"url": "http://127.0.0.1:9/v1/notifications"},
+}
+
+#: kind -> (action, arguments). The generic action without lookup_url has an integer
+#: ``amount`` but no ``currency`` (a count, not money).
+KINDS: dict[str, tuple[str, dict[str, Any]]] = {
+    "payments.charge": ("payments.charge", {"amount": 4990, "currency": "EUR", "customer": "cus_42"}),
+    "payments.refund": ("payments.refund", {"charge": "ch_1", "amount": 1500, "currency": "EUR"}),
+    "email.send": ("email.send", {"to": "ana@example.test", "subject": "Receipt", "body": "Thanks"}),
+    "reservations.create": (
+        "reservations.create",
+        {"resource": "room-101", "start": "2030-01-01T10:00:00Z", "seats": 2, "reference": "booking-1"},
+    ),
+    "reservations.cancel": ("reservations.cancel", {"reservation": "res_1", "reference": "cancel-1"}),
+    "generic-with-lookup": ("acme.transfer", {"amount": 1250, "currency": "USD", "account": "acc_9"}),
+    "generic-without-lookup": ("acme.notify", {"amount": 3, "channel": "ops", "text": "deployed"}),
+}
+
+#: Only these kinds have a compensation (payments.refund, reservations.cancel): the others
+#: never reach COMPENSATING or COMPENSATED.
+COMPENSABLE = {"payments.charge", "reservations.create"}
+
+UNKNOWN_ESCALATED = "UNKNOWN-escalated"
+STATES = [
+    S.AWAITING_APPROVAL,
+    S.READY,
+    S.RUNNING,
+    S.SUCCEEDED,
+    S.FAILED,
+    S.UNKNOWN,
+    UNKNOWN_ESCALATED,
+    S.COMPENSATING,
+    S.COMPENSATED,
+    S.REJECTED,
+    S.EXPIRED,
+    S.CANCELLED,
+]
+GATED_STATES = {S.AWAITING_APPROVAL, S.REJECTED, S.EXPIRED}
+
+CASES = [
+    pytest.param(kind, state, id=f"{kind}-{state}")
+    for kind in KINDS
+    for state in STATES
+    if kind in COMPENSABLE or state not in (S.COMPENSATING, S.COMPENSATED)
+]
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings: Any) -> None:
+    """The users these many tests create need no slow password hashing."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def every_kind(settings: Any) -> None:
+    """Register the generic HTTP actions; no action needs approval unless a test gates it.
+
+    ``get_adapter`` caches generic adapters per configuration, so changing the setting here
+    yields this configuration's adapters.
+    """
+    settings.EFFECT_LEDGER_GENERIC_HTTP = GENERIC_HTTP
+    settings.EFFECT_LEDGER_POLICIES = {action: {"approval": "never"} for action, _ in KINDS.values()}
+
+
+def _claim(intent: Intent) -> Any:
+    claim = intent_claim(intent_id=intent.id, worker="test-worker", lease_seconds=30)
+    assert claim is not None
+    return claim
+
+
+def _succeed(intent: Intent, provider_reference: str) -> None:
+    result = ExecutionResult(provider_reference=provider_reference, response_digest="0" * 64)
+    assert intent_record_success(claim=_claim(intent), result=result)
+
+
+def build(kind: str, state: str, *, settings: Any, approver: Any) -> Intent:
+    """One intent of ``kind`` brought to ``state`` through the services, as production does."""
+    action, arguments = KINDS[kind]
+    if state in GATED_STATES:
+        ttl = 0 if state == S.EXPIRED else 600
+        settings.EFFECT_LEDGER_POLICIES = {
+            **settings.EFFECT_LEDGER_POLICIES,
+            action: {"approval": "always", "approval_ttl_seconds": ttl},
+        }
+    intent = submit(action=action, arguments=arguments, reference=f"ref-{kind}")
+    if state == S.REJECTED:
+        intent_reject(intent_id=intent.id, user=approver, request_hash=intent.request_hash, reason="no")
+    elif state == S.EXPIRED:
+        assert intent_expire_approval(intent_id=intent.id)
+    elif state == S.CANCELLED:
+        intent_cancel(intent_id=intent.id, actor="user:vera", reason="not needed")
+    elif state == S.RUNNING:
+        _claim(intent)
+    elif state in (S.SUCCEEDED, S.COMPENSATING, S.COMPENSATED):
+        _succeed(intent, "prov-1")
+        if state != S.SUCCEEDED:
+            compensation = intent_begin_compensation(
+                intent_id=intent.id,
+                from_status=S.SUCCEEDED,
+                provider_reference="prov-1",
+                actor="user:otto",
+                reason="customer changed their mind",
+            )
+            if state == S.COMPENSATED:
+                _succeed(compensation, "prov-2")
+    elif state == S.FAILED:
+        assert intent_record_failure(claim=_claim(intent), error="declined by the provider")
+    elif state in (S.UNKNOWN, UNKNOWN_ESCALATED):
+        assert intent_mark_unknown(claim=_claim(intent), error="timeout after send", cause="ambiguous")
+        if state == UNKNOWN_ESCALATED:
+            assert intent_escalate(intent_id=intent.id, reason="patience exhausted")
+    intent.refresh_from_db()
+    expected = S.UNKNOWN if state == UNKNOWN_ESCALATED else state
+    assert intent.status == expected
+    assert (intent.escalated_at is not None) == (state == UNKNOWN_ESCALATED)
+    return intent
+
+
+def page(client: Client, url: str, **headers: str) -> str:
+    response = client.get(url, **headers)  # type: ignore[arg-type]
+    assert response.status_code == 200, (url, response.status_code)
+    return response.content.decode()
+
+
+def status_count(body: str, status: str) -> int:
+    """The dashboard's count for ``status`` (its row in "Intents by state")."""
+    found = re.search(rf'\?status={status}">{status}</a></td><td class="num">(\d+)<', body)
+    assert found, f"no {status} row on the dashboard"
+    return int(found.group(1))
+
+
+@pytest.mark.parametrize(("kind", "state"), CASES)
+def test_every_page_renders_for_every_kind_and_state(
+    kind: str, state: str, every_kind: None, settings: Any, approver: Any, viewer_client: Client
+) -> None:
+    # given
+    intent = build(kind, state, settings=settings, approver=approver)
+    the_id, detail_link = str(intent.id), reverse("intent-detail", args=[intent.id])
+    # when / then: the queues list it exactly when it is theirs
+    assert status_count(page(viewer_client, reverse("dashboard")), intent.status) >= 1
+    assert (the_id in page(viewer_client, reverse("unknown"))) == (intent.status == S.UNKNOWN)
+    in_inbox = the_id in page(viewer_client, reverse("approvals"))
+    assert in_inbox == (intent.status == S.AWAITING_APPROVAL)
+    # and every page about it renders and names it
+    assert detail_link in page(viewer_client, reverse("intents"))
+    assert the_id in page(viewer_client, detail_link)
+    assert the_id in page(viewer_client, reverse("unknown-detail", args=[intent.id]))
+    assert the_id in page(viewer_client, reverse("approval-detail", args=[intent.id]))
+    assert detail_link in page(viewer_client, reverse("audit"))
+
+
+@pytest.mark.parametrize(("kind", "state"), CASES)
+def test_htmx_partials_render_for_every_kind_and_state(
+    kind: str, state: str, every_kind: None, settings: Any, approver: Any, viewer_client: Client
+) -> None:
+    # given
+    intent = build(kind, state, settings=settings, approver=approver)
+    the_id, detail_link = str(intent.id), reverse("intent-detail", args=[intent.id])
+    # when: the partials the pages poll or swap
+    stats = page(viewer_client, reverse("dashboard"), **HTMX)
+    unknown_rows = page(viewer_client, reverse("unknown"), **HTMX)
+    approval_rows = page(viewer_client, reverse("approvals"), **HTMX)
+    status_line = page(viewer_client, detail_link, **HTMX)
+    results = page(viewer_client, reverse("intents"), **HTMX)
+    audit_rows = page(viewer_client, reverse("audit"), **HTMX)
+    # then: fragments, not pages, each with what it should list
+    for fragment in (stats, unknown_rows, approval_rows, status_line, results, audit_rows):
+        assert "<html" not in fragment
+    assert status_count(stats, intent.status) >= 1
+    assert unknown_rows.lstrip().startswith('<div id="unknown-rows"')
+    assert (the_id in unknown_rows) == (intent.status == S.UNKNOWN)
+    assert approval_rows.lstrip().startswith('<div id="approval-rows"')
+    assert (the_id in approval_rows) == (intent.status == S.AWAITING_APPROVAL)
+    assert f">{intent.status}</strong>" in status_line
+    assert detail_link in results
+    assert detail_link in audit_rows
+
+
+def test_unknown_queue_renders_for_every_action_kind(
+    every_kind: None, settings: Any, approver: Any, viewer_client: Client
+) -> None:
+    # given: one UNKNOWN intent of every kind, escalated and not, all in the queue at once
+    intents = [
+        build(kind, state, settings=settings, approver=approver)
+        for kind in KINDS
+        for state in (S.UNKNOWN, UNKNOWN_ESCALATED)
+    ]
+    # when
+    full = page(viewer_client, reverse("unknown"))
+    rows = page(viewer_client, reverse("unknown"), **HTMX)
+    # then: every one is listed, with money only where there is an amount and a currency
+    for body in (full, rows):
+        assert all(str(intent.id) in body for intent in intents)
+        assert "No intent is UNKNOWN." not in body
+        assert "49.90 EUR" in body and "12.50 USD" in body
+        assert '<td class="num">—</td>' in body  # email, reservations, the count without currency
+
+
+def test_approvals_inbox_renders_for_every_action_kind(
+    every_kind: None, settings: Any, approver: Any, viewer_client: Client
+) -> None:
+    # given: one intent of every kind awaiting approval
+    intents = [build(kind, S.AWAITING_APPROVAL, settings=settings, approver=approver) for kind in KINDS]
+    # when
+    full = page(viewer_client, reverse("approvals"))
+    rows = page(viewer_client, reverse("approvals"), **HTMX)
+    # then
+    for body in (full, rows):
+        assert all(str(intent.id) in body for intent in intents)
+        assert "49.90 EUR" in body and "15.00 EUR" in body and "12.50 USD" in body
+
+
+def test_dashboard_open_the_queue_link_renders_with_an_email_unknown(
+    every_kind: None, settings: Any, approver: Any, viewer_client: Client
+) -> None:
+    # given: an UNKNOWN email (no currency argument)
+    email = build("email.send", S.UNKNOWN, settings=settings, approver=approver)
+    dashboard = page(viewer_client, reverse("dashboard"))
+    # when: the operator follows "Open the queue"
+    link = re.search(r'<a href="([^"]+)">Open the queue</a>', dashboard)
+    assert link and link.group(1) == reverse("unknown")
+    queue = page(viewer_client, link.group(1))
+    # then: the queue renders and lists the email
+    assert str(email.id) in queue
+
+
+def test_approval_detail_shows_no_money_for_an_amount_without_currency(
+    every_kind: None, settings: Any, approver: Any, viewer_client: Client
+) -> None:
+    # given: a generic action whose integer "amount" is a count (no currency)
+    intent = build("generic-without-lookup", S.AWAITING_APPROVAL, settings=settings, approver=approver)
+    # when
+    body = page(viewer_client, reverse("approval-detail", args=[intent.id]))
+    # then: the preview's Amount is not rendered as 0.03 of nothing
+    assert "<dt>Amount</dt><dd>—</dd>" in body
+    assert "0.03" not in body
