@@ -158,8 +158,18 @@ else:
         "interval_step": 0.2,
         "interval_max": 0.5,
     }
+    if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+        # Redis has no acknowledgement tied to a connection: a message taken and not
+        # acknowledged within visibility_timeout seconds is delivered again (kombu's Redis
+        # transport; Celery's "Using Redis" guide). It must exceed the longest time a message is
+        # held unacknowledged: the countdown bound plus the task's hard time limit. The
+        # ``operations.E001`` system check enforces it (operations/checks.py).
+        CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = env_int("CELERY_REDIS_VISIBILITY_TIMEOUT", 3600)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 4.0)
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # kombu's Redis transport takes its connect timeout from the transport options only.
+    CELERY_BROKER_TRANSPORT_OPTIONS["socket_connect_timeout"] = CELERY_BROKER_CONNECTION_TIMEOUT
 CELERY_TASK_DEFAULT_QUEUE = env_str("EFFECT_LEDGER_QUEUE", "effect-ledger")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
