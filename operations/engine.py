@@ -73,7 +73,7 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None) -> str:
     )
     if claim is None:
         metrics.DUPLICATE_DELIVERIES.inc()
-        _redispatch_if_early(intent_id)
+        _redispatch_if_early(intent_id, worker)
         return "duplicate"
     context = _log_context(claim)
     refusal = svc.precheck_refusal(claim.intent)
@@ -142,11 +142,15 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None) -> str:
     return outcome
 
 
-def _redispatch_if_early(intent_id: uuid.UUID) -> None:
-    # A delivery that arrived before the retry's not_before (clock skew, an early ETA) must
-    # not strand the intent: write a fresh outbox row, which the relay publishes with the
-    # remaining countdown.
+def _redispatch_if_early(intent_id: uuid.UUID, worker: str) -> None:
+    # A delivery that arrived before the retry's not_before (clock skew between the publisher
+    # and the worker, an early ETA) must not strand the intent: write a fresh outbox row due at
+    # not_before, which the relay publishes within the countdown bound; audited.
     from django.db.models.functions import Now
 
     if Intent.objects.filter(id=intent_id, status=Intent.Status.READY, not_before__gt=Now()).exists():
-        svc.intent_redispatch(intent_id=intent_id)
+        svc.intent_redispatch(
+            intent_id=intent_id,
+            actor=f"worker:{worker}",
+            reason="delivered before its not_before; a fresh message waits in the outbox until then",
+        )
