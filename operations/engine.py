@@ -59,8 +59,11 @@ def _log_context(claim: svc.Claim) -> dict[str, object]:
     }
 
 
-def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None) -> str:
+def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_retries: int = 0) -> str:
     """Run one delivery of ``execute_intent(intent_id)``.
+
+    ``delivery_retries`` is how often this message was re-delivered because the database was
+    unreachable (``operations.tasks.execute_intent``); the claim's audit event records it.
 
     Returns a label of what happened: ``duplicate`` (nothing to claim), ``refused`` (re-check
     failed, nothing sent), ``succeeded``, ``failed``, ``retry``, ``unknown``, or ``stale`` (a
@@ -69,7 +72,10 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None) -> str:
     metrics.DELIVERIES.inc()
     worker = worker or worker_identity()
     claim = svc.intent_claim(
-        intent_id=intent_id, worker=worker, lease_seconds=settings.EFFECT_LEDGER["LEASE_SECONDS"]
+        intent_id=intent_id,
+        worker=worker,
+        lease_seconds=settings.EFFECT_LEDGER["LEASE_SECONDS"],
+        delivery_retries=delivery_retries,
     )
     if claim is None:
         metrics.DUPLICATE_DELIVERIES.inc()

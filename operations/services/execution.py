@@ -36,10 +36,16 @@ class Claim:
     worker: str
 
 
-def intent_claim(*, intent_id: uuid.UUID, worker: str, lease_seconds: int) -> Claim | None:
+def intent_claim(
+    *, intent_id: uuid.UUID, worker: str, lease_seconds: int, delivery_retries: int = 0
+) -> Claim | None:
     """READY -> RUNNING for one worker: increment the fence, take a lease of ``lease_seconds``
     by the database clock, insert the attempt row. Returns None when there is nothing to
-    claim (a duplicate delivery, not yet due, or another state)."""
+    claim (a duplicate delivery, not yet due, or another state).
+
+    ``delivery_retries`` > 0 (the message was re-delivered while the database was unreachable)
+    is recorded in the ``claimed`` event with the reason, so the wait before it is explained.
+    """
     with transaction.atomic():
         # The race this stops: two deliveries of the same message (or two workers) claiming one
         # intent. The UPDATE's WHERE is re-checked under the row lock, so exactly one wins and
@@ -74,7 +80,16 @@ def intent_claim(*, intent_id: uuid.UUID, worker: str, lease_seconds: int) -> Cl
             actor=f"worker:{worker}",
             from_status=Intent.Status.READY,
             to_status=Intent.Status.RUNNING,
-            data={"fence": intent.fence, "attempt_no": attempt.attempt_no},
+            reason=(
+                f"delivered after {delivery_retries} retries while the database was unreachable"
+                if delivery_retries
+                else ""
+            ),
+            data={
+                "fence": intent.fence,
+                "attempt_no": attempt.attempt_no,
+                **({"delivery_retries": delivery_retries} if delivery_retries else {}),
+            },
         )
     metrics.ATTEMPTS.inc()
     return Claim(intent=intent, attempt=attempt, fence=intent.fence, worker=worker)
