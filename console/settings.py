@@ -50,6 +50,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, so its process_exception sees a view's database error first.
+    "console.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -88,6 +90,9 @@ DATABASES = {
     )
 }
 DATABASES["default"].setdefault("OPTIONS", {})
+# Seconds to wait for a connection (libpq connect_timeout): an unreachable database answers
+# the API's 503 and a worker's re-delivery this fast, instead of after the TCP timeout.
+DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 5))
 DATABASES["default"]["TEST"] = {"NAME": env_str("EFFECT_LEDGER_TEST_DATABASE", "test_effect_ledger")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
