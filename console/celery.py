@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -14,18 +15,15 @@ app.autodiscover_tasks()
 
 
 # The periodic safety nets, declared in code. Each task claims a bounded batch, so a pass
-# costs O(batch) whatever the table size.
-def _period(name: str, default: float) -> float:
-    return float(os.environ.get(name) or default)
-
-
+# costs O(batch) whatever the table size. The periods (seconds) are settings, because the
+# stalled-READY sweep derives its threshold from the relay's (operations.delivery).
 app.conf.beat_schedule = {
     "relay-outbox": {
         "task": "operations.relay_outbox",
-        "schedule": _period("EFFECT_LEDGER_RELAY_PERIOD_SECONDS", 2.0),
+        "schedule": settings.EFFECT_LEDGER["RELAY_PERIOD_SECONDS"],
     },
     "reconcile": {
         "task": "reconciliation.reconcile",
-        "schedule": _period("EFFECT_LEDGER_RECONCILE_PERIOD_SECONDS", 5.0),
+        "schedule": settings.EFFECT_LEDGER["RECONCILE_PERIOD_SECONDS"],
     },
 }

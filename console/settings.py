@@ -50,6 +50,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, so its process_exception sees a view's database error first.
+    "console.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -88,6 +90,9 @@ DATABASES = {
     )
 }
 DATABASES["default"].setdefault("OPTIONS", {})
+# Seconds to wait for a connection (libpq connect_timeout): an unreachable database answers
+# the API's 503 and a worker's re-delivery this fast, instead of after the TCP timeout.
+DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 5))
 DATABASES["default"]["TEST"] = {"NAME": env_str("EFFECT_LEDGER_TEST_DATABASE", "test_effect_ledger")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -158,8 +163,18 @@ else:
         "interval_step": 0.2,
         "interval_max": 0.5,
     }
+    if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+        # Redis has no acknowledgement tied to a connection: a message taken and not
+        # acknowledged within visibility_timeout seconds is delivered again (kombu's Redis
+        # transport; Celery's "Using Redis" guide). It must exceed the longest time a message is
+        # held unacknowledged: the countdown bound plus the task's hard time limit. The
+        # ``operations.E001`` system check enforces it (operations/checks.py).
+        CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = env_int("CELERY_REDIS_VISIBILITY_TIMEOUT", 3600)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 4.0)
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    # kombu's Redis transport takes its connect timeout from the transport options only.
+    CELERY_BROKER_TRANSPORT_OPTIONS["socket_connect_timeout"] = CELERY_BROKER_CONNECTION_TIMEOUT
 CELERY_TASK_DEFAULT_QUEUE = env_str("EFFECT_LEDGER_QUEUE", "effect-ledger")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -194,6 +209,9 @@ EFFECT_LEDGER: dict[str, Any] = {
     "LEASE_SECONDS": env_int("EFFECT_LEDGER_LEASE_SECONDS", 30),
     "PROVIDER_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_PROVIDER_TIMEOUT_SECONDS", 10.0),
     "OUTBOX_BATCH": env_int("EFFECT_LEDGER_OUTBOX_BATCH", 100),
+    # Beat periods in seconds (console/celery.py): the outbox relay's safety net and the reconciler.
+    "RELAY_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RELAY_PERIOD_SECONDS", 2.0),
+    "RECONCILE_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RECONCILE_PERIOD_SECONDS", 5.0),
     "RECONCILE_BATCH": env_int("EFFECT_LEDGER_RECONCILE_BATCH", 500),
     "OUTBOX_LAG_WARNING_SECONDS": env_int("EFFECT_LEDGER_OUTBOX_LAG_WARNING_SECONDS", 60),
 }

@@ -65,7 +65,21 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
 
 
 def handler500(request: HttpRequest) -> HttpResponse:
-    """Problem details under ``/api/``, Django's page elsewhere."""
+    """Problem details under ``/api/``, Django's page elsewhere; a 503 with ``Retry-After``
+    when the error is an unreachable database.
+
+    Django calls this while handling the exception (``django.core.handlers.exception``), so
+    ``sys.exc_info()`` names it; this covers errors raised in middleware, which
+    ``DatabaseUnavailableMiddleware.process_exception`` never sees.
+    """
+    import sys
+
+    from console.middleware import database_unavailable_response
+    from operations.delivery import database_unavailable
+
+    error = sys.exc_info()[1]
+    if error is not None and database_unavailable(error):
+        return database_unavailable_response(request)
     if request.path.startswith("/api/"):
         return api_server_error(request)
     from django.views.defaults import server_error

@@ -12,6 +12,7 @@ from rest_framework import exceptions, status
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
+from operations.delivery import DATABASE_RETRY_AFTER_SECONDS, database_unavailable
 from operations.exceptions import LedgerError
 
 logger = logging.getLogger(__name__)
@@ -89,7 +90,11 @@ def _flatten(errors: Any, prefix: str = "") -> list[dict[str, str]]:
 
 
 def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF exception handler: every error becomes ``application/problem+json``."""
+    """DRF exception handler: every error becomes ``application/problem+json``.
+
+    An unreachable database (also from authentication, which DRF runs inside the view) is a
+    503 with ``Retry-After``, not a 500: the request can be sent again unchanged.
+    """
     headers: dict[str, str] = {}
     if isinstance(exc, LedgerError):
         body = problem(exc.status, exc.title, exc.detail, exc.code, **exc.extra)
@@ -109,9 +114,31 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
     elif isinstance(exc, Http404):
         code = 404
         body = problem(404, "Not found", "no such resource in your tenant", "not-found")
+    elif database_unavailable(exc):
+        code = 503
+        body = database_unavailable_problem()
+        headers["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
     else:
         return None
     return Response(body, status=code, headers=headers, content_type=PROBLEM_CONTENT_TYPE)
+
+
+def database_unavailable_problem() -> dict[str, Any]:
+    """The 503 problem answered while the database is unreachable (RFC 9457; RFC 9110
+    section 15.6.4: the condition is temporary, and ``Retry-After`` says when to try again)."""
+    return problem(
+        503,
+        "Service unavailable",
+        f"the database is unreachable; nothing was stored; retry in {DATABASE_RETRY_AFTER_SECONDS} s",
+        "database-unavailable",
+    )
+
+
+def api_database_unavailable(request: HttpRequest) -> JsonResponse:
+    """503 problem details with ``Retry-After`` (seconds), for errors raised outside DRF's views."""
+    response = JsonResponse(database_unavailable_problem(), status=503, content_type=PROBLEM_CONTENT_TYPE)
+    response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
+    return response
 
 
 def api_not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:

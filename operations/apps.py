@@ -10,3 +10,6 @@ class OperationsConfig(AppConfig):
 
     name = "operations"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from operations import checks  # noqa: F401  (registers the system checks)

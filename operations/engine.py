@@ -60,8 +60,11 @@ def _log_context(claim: svc.Claim) -> dict[str, object]:
     }
 
 
-def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None) -> str:
+def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_retries: int = 0) -> str:
     """Run one delivery of ``execute_intent(intent_id)``.
+
+    ``delivery_retries`` is how often this message was re-delivered because the database was
+    unreachable (``operations.tasks.execute_intent``); the claim's audit event records it.
 
     Returns a label of what happened: ``duplicate`` (nothing to claim), ``refused`` (re-check
     failed, nothing sent), ``succeeded``, ``failed``, ``retry``, ``unknown``, or ``stale`` (a
@@ -70,11 +73,14 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None) -> str:
     metrics.DELIVERIES.inc()
     worker = worker or worker_identity()
     claim = svc.intent_claim(
-        intent_id=intent_id, worker=worker, lease_seconds=settings.EFFECT_LEDGER["LEASE_SECONDS"]
+        intent_id=intent_id,
+        worker=worker,
+        lease_seconds=settings.EFFECT_LEDGER["LEASE_SECONDS"],
+        delivery_retries=delivery_retries,
     )
     if claim is None:
         metrics.DUPLICATE_DELIVERIES.inc()
-        _redispatch_if_early(intent_id)
+        _redispatch_if_early(intent_id, worker)
         return "duplicate"
     context = _log_context(claim)
     refusal = svc.precheck_refusal(claim.intent)
@@ -138,11 +144,15 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None) -> str:
     return outcome
 
 
-def _redispatch_if_early(intent_id: uuid.UUID) -> None:
-    # A delivery that arrived before the retry's not_before (clock skew, an early ETA) must
-    # not strand the intent: write a fresh outbox row, which the relay publishes with the
-    # remaining countdown.
+def _redispatch_if_early(intent_id: uuid.UUID, worker: str) -> None:
+    # A delivery that arrived before the retry's not_before (clock skew between the publisher
+    # and the worker, an early ETA) must not strand the intent: write a fresh outbox row due at
+    # not_before, which the relay publishes within the countdown bound; audited.
     from django.db.models.functions import Now
 
     if Intent.objects.filter(id=intent_id, status=Intent.Status.READY, not_before__gt=Now()).exists():
-        svc.intent_redispatch(intent_id=intent_id)
+        svc.intent_redispatch(
+            intent_id=intent_id,
+            actor=f"worker:{worker}",
+            reason="delivered before its not_before; a fresh message waits in the outbox until then",
+        )

@@ -36,6 +36,12 @@ STALE_FENCES_REJECTED = Counter(
 )
 RETRIES_SCHEDULED = Counter("effect_ledger_retries_scheduled_total", "Attempts rescheduled with backoff")
 TERMINAL_FAILURES = Counter("effect_ledger_terminal_failures_total", "Intents recorded FAILED")
+REDISPATCHES = Counter(
+    "effect_ledger_redispatches_total", "Fresh outbox messages for READY intents whose delivery was presumed lost"
+)
+DATABASE_RETRIES = Counter(
+    "effect_ledger_database_retries_total", "Deliveries re-tried because the database was unreachable"
+)
 OUTBOX_PUBLISHED = Counter("effect_ledger_outbox_published_total", "Outbox messages published")
 OUTBOX_PUBLISH_ERRORS = Counter(
     "effect_ledger_outbox_publish_errors_total", "Outbox publications that failed"
@@ -88,11 +94,18 @@ def render_metrics() -> tuple[bytes, str]:
             yield by_status
             yield GaugeMetricFamily(
                 "effect_ledger_outbox_oldest_pending_seconds",
-                "Age of the oldest unsent outbox message (0 when none)",
+                "Seconds since the oldest unsent due outbox message became due (0 when none)",
                 value=gauges["outbox_oldest_pending_seconds"],
             )
             yield GaugeMetricFamily(
-                "effect_ledger_outbox_pending", "Unsent outbox messages", value=gauges["outbox_pending"]
+                "effect_ledger_outbox_pending",
+                "Unsent outbox messages that are due (the backlog)",
+                value=gauges["outbox_pending"],
+            )
+            yield GaugeMetricFamily(
+                "effect_ledger_outbox_scheduled",
+                "Unsent outbox messages waiting for their due time (a retry's backoff; not lag)",
+                value=gauges["outbox_scheduled"],
             )
             by_age = GaugeMetricFamily(
                 "effect_ledger_unknown_by_age", "UNKNOWN intents by age bucket", labels=["age"]

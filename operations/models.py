@@ -12,6 +12,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Now
 
 STATUS_VALUES = [
     "AWAITING_APPROVAL",
@@ -205,7 +206,8 @@ class OutboxMessage(models.Model):
     """A message written in the same transaction as a state change; the relay publishes it.
 
     ``id`` is the message id and ``body`` the frozen, byte-identical payload on every re-send
-    (shared/cases C08).
+    (shared/cases C08). ``due_at`` keeps a delay in the database: the relay publishes the row
+    no earlier than ``operations.delivery.MAX_COUNTDOWN_SECONDS`` before it (shared/cases C15).
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -213,13 +215,18 @@ class OutboxMessage(models.Model):
     task = models.CharField(max_length=200)
     body = models.TextField(help_text="canonical JSON, frozen at write time")
     created_at = models.DateTimeField(auto_now_add=True)
+    due_at = models.DateTimeField(
+        db_default=Now(),
+        help_text="when the message may be delivered: the intent's not_before, or the time it was written",
+    )
     sent_at = models.DateTimeField(null=True, blank=True)
     publish_count = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
 
     class Meta:
         indexes = [
-            models.Index(fields=["created_at"], condition=Q(sent_at__isnull=True), name="outbox_pending_q"),
+            # The relay's queue: unsent rows by due time.
+            models.Index(fields=["due_at"], condition=Q(sent_at__isnull=True), name="outbox_due_q"),
         ]
 
 

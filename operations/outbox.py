@@ -4,7 +4,8 @@ Rows are claimed with ``FOR UPDATE SKIP LOCKED`` in bounded batches, published, 
 sent in the same transaction. A crash between publish and commit publishes the row again
 later: consumers are idempotent (the claim's compare-and-swap absorbs the duplicate). Every
 publication of a row carries the row's id as the task id and its frozen body as the task's
-keyword arguments, so re-sends are byte-identical (shared/cases C08).
+keyword arguments, so re-sends are byte-identical (shared/cases C08). Delays stay in the
+database: a row is published only within ``MAX_COUNTDOWN_SECONDS`` of its ``due_at`` (C15).
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Now
 
 from operations import metrics
-from operations.models import Intent, OutboxMessage
+from operations.delivery import MAX_COUNTDOWN_SECONDS, bounded_countdown
+from operations.models import OutboxMessage
 
 logger = logging.getLogger(__name__)
 
@@ -28,45 +32,46 @@ def _publish(message: OutboxMessage, countdown: float) -> None:
 
     kwargs = json.loads(message.body)
     kwargs.pop("task", None)
+    bounded = bounded_countdown(countdown)
     app.send_task(
         message.task,
         kwargs=kwargs,
         task_id=str(message.id),
-        countdown=countdown if countdown > 0 else None,
+        countdown=bounded if bounded > 0 else None,
         retry=False,
     )
 
 
 def outbox_relay(*, batch: int | None = None, message_ids: list[uuid.UUID] | None = None) -> int:
-    """Publish up to ``batch`` pending outbox rows, oldest first. Returns how many were sent.
+    """Publish up to ``batch`` due outbox rows, earliest due first. Returns how many were sent.
 
-    A READY intent whose ``not_before`` is in the future (a retry's backoff) is published with
-    a countdown until then. When the broker refuses a publication, the row stays pending with
-    ``last_error`` set and the pass stops; the next pass tries again (shared/cases C04).
+    A row is due ``MAX_COUNTDOWN_SECONDS`` (30 s) before its ``due_at`` (a retry's backoff,
+    copied from the intent's ``not_before``) and is published with a countdown of what remains,
+    so the broker never holds a message longer than that bound. A row due later stays pending
+    and is not lag (shared/cases C15). When the broker refuses a publication, the row stays
+    pending with ``last_error`` set and the pass stops; the next pass tries again (C04).
 
     Args:
         batch: rows per pass (default ``EFFECT_LEDGER["OUTBOX_BATCH"]``).
-        message_ids: only these rows (the post-commit kick), if still pending.
+        message_ids: only these rows (the post-commit kick), if still pending and due.
     """
     size = batch or settings.EFFECT_LEDGER["OUTBOX_BATCH"]
     sent: list[uuid.UUID] = []
     with transaction.atomic():
-        queryset = OutboxMessage.objects.select_for_update(skip_locked=True).filter(sent_at__isnull=True)
+        # Served by the partial index outbox_due_q: O(batch) however many rows wait for later.
+        queryset = (
+            OutboxMessage.objects.select_for_update(skip_locked=True)
+            .filter(sent_at__isnull=True, due_at__lte=Now() + timedelta(seconds=MAX_COUNTDOWN_SECONDS))
+            .annotate(wait=RawSQL("EXTRACT(EPOCH FROM (due_at - statement_timestamp()))", []))
+        )
         if message_ids is not None:
             queryset = queryset.filter(id__in=message_ids)
-        rows = list(queryset.order_by("created_at")[:size])
+        rows = list(queryset.order_by("due_at")[:size])
         if not rows:
             return 0
-        due = dict(
-            Intent.objects.filter(id__in=[r.intent_id for r in rows if r.intent_id], not_before__isnull=False)
-            .annotate(
-                wait=RawSQL("GREATEST(0, EXTRACT(EPOCH FROM (not_before - statement_timestamp())))", [])
-            )
-            .values_list("id", "wait")
-        )
         for row in rows:
             try:
-                _publish(row, float(due.get(row.intent_id, 0) if row.intent_id else 0))
+                _publish(row, float(row.wait))
             except Exception as exc:  # the broker is down or refused: keep the row pending
                 metrics.OUTBOX_PUBLISH_ERRORS.inc()
                 logger.warning(

@@ -12,6 +12,8 @@ from operations.models import Intent
 def ledger_gauges() -> dict[str, Any]:
     """Counts by state, outbox backlog and the oldest UNKNOWN age, in seconds (database clock).
 
+    ``outbox_pending`` and ``outbox_oldest_pending_seconds`` (how long the oldest unsent row has
+    been due) are the relay's lag; ``outbox_scheduled`` counts rows whose due time has not come.
     Each query is served by an index (the status index or a partial queue index).
     """
     by_status = {status.value: 0 for status in Intent.Status}
@@ -19,11 +21,18 @@ def ledger_gauges() -> dict[str, Any]:
         cursor.execute("SELECT status, count(*) FROM operations_intent GROUP BY status")
         for status, count in cursor.fetchall():
             by_status[status] = count
+        # A row waiting for its due time (a retry's backoff) is scheduled, not lag: the backlog
+        # and its age count only rows that are due (shared/cases C15).
         cursor.execute(
-            "SELECT count(*), COALESCE(EXTRACT(EPOCH FROM statement_timestamp() - min(created_at)), 0)"
-            " FROM operations_outboxmessage WHERE sent_at IS NULL"
+            """
+            SELECT count(*) FILTER (WHERE due_at <= statement_timestamp()),
+                   count(*) FILTER (WHERE due_at > statement_timestamp()),
+                   COALESCE(EXTRACT(EPOCH FROM statement_timestamp()
+                            - min(due_at) FILTER (WHERE due_at <= statement_timestamp())), 0)
+            FROM operations_outboxmessage WHERE sent_at IS NULL
+            """
         )
-        pending, oldest = cursor.fetchone()
+        pending, scheduled, oldest = cursor.fetchone()
         cursor.execute(
             "SELECT COALESCE(EXTRACT(EPOCH FROM statement_timestamp() - min(updated_at)), 0)"
             " FROM operations_intent WHERE status = 'UNKNOWN'"
@@ -32,6 +41,7 @@ def ledger_gauges() -> dict[str, Any]:
     return {
         "by_status": by_status,
         "outbox_pending": int(pending),
+        "outbox_scheduled": int(scheduled),
         "outbox_oldest_pending_seconds": float(oldest),
         "unknown_oldest_seconds": float(unknown_oldest),
     }

@@ -2,17 +2,62 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import time
 import uuid
+from typing import Any
 
 from celery import shared_task
+from celery.exceptions import Reject
+from django.db import DatabaseError, connections
 
-from operations import engine, outbox
+from operations import engine, metrics, outbox
+from operations.delivery import database_retry_countdown, database_unavailable
+
+logger = logging.getLogger(__name__)
 
 
-@shared_task(name="operations.execute_intent", acks_late=True, reject_on_worker_lost=True)
-def execute_intent(intent_id: str, message_id: str | None = None) -> str:
-    """Execute one intent (see ``operations.engine.execute_intent``); safe to deliver twice."""
-    return engine.execute_intent(uuid.UUID(intent_id))
+@shared_task(
+    bind=True, name="operations.execute_intent", acks_late=True, reject_on_worker_lost=True, max_retries=None
+)
+def execute_intent(self: Any, intent_id: str, message_id: str | None = None) -> str:
+    """Execute one intent (see ``operations.engine.execute_intent``); safe to deliver twice.
+
+    When the database is unreachable (``operations.delivery.database_unavailable``), the
+    delivery is retried, never acknowledged and dropped: the broken connections are closed and
+    ``Task.retry`` publishes a copy of the message with a short countdown
+    (``database_retry_countdown``: 0.5 s doubling to 2 s, with jitter), for as long as the
+    database stays away; the copy carries the retry count into the claim's audit event.
+
+    Why ``Task.retry`` and not ``Reject(requeue=True)``: late acknowledgement only covers a worker
+    that dies mid-task; an exception the task raises is acknowledged all the same, and expected,
+    catchable errors are what ``Task.retry`` is for (Celery FAQ, "Should I use retry or
+    acks_late?"). ``retry`` acknowledges the original only after its copy is published, and the
+    countdown paces the copies, whereas a requeued message comes straight back, which the Celery
+    task guide warns "can easily result in an infinite message loop". If publishing the copy
+    fails too (the broker is down as well), Celery would reject the message without requeue; we
+    requeue it after the same pause instead, and the stalled-READY sweep is the last net.
+    """
+    try:
+        return engine.execute_intent(uuid.UUID(intent_id), delivery_retries=self.request.retries)
+    except DatabaseError as exc:
+        if not database_unavailable(exc):
+            raise
+        for conn in connections.all(initialized_only=True):
+            with contextlib.suppress(Exception):  # it is broken; closing it is all we want
+                conn.close()
+        countdown = database_retry_countdown(self.request.retries)
+        metrics.DATABASE_RETRIES.inc()
+        logger.warning(
+            "database unreachable; delivery retried",
+            extra={"intent_id": intent_id, "retries": self.request.retries, "countdown": round(countdown, 3)},
+        )
+        try:
+            raise self.retry(exc=exc, countdown=countdown, max_retries=None) from exc
+        except Reject as rejected:  # Celery's "the copy could not be published"
+            time.sleep(countdown)
+            raise Reject(f"database and broker unreachable: {rejected}", requeue=True) from exc
 
 
 @shared_task(name="operations.relay_outbox")

@@ -81,28 +81,54 @@ def expire_approvals(*, batch: int | None = None) -> SweepCounts:
     return counts
 
 
-def redispatch_stalled_ready(*, stalled_seconds: int = 120, batch: int | None = None) -> SweepCounts:
-    """READY intents that are due and have not moved for ``stalled_seconds`` (their message was
-    lost by the broker, or never published) get a fresh outbox message. Duplicates are
-    harmless: the claim's compare-and-swap absorbs them."""
+def redispatch_stalled_ready(*, stalled_seconds: float | None = None, batch: int | None = None) -> SweepCounts:
+    """READY intents that have been due and unclaimed for ``stalled_seconds`` (their message was
+    lost by the broker, or acknowledged without running) get a fresh outbox message, audited as
+    ``redispatched`` with the reason. Duplicates are harmless: the claim's compare-and-swap
+    absorbs them.
+
+    Args:
+        stalled_seconds: default ``operations.delivery.stalled_ready_seconds()``, derived from
+            the relay period, the broker settings and the lease (seconds, not minutes).
+        batch: intents per pass (default ``EFFECT_LEDGER["RECONCILE_BATCH"]``).
+    """
     from datetime import timedelta
 
+    from operations.delivery import MAX_COUNTDOWN_SECONDS, stalled_ready_seconds
+
+    threshold = stalled_ready_seconds() if stalled_seconds is None else stalled_seconds
+    cutoff = Now() - timedelta(seconds=threshold)
     counts = SweepCounts()
     with transaction.atomic():
         ids = list(
             Intent.objects.select_for_update(skip_locked=True)
             .filter(status=Intent.Status.READY)
-            .filter(Q(not_before__isnull=True) | Q(not_before__lte=Now()))
-            .filter(updated_at__lt=Now() - timedelta(seconds=stalled_seconds))
-            # Not while a message is still waiting for the broker: that one will be sent.
-            .filter(~Exists(OutboxMessage.objects.filter(intent_id=OuterRef("pk"), sent_at__isnull=True)))
+            # Unmoved since the threshold, and due since then (a message published with a
+            # countdown arrives at not_before, not at updated_at).
+            .filter(updated_at__lt=cutoff)
+            .filter(Q(not_before__isnull=True) | Q(not_before__lt=cutoff))
+            # Not while a due message is still waiting for the relay: that one will be sent. A
+            # row due later than the intent (its not_before moved back) does not count.
+            .filter(
+                ~Exists(
+                    OutboxMessage.objects.filter(
+                        intent_id=OuterRef("pk"),
+                        sent_at__isnull=True,
+                        due_at__lte=Now() + timedelta(seconds=MAX_COUNTDOWN_SECONDS),
+                    )
+                )
+            )
             .order_by("not_before")
             .values_list("id", flat=True)[: batch or _batch()]
         )
         for intent_id in ids:
             counts.examined += 1
-            services.intent_redispatch(intent_id=intent_id)
-            counts.moved += 1
+            if services.intent_redispatch(
+                intent_id=intent_id,
+                actor="reconciler",
+                reason=f"due and unclaimed for over {threshold:.1f} s: its delivery is presumed lost",
+            ):
+                counts.moved += 1
     return counts
 
 

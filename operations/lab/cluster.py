@@ -42,13 +42,20 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interva
     raise HarnessError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def database_url() -> str:
-    """A ``DATABASE_URL`` naming the database this process uses (for child processes)."""
+def database_url(*, host: str | None = None, port: int | None = None) -> str:
+    """A ``DATABASE_URL`` naming the database this process uses (for child processes).
+
+    Args:
+        host, port: reach that database at another TCP address instead (e.g. a test's proxy in
+            front of PostgreSQL); the database name and credentials stay the same.
+    """
     from urllib.parse import quote
 
     conf = connection.settings_dict
     user = quote(str(conf.get("USER") or "postgres"))
     password = quote(str(conf.get("PASSWORD") or ""))
+    if host is not None or port is not None:
+        return f"postgres://{user}:{password}@{host or '127.0.0.1'}:{port or 5432}/{conf['NAME']}"
     host = conf.get("HOST") or ""
     if host and not str(host).startswith("/"):
         return f"postgres://{user}:{password}@{host}:{conf.get('PORT') or 5432}/{conf['NAME']}"

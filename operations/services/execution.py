@@ -36,10 +36,16 @@ class Claim:
     worker: str
 
 
-def intent_claim(*, intent_id: uuid.UUID, worker: str, lease_seconds: int) -> Claim | None:
+def intent_claim(
+    *, intent_id: uuid.UUID, worker: str, lease_seconds: int, delivery_retries: int = 0
+) -> Claim | None:
     """READY -> RUNNING for one worker: increment the fence, take a lease of ``lease_seconds``
     by the database clock, insert the attempt row. Returns None when there is nothing to
-    claim (a duplicate delivery, not yet due, or another state)."""
+    claim (a duplicate delivery, not yet due, or another state).
+
+    ``delivery_retries`` > 0 (the message was re-delivered while the database was unreachable)
+    is recorded in the ``claimed`` event with the reason, so the wait before it is explained.
+    """
     with transaction.atomic():
         # The race this stops: two deliveries of the same message (or two workers) claiming one
         # intent. The UPDATE's WHERE is re-checked under the row lock, so exactly one wins and
@@ -74,7 +80,16 @@ def intent_claim(*, intent_id: uuid.UUID, worker: str, lease_seconds: int) -> Cl
             actor=f"worker:{worker}",
             from_status=Intent.Status.READY,
             to_status=Intent.Status.RUNNING,
-            data={"fence": intent.fence, "attempt_no": attempt.attempt_no},
+            reason=(
+                f"delivered after {delivery_retries} retries while the database was unreachable"
+                if delivery_retries
+                else ""
+            ),
+            data={
+                "fence": intent.fence,
+                "attempt_no": attempt.attempt_no,
+                **({"delivery_retries": delivery_retries} if delivery_retries else {}),
+            },
         )
     metrics.ATTEMPTS.inc()
     return Claim(intent=intent, attempt=attempt, fence=intent.fence, worker=worker)
@@ -388,11 +403,36 @@ def intent_take_over_lease(*, intent_id: uuid.UUID, fence: int, provider_dedupli
     return target
 
 
-def intent_redispatch(*, intent_id: uuid.UUID) -> None:
-    """Write a fresh outbox message for a READY intent whose delivery may have been lost
-    (the broker lost it, or it arrived before ``not_before``). Harmless if it was not lost:
-    consumers are idempotent."""
+def intent_redispatch(*, intent_id: uuid.UUID, actor: str, reason: str) -> bool:
+    """Give a READY intent a fresh outbox message, audited as ``redispatched`` with ``reason``.
+
+    For a delivery that may have been lost (the broker lost it, it was acknowledged without
+    running) or that arrived before ``not_before``. The message is due with the intent (its
+    ``not_before``, or now), so the relay publishes it within the countdown bound. Harmless if
+    nothing was lost: consumers are idempotent.
+
+    Args:
+        actor: who re-dispatches (``reconciler``, ``worker:<id>``).
+        reason: why, recorded in the audit event so the timeline has no unexplained gap.
+
+    Returns:
+        True when the intent was still READY and got its message; False otherwise.
+    """
     with transaction.atomic():
+        # The race this stops: a claim (or a cancel) between the caller's read and this write.
+        # The UPDATE locks the row and re-checks READY, so a moved intent gets no message.
         touched = Intent.objects.filter(id=intent_id, status=Intent.Status.READY).update(updated_at=Now())
-        if touched:
-            outbox_enqueue(intent_id=intent_id)
+        if not touched:
+            return False
+        message = outbox_enqueue(intent_id=intent_id)
+        audit_append(
+            intent_id=intent_id,
+            event="redispatched",
+            actor=actor,
+            from_status=Intent.Status.READY,
+            to_status=Intent.Status.READY,
+            reason=reason,
+            data={"message_id": str(message.id)},
+        )
+    metrics.REDISPATCHES.inc()
+    return True

@@ -17,8 +17,8 @@ from functools import partial
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
-from django.db.models.functions import Now
+from django.db.models import Q, Subquery
+from django.db.models.functions import Greatest, Now
 
 from operations import metrics
 from operations.audit import audit_append
@@ -39,12 +39,18 @@ def outbox_enqueue(*, intent_id: uuid.UUID, task: str = EXECUTE_TASK) -> OutboxM
     """Write an outbox message for ``task(intent_id)`` in the caller's transaction.
 
     The body is canonical JSON frozen now, carrying the message id, so every publication of
-    this row is byte-identical (shared/cases C08). After commit the relay is kicked for latency;
+    this row is byte-identical (shared/cases C08). ``due_at`` is the intent's ``not_before``
+    when that is later than now: the relay keeps the row until then (C15). After commit the relay is kicked for latency;
     the periodic relay is the safety net if the kick fails.
     """
     message_id = uuid.uuid4()
     body = canonical_json({"message_id": str(message_id), "intent_id": str(intent_id), "task": task}).decode()
-    message = OutboxMessage.objects.create(id=message_id, intent_id=intent_id, task=task, body=body)
+    # Due when the intent is: its not_before (a retry's backoff), read in this same INSERT after
+    # the caller's UPDATE set it, or now. GREATEST ignores a NULL not_before (PostgreSQL).
+    due_at = Greatest(Subquery(Intent.objects.filter(id=intent_id).values("not_before")[:1]), Now())
+    message = OutboxMessage.objects.create(
+        id=message_id, intent_id=intent_id, task=task, body=body, due_at=due_at
+    )
     from operations.outbox import kick_relay
 
     transaction.on_commit(partial(kick_relay, message_id))

@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("operations", "0006_duplicate_checks_and_fenced_out"),
+        ("operations", "0007_duplicate_checks_and_fenced_out"),
         ("reconciliation", "0002_drills"),
     ]
 

@@ -46,6 +46,11 @@ class Cluster(LocalCluster):
         self.env["EFFECT_LEDGER_LEASE_SECONDS"] = str(lease_seconds)
         self.env["EFFECT_LEDGER_PROVIDER_TIMEOUT_SECONDS"] = str(provider_timeout_seconds)
 
+    def use_database_url(self, url: str) -> None:
+        """Give processes started from now on this ``DATABASE_URL`` (e.g. through a proxy that
+        the test can cut); this process keeps its own connection."""
+        self.env["DATABASE_URL"] = url
+
     def worker(self, name: str, concurrency: int = 1, prefetch: int = 1) -> Process:
         """Start a worker on the session queue and wait until it is ready."""
         try:

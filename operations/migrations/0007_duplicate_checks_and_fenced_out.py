@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("operations", "0005_intent_risk_rank"),
+        ("operations", "0006_outbox_due_at"),
     ]
 
     operations = [

@@ -1,0 +1,49 @@
+"""Project middleware: an unreachable database is a 503, never a 500."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django.http import HttpRequest, HttpResponse
+
+from operations.api_support import api_database_unavailable
+from operations.delivery import DATABASE_RETRY_AFTER_SECONDS, database_unavailable
+
+logger = logging.getLogger(__name__)
+
+_PAGE = (
+    "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Service unavailable</title></head>"
+    "<body><h1>Service unavailable</h1><p>The database cannot be reached. Nothing was changed. "
+    "Try again in {seconds} seconds.</p></body></html>"
+)
+
+
+def database_unavailable_response(request: HttpRequest) -> HttpResponse:
+    """503 with ``Retry-After`` (seconds): problem details under ``/api/``, a plain page elsewhere."""
+    logger.warning("database unreachable; answered 503", extra={"path": request.path})
+    if request.path.startswith("/api/"):
+        return api_database_unavailable(request)
+    response = HttpResponse(_PAGE.format(seconds=DATABASE_RETRY_AFTER_SECONDS), status=503)
+    response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
+    return response
+
+
+class DatabaseUnavailableMiddleware:
+    """Turn a view's ``OperationalError`` / ``InterfaceError`` for an unreachable database
+    (``operations.delivery.database_unavailable``) into a 503 with ``Retry-After``.
+
+    Errors raised in other middleware (a session saved on the way out) never reach
+    ``process_exception``; ``console.urls.handler500`` answers those the same way.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if database_unavailable(exception):
+            return database_unavailable_response(request)
+        return None

@@ -1,0 +1,40 @@
+"""System checks (``manage.py check``, and every ``runserver``/``migrate``) for delivery settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, register
+
+
+@register()
+def redis_visibility_timeout_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``operations.E001``: on Redis, ``visibility_timeout`` must exceed the longest time a
+    message is held unacknowledged, or Redis delivers it a second time while it still runs.
+
+    That time is the countdown bound (``operations.delivery.MAX_COUNTDOWN_SECONDS``) plus the
+    task's hard time limit (``CELERY_TASK_TIME_LIMIT``) or the lease, whichever is longer
+    (seconds; kombu's Redis transport, "visibility_timeout").
+    """
+    from operations.delivery import MAX_COUNTDOWN_SECONDS
+
+    url = str(getattr(settings, "CELERY_BROKER_URL", ""))
+    if not url.startswith(("redis://", "rediss://")):
+        return []
+    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {}) or {}
+    visibility = float(options.get("visibility_timeout", 3600))
+    held = MAX_COUNTDOWN_SECONDS + max(
+        float(getattr(settings, "CELERY_TASK_TIME_LIMIT", 0) or 0),
+        float(settings.EFFECT_LEDGER["LEASE_SECONDS"]),
+    )
+    if visibility > held:
+        return []
+    return [
+        Error(
+            f"the Redis visibility_timeout ({visibility:.0f} s) must exceed {held:.0f} s "
+            "(countdown bound + task time limit): Redis would deliver running tasks again",
+            hint="raise CELERY_REDIS_VISIBILITY_TIMEOUT",
+            id="operations.E001",
+        )
+    ]
