@@ -31,6 +31,11 @@ class ResolveConfirmedForm(forms.Form):
 
     provider_reference = forms.CharField(max_length=200, label="Provider reference")
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
+    accept_unverified = forms.BooleanField(
+        required=False,
+        label="I confirm without provider verification: the provider cannot check this reference, "
+        "and the intent will show as unverified",
+    )
 
 
 class ResolveAbsentForm(forms.Form):
@@ -54,6 +59,13 @@ class ResolveCompensateForm(forms.Form):
         label="Provider reference of the effect to undo",
         help_text="Leave empty to use the one the reconciler found.",
     )
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
+
+
+class ReasonForm(forms.Form):
+    """A decision that needs only a reason: a failed compensation's reopen / compensated / kept,
+    a duplicate finding's acknowledge / compensate."""
+
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
 
 

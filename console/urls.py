@@ -45,6 +45,13 @@ urlpatterns = [
         views.unknown_resolve,
         name="unknown-resolve",
     ),
+    path("unknown/<uuid:intent_id>/lookup", views.unknown_lookup, name="unknown-lookup"),
+    path("duplicates/<int:finding_id>/", views.duplicate_detail, name="duplicate-detail"),
+    path(
+        "duplicates/<int:finding_id>/resolve/<str:verb>",
+        views.duplicate_resolve,
+        name="duplicate-resolve",
+    ),
     path("intents/", views.intent_list, name="intents"),
     path("intents/<uuid:intent_id>/", views.intent_detail, name="intent-detail"),
     path("audit/", views.audit_log, name="audit"),

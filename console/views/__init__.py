@@ -7,8 +7,9 @@ from console.views.audit import audit_export, audit_log, audit_verify_view
 from console.views.auth import login_view
 from console.views.dashboard import dashboard, metrics
 from console.views.drills import drill_start, drills
+from console.views.duplicates import duplicate_detail, duplicate_resolve
 from console.views.intents import intent_detail, intent_list
-from console.views.unknown import unknown_detail, unknown_queue, unknown_resolve
+from console.views.unknown import unknown_detail, unknown_lookup, unknown_queue, unknown_resolve
 
 __all__ = [
     "approval_approve",
@@ -21,11 +22,14 @@ __all__ = [
     "dashboard",
     "drill_start",
     "drills",
+    "duplicate_detail",
+    "duplicate_resolve",
     "intent_detail",
     "intent_list",
     "login_view",
     "metrics",
     "unknown_detail",
+    "unknown_lookup",
     "unknown_queue",
     "unknown_resolve",
 ]

@@ -35,6 +35,7 @@ CSV_COLUMNS = [
     "data",
     "prev_hash",
     "hash",
+    "verified",
 ]
 
 
@@ -62,6 +63,13 @@ class _Echo:
         return value
 
 
+def _verified(data: Any) -> str:
+    """``true`` / ``false`` for an event that says whether the provider verified the outcome
+    (``outcome_found`` after an operator's confirmation), blank for every other event."""
+    value = data.get("verified") if isinstance(data, dict) else None
+    return "" if value is None else str(bool(value)).lower()
+
+
 def _csv_rows(events: Any) -> Iterator[str]:
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_COLUMNS)
@@ -80,6 +88,7 @@ def _csv_rows(events: Any) -> Iterator[str]:
                 json.dumps(event.data, sort_keys=True),
                 event.prev_hash,
                 event.hash,
+                _verified(event.data),
             ]
         )
 
@@ -87,7 +96,9 @@ def _csv_rows(events: Any) -> Iterator[str]:
 @require_GET
 @console_role_required
 def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
-    """The filtered audit log as CSV, streamed (every matching row, newest first)."""
+    """The filtered audit log as CSV, streamed (every matching row, newest first). The ``data``
+    column holds each event's data as JSON; ``verified`` repeats its ``verified`` flag so an
+    operator's unverified confirmation stands out in a spreadsheet."""
     events = selectors.audit_queryset(_filters(AuditFilterForm(request.GET or None)))
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     response = StreamingHttpResponse(_csv_rows(events), content_type="text/csv; charset=utf-8")

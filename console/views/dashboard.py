@@ -23,13 +23,17 @@ def metrics(request: HttpRequest) -> HttpResponse:
 @require_GET
 @console_role_required
 def dashboard(request: HtmxHttpRequest) -> HttpResponse:
-    """Counts by state, approvals waiting, UNKNOWN by age, absorbed duplicates, stale fences,
+    """Counts by state, approvals waiting, UNKNOWN by age, compensations and duplicate findings
+    waiting for an operator, absorbed duplicates, stale fences,
     outbox backlog and the last hour's throughput; htmx refreshes the figures."""
+    from reconciliation.selectors import decision_counts
+
     minutes = selectors.throughput_last_hour()
     context = {
         "gauges": ledger_gauges(),
         "approvals": selectors.approvals_waiting(),
         "unknown_ages": selectors.unknown_by_age(),
+        "decisions": decision_counts(),
         "counters": selectors.process_counters(),
         "throughput_svg": throughput_svg(minutes),
         "throughput_total": sum(row["succeeded"] + row["failed"] for row in minutes),

@@ -35,13 +35,17 @@ def intent_list(request: HtmxHttpRequest) -> HttpResponse:
 @console_role_required
 def intent_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
     """The timeline of every audit event, approval, attempt and outcome, the key digest, the
-    policy snapshot and compensations; htmx polls the status while the intent is not final."""
+    policy snapshot and compensations, and "unverified" when an operator confirmed it with a
+    reference the provider could not check; htmx polls the status while the intent is not final."""
+    from reconciliation.selectors import unverified_outcome
+
     intent = get_object_or_404(Intent.objects.select_related("compensates"), id=intent_id)
     context = {
         "intent": intent,
         "timeline": selectors.intent_timeline(intent),
         "compensations": list(intent.compensations.order_by("created_at")),
         "terminal": intent.status in TERMINAL_STATUSES,
+        "unverified": unverified_outcome(intent),
         "section": "intents",
     }
     return page_or_partial(request, "console/intent_detail.html", "status", context)

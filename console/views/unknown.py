@@ -1,4 +1,5 @@
-"""The UNKNOWN queue, its evidence page and the operator's resolutions."""
+"""The operators' queue (UNKNOWN intents, compensations that need a decision, duplicate
+findings, unverified confirmations), the evidence page and the operator's resolutions."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
 
 from console import selectors
-from console.forms import ResolveAbsentForm, ResolveCompensateForm, ResolveConfirmedForm, first_error
+from console.forms import (
+    ReasonForm,
+    ResolveAbsentForm,
+    ResolveCompensateForm,
+    ResolveConfirmedForm,
+    first_error,
+)
 from console.permissions import can_resolve, console_role_required
 from console.views.common import HtmxHttpRequest, page_or_partial
 from operations.adapters.registry import UnknownAction, get_adapter
@@ -21,28 +28,69 @@ from operations.models import Intent
 from reconciliation.models import Evidence
 
 DETAIL = "console/unknown_detail.html"
-RESOLUTION_FORMS: dict[str, type[forms.Form]] = {
+QUEUE_LIMIT = 200
+#: Resolutions of an UNKNOWN intent.
+UNKNOWN_FORMS: dict[str, type[forms.Form]] = {
     "confirmed": ResolveConfirmedForm,
     "absent": ResolveAbsentForm,
     "compensate": ResolveCompensateForm,
+}
+#: Decisions on an escalated COMPENSATING intent (its compensation ended without effect).
+COMPENSATION_FORMS: dict[str, type[forms.Form]] = {
+    "reopen": ReasonForm,
+    "compensated": ReasonForm,
+    "kept": ReasonForm,
+}
+RESOLUTION_FORMS = {**UNKNOWN_FORMS, **COMPENSATION_FORMS}
+#: (verb, title, what it does, button) for the escalated-compensation forms.
+COMPENSATION_CHOICES = [
+    (
+        "reopen",
+        "Reopen",
+        "Open a new compensation intent (its own key) for the same effect.",
+        "Reopen the compensation",
+    ),
+    (
+        "compensated",
+        "Compensated",
+        "The effect was undone outside the ledger. The intent becomes COMPENSATED.",
+        "Settle as compensated",
+    ),
+    ("kept", "Kept", "The effect stands. The intent becomes SUCCEEDED.", "Settle as kept"),
+]
+LOOKUP_RESULTS = {
+    "resolved": "the provider answered; the intent is resolved.",
+    "retry": "the provider shows no effect; the intent is retried with the same key.",
+    "waiting": "inconclusive; the intent stays UNKNOWN and the reconciler keeps looking.",
+    "escalated": "inconclusive; the intent stays UNKNOWN and waits for an operator.",
+    "moved": "the intent moved meanwhile; nothing was done.",
 }
 
 
 @require_GET
 @console_role_required
 def unknown_queue(request: HtmxHttpRequest) -> HttpResponse:
-    """Escalated and recent UNKNOWN intents, oldest first, with their age; htmx polls the rows."""
-    from reconciliation.selectors import unknown_queue as queue
+    """The operators' queue, oldest first in each section, with ages; htmx polls the sections.
 
-    context = {"intents": queue()[:200], "section": "unknown"}
+    Every section is read here, before rendering: a failed query is an error response (which
+    the console marks stale), never an empty section."""
+    from reconciliation import selectors as queue
+
+    context = {
+        "intents": list(queue.unknown_queue()[:QUEUE_LIMIT]),
+        "compensations": list(queue.escalated_compensations()[:QUEUE_LIMIT]),
+        "findings": list(queue.open_duplicate_findings()[:QUEUE_LIMIT]),
+        "unverified": list(queue.recently_unverified()[:QUEUE_LIMIT]),
+        "section": "unknown",
+    }
     return page_or_partial(request, "console/unknown.html", "rows", context)
 
 
 def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict[str, Any]:
-    """Every piece of evidence about ``intent`` and the three resolution forms."""
-    from reconciliation.selectors import intent_evidence
+    """Every piece of evidence about ``intent``, its compensations and the resolution forms."""
+    from reconciliation import selectors as reads
 
-    evidence = intent_evidence(intent)
+    evidence = reads.intent_evidence(intent)
     try:
         capabilities = get_adapter(intent.action).capabilities
     except UnknownAction:
@@ -52,6 +100,8 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
         "section": "unknown",
         "attempts": selectors.attempts_with_timings(intent),
         "outcomes": selectors.intent_outcomes(intent),
+        "unverified": reads.unverified_outcome(intent),
+        "compensations": reads.compensations_of(intent),
         "lookups": [row for row in evidence if row.kind == Evidence.Kind.LOOKUP],
         "duplicates": [row for row in evidence if row.kind == Evidence.Kind.DUPLICATE],
         "resolutions": [row for row in evidence if row.kind == Evidence.Kind.RESOLUTION],
@@ -60,6 +110,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
         "needs_risk_ack": capabilities is not None and not capabilities.idempotency_keys,
         "can_resolve": can_resolve(request.user),
         "forms": {verb: form_class() for verb, form_class in RESOLUTION_FORMS.items()},
+        "compensation_choices": COMPENSATION_CHOICES,
     }
     context.update(extra)
     return context
@@ -68,18 +119,44 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
 @require_GET
 @console_role_required
 def unknown_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
-    """Attempts with fences and timings, provider answers, reconciler lookups, duplicates."""
+    """Attempts with fences and timings, provider answers, reconciler lookups, duplicates,
+    compensations, and the decision forms that fit the intent's state."""
     intent = get_object_or_404(Intent, id=intent_id)
     return page_or_partial(request, DETAIL, "resolution", detail_context(request, intent))
+
+
+def _resolve(verb: str, intent: Intent, user: Any, data: dict[str, Any]) -> Intent:
+    """Call the ``reconciliation.resolution`` service for ``verb`` with the form's data."""
+    from reconciliation import resolution
+
+    if verb == "confirmed":
+        return resolution.resolve_confirmed(
+            intent_id=intent.id,
+            user=user,
+            provider_reference=data["provider_reference"],
+            reason=data["reason"],
+            accept_unverified=data["accept_unverified"],
+        )
+    if verb == "absent":
+        return resolution.resolve_absent(
+            intent_id=intent.id,
+            user=user,
+            reason=data["reason"],
+            accept_duplicate_risk=data["accept_duplicate_risk"],
+        )
+    if verb == "compensate":
+        return resolution.resolve_compensate(
+            intent_id=intent.id, user=user, reason=data["reason"], provider_reference=data["provider_reference"]
+        )
+    return resolution.resolve_failed_compensation(intent_id=intent.id, user=user, verb=verb, reason=data["reason"])
 
 
 @require_POST
 @console_role_required
 def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -> HttpResponse:
-    """Resolve an UNKNOWN intent as ``confirmed``, ``absent`` or ``compensate`` (a reason is
-    required) through ``reconciliation.resolution``; refusals are shown in place."""
-    from reconciliation import resolution
-
+    """Resolve an UNKNOWN intent as ``confirmed``, ``absent`` or ``compensate``, or decide on an
+    escalated COMPENSATING intent: ``reopen``, ``compensated`` or ``kept`` (a reason is always
+    required), through ``reconciliation.resolution``; refusals are shown in place."""
     form_class = RESOLUTION_FORMS.get(verb)
     if form_class is None:
         raise Http404("unknown resolution")
@@ -93,33 +170,11 @@ def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -
         return page_or_partial(request, DETAIL, "resolution", context, status=status)
 
     if not can_resolve(request.user):
-        return refuse("Only operators and admins can resolve UNKNOWN intents.", 403)
+        return refuse("Only operators and admins can resolve UNKNOWN intents or decide on compensations.", 403)
     if not form.is_valid():
         return refuse(first_error(form), 422)
-    data = form.cleaned_data
-    user: Any = request.user
     try:
-        if verb == "confirmed":
-            resolved = resolution.resolve_confirmed(
-                intent_id=intent.id,
-                user=user,
-                provider_reference=data["provider_reference"],
-                reason=data["reason"],
-            )
-        elif verb == "absent":
-            resolved = resolution.resolve_absent(
-                intent_id=intent.id,
-                user=user,
-                reason=data["reason"],
-                accept_duplicate_risk=data["accept_duplicate_risk"],
-            )
-        else:
-            resolved = resolution.resolve_compensate(
-                intent_id=intent.id,
-                user=user,
-                reason=data["reason"],
-                provider_reference=data["provider_reference"],
-            )
+        resolved = _resolve(verb, intent, request.user, form.cleaned_data)
     except (ResolutionRefused, IntentMoved) as exc:
         return refuse(exc.detail, exc.status)
     done = f"Resolved as {verb}. The intent is {resolved.status}."
@@ -127,3 +182,29 @@ def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -
         return page_or_partial(request, DETAIL, "resolution", detail_context(request, resolved, success=done))
     messages.success(request, done)
     return redirect("intent-detail", intent_id=resolved.id)
+
+
+@require_POST
+@console_role_required
+def unknown_lookup(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
+    """Look an UNKNOWN intent up at its provider now (``reconciliation.resolution.lookup_now``)
+    and show what came of it; refusals are shown in place."""
+    from reconciliation.resolution import lookup_now
+
+    intent = get_object_or_404(Intent, id=intent_id)
+
+    def answer(status: int = 200, **extra: Any) -> HttpResponse:
+        intent.refresh_from_db()
+        return page_or_partial(request, DETAIL, "resolution", detail_context(request, intent, **extra), status=status)
+
+    if not can_resolve(request.user):
+        return answer(403, error="Only operators and admins can look an intent up.", failed_verb="look up")
+    try:
+        result = lookup_now(intent_id=intent.id, user=request.user)  # type: ignore[arg-type]
+    except (ResolutionRefused, IntentMoved) as exc:
+        return answer(exc.status, error=exc.detail, failed_verb="look up")
+    done = f"Looked up now: {result} — {LOOKUP_RESULTS.get(result, '')}".rstrip(" —")
+    if request.htmx:
+        return answer(success=done, lookup_result=result)
+    messages.success(request, done)
+    return redirect("unknown-detail", intent_id=intent.id)

@@ -260,3 +260,39 @@ def test_a_poll_that_cannot_reach_the_server_marks_the_queue_stale(page: Any) ->
     expect(rows.locator(".stale-mark")).to_contain_text("Not refreshed (server unreachable)")
     expect(rows.get_by_text("No intent is UNKNOWN.")).to_be_hidden()
     expect(page.locator("#notice")).to_contain_text("could not be reached")
+
+
+def test_operator_acknowledges_an_open_duplicate_finding_from_the_queue(page: Any, sandbox: Any) -> None:
+    # given: an UNKNOWN email that reached the provider twice; the reconciler keeps one and
+    # flags the other (email has no compensation), and an operator is signed in
+    import httpx
+
+    from reconciliation.lookups import reconcile_unknown
+    from reconciliation.models import DuplicateFinding
+
+    email = make_unknown(action="email.send", arguments=EMAIL)
+    for _ in range(2):
+        httpx.post(
+            f"{sandbox.url}/v1/emails",
+            json=EMAIL,
+            headers={"Message-ID": f"<{email.idempotency_key}@effect-ledger.local>"},
+        ).raise_for_status()
+    reconcile_unknown()
+    finding = DuplicateFinding.objects.get(intent=email)
+    assert finding.state == "open"
+    UserFactory(username="otto", groups=["operator"])
+    sign_in(page, "otto")
+    # when: the operator opens the finding from the dashboard's count and the queue
+    page.get_by_role("link", name="Open duplicate findings").click()
+    duplicates = page.locator("#duplicates")
+    expect(duplicates).to_contain_text(finding.provider_reference)
+    duplicates.get_by_role("link", name="email.send").click()
+    expect(page.get_by_role("heading", name="Duplicate email.send")).to_be_visible()
+    expect(page.get_by_role("button", name="Compensate the extra effect")).to_have_count(0)
+    page.locator("#acknowledge-reason").fill("customer told, harmless")
+    page.get_by_role("button", name="Acknowledge").click()
+    # then: decided in place, and the queue has no open finding left
+    expect(page.locator("#decision")).to_contain_text("Decided: acknowledge. The finding is resolved.")
+    assert DuplicateFinding.objects.get(id=finding.id).state == "resolved"
+    page.goto("/unknown/")
+    expect(page.locator("#duplicates").get_by_text("No duplicate finding is open.")).to_be_visible()
