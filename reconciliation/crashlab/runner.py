@@ -32,6 +32,7 @@ from django.test import Client
 
 from operations.lab.cluster import HarnessError, LocalCluster, require_real_broker, wait_until
 from operations.models import TERMINAL_STATUSES, Agent, Intent
+from reconciliation.crashlab.duplicate_drill import CONSISTENCY_WINDOW_SECONDS
 from reconciliation.crashlab.naive import STRATEGIES as NAIVE_STRATEGIES
 from reconciliation.crashlab.verdict import LEDGER, Row
 from reconciliation.models import LabOperation
@@ -52,13 +53,19 @@ FAULTS = {
     "timeout": "delay_after_effect",
 }
 ACTIONS = {"payments": "payments.charge", "email": "email.send", "reservations": "reservations.create"}
+#: Settings (and environment variables of the lab's workers) holding the adapters' windows.
+WINDOW_SETTINGS = (
+    "SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS",
+    "SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS",
+)
 PATHS = {"payments": "/v1/charges", "email": "/v1/emails", "reservations": "/v1/reservations"}
 
 
 @dataclass
 class LabConfig:
-    """What to run: ``ops`` per cell, which boundaries, strategies and variants, and how many
-    worker processes (``workers`` x ``concurrency`` pool processes)."""
+    """What to run: ``ops`` per cell, which boundaries, strategies and variants, whether the
+    duplicate drill runs (``drill``, ``drill_intents`` per provider), and how many worker
+    processes (``workers`` x ``concurrency`` pool processes)."""
 
     ops: int = 100
     boundaries: tuple[str, ...] = BOUNDARIES
@@ -66,6 +73,14 @@ class LabConfig:
     variants: bool = True
     workers: int = 2
     concurrency: int = 4
+    drill: bool = True
+    drill_intents: int | None = None
+
+    @property
+    def intents_per_drill_provider(self) -> int:
+        """Intents per provider in the duplicate drill: ``drill_intents``, else one per ten
+        operations (as many as a cell interrupts), at least one."""
+        return self.drill_intents if self.drill_intents is not None else max(1, self.ops // 10)
 
 
 def arguments_for(provider: str, reference: str, n: int) -> dict[str, Any]:
@@ -88,6 +103,11 @@ class CrashLab:
             relay_period=0.5,
             reconcile_period=0.5,
         )
+        # Short consistency windows for the duplicate drill, read by the workers at start.
+        self._windows = WINDOW_SETTINGS if config.drill else ()
+        for name in self._windows:
+            self.cluster.env[name] = str(CONSISTENCY_WINDOW_SECONDS)
+        self._saved_windows = {name: getattr(settings, name, None) for name in self._windows}
         self.sandbox: httpx.Client | None = None
         self.api = Client()
         self.token = ""
@@ -98,6 +118,8 @@ class CrashLab:
         require_real_broker("the crash lab")
         url = self.cluster.start_sandbox()
         settings.SANDBOX_PROVIDER_URL = url
+        for name in self._windows:  # this process agrees with its workers
+            setattr(settings, name, CONSISTENCY_WINDOW_SECONDS)
         self.sandbox = httpx.Client(base_url=url, timeout=10)
         self.cluster.use_queue_here()
         for n in range(self.config.workers):
@@ -113,12 +135,37 @@ class CrashLab:
         if self.sandbox is not None:
             self.sandbox.close()
         self.cluster.stop()
+        for name, value in self._saved_windows.items():
+            setattr(settings, name, value)
 
     # --- provider ground truth ------------------------------------------------------------------
 
     def _provider(self) -> httpx.Client:
         assert self.sandbox is not None
         return self.sandbox
+
+    def sandbox_client(self) -> httpx.Client:
+        """The HTTP client of the lab's sandbox provider (loopback)."""
+        return self._provider()
+
+    def provider_effects(self, product: str, prefix: str) -> list[dict[str, Any]]:
+        """Every effect in the provider's ledger for ``product`` whose reference starts with
+        ``prefix`` (cancelled and withdrawn ones included), oldest first."""
+        return self._effects(product, prefix)
+
+    def provider_requests(self, product: str, prefix: str) -> list[dict[str, Any]]:
+        """Every request the provider received for ``product`` whose body reference starts
+        with ``prefix``."""
+        return [r for r in self._requests(product) if str(r.get("reference") or "").startswith(prefix)]
+
+    def submit_intents(self, provider: str, refs: list[str]) -> list[Any]:
+        """Submit one intent of ``ACTIONS[provider]`` per reference through the HTTP API (the
+        reference doubles as the client key); return their ids in order.
+
+        Raises:
+            HarnessError: the API refused a submission.
+        """
+        return self._submit_intents(provider, refs)
 
     def _effects(self, product: str, prefix: str) -> list[dict[str, Any]]:
         response = self._provider().get("/ledger", params={"product": product})
@@ -143,7 +190,18 @@ class CrashLab:
             for provider, boundary in VARIANTS:
                 if boundary in self.config.boundaries:
                     rows.append(self.cell(LEDGER, boundary, provider))
+        if self.config.drill:
+            rows.append(self.duplicate_drill())
         return rows
+
+    def duplicate_drill(self) -> Row:
+        """Run the duplicate drill (``duplicate_drill``) on this lab's cluster: one row."""
+        from reconciliation.crashlab.duplicate_drill import DuplicateDrill
+
+        drill = DuplicateDrill(
+            self, intents=self.config.intents_per_drill_provider, provider_timeout=PROVIDER_TIMEOUT
+        )
+        return drill.run()
 
     def cell(self, strategy: str, boundary: str, provider: str) -> Row:
         """Run one cell and count its effects at the provider."""

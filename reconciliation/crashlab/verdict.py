@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 LEDGER = "ledger"
+#: The duplicate drill's row (``duplicate_drill``): duplicates at providers without keys.
+DRILL = "duplicate-drill"
 
 
 @dataclass
@@ -21,9 +23,12 @@ class Row:
     """One measured cell: a strategy at a crash boundary, counted at the provider.
 
     Attributes:
-        strategy: ``retry``, ``record-after``, ``record-before`` or ``ledger``.
-        boundary: ``none``, ``before-effect``, ``after-effect`` or ``timeout``.
-        provider: ``payments``, ``email`` or ``reservations``.
+        strategy: ``retry``, ``record-after``, ``record-before``, ``ledger`` or
+            ``duplicate-drill``.
+        boundary: ``none``, ``before-effect``, ``after-effect`` or ``timeout``
+            (``operator-absent`` for the duplicate drill).
+        provider: ``payments``, ``email`` or ``reservations`` (``email+reservations`` for the
+            duplicate drill).
         ops: distinct operations submitted.
         interrupted: first attempts interrupted at the boundary (every tenth).
         effects: effects in the provider's ledger for these operations.
@@ -35,6 +40,12 @@ class Row:
         not_terminal: (ledger) intents not in a terminal state at the end.
         compensations: (ledger) compensation intents opened.
         seconds: wall time of the cell.
+        found: (drill) duplicate findings recorded for these intents.
+        compensated: (drill) extra effects whose finding is resolved by a compensation that
+            SUCCEEDED and that the provider shows cancelled.
+        flagged: (drill) extra effects whose finding is open for operators.
+        missed: (drill) extra effects neither compensated nor flagged when the wait ended.
+        detail: (drill) the same counts per provider, and the drill's timings.
     """
 
     strategy: str
@@ -51,6 +62,11 @@ class Row:
     not_terminal: int = 0
     compensations: int = 0
     seconds: float = 0.0
+    found: int = 0
+    compensated: int = 0
+    flagged: int = 0
+    missed: int = 0
+    detail: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -73,6 +89,34 @@ def judge_ledger_row(row: Row) -> list[str]:
         problems.append(f"{row.not_terminal} intent(s) not terminal")
     if row.boundary in {"before-effect", "after-effect"} and row.kills != row.interrupted:
         problems.append(f"{row.kills} kill(s) for {row.interrupted} planned")
+    return problems
+
+
+def judge_drill_row(row: Row) -> list[str]:
+    """What is wrong with the duplicate drill's row: it must have created duplicates (else it
+    proved nothing), and every one must be compensated or flagged, none missed, no finding for
+    an effect that is not a duplicate, no finding left half-handled; every intent SUCCEEDED
+    with an effect, and only compensated duplicates cancelled."""
+    problems = []
+    if row.duplicates <= 0:
+        problems.append("no duplicate was created: the drill exercised nothing")
+    if row.missed:
+        problems.append(
+            f"{row.missed} of {row.duplicates} duplicate(s) missed (neither compensated nor flagged)"
+        )
+    if row.compensated + row.flagged != row.found:
+        problems.append(f"{row.found} finding(s), but {row.compensated} compensated + {row.flagged} flagged")
+    if row.found > row.duplicates:
+        problems.append(f"{row.found} finding(s) for {row.duplicates} duplicate(s)")
+    if row.missing:
+        problems.append(f"{row.missing} intent(s) without any effect")
+    if row.not_terminal:
+        problems.append(f"{row.not_terminal} intent(s) not SUCCEEDED")
+    if row.active != row.effects - row.compensated:
+        problems.append(
+            f"{row.active} active effect(s); expected {row.effects - row.compensated} "
+            f"({row.effects} minus {row.compensated} compensated)"
+        )
     return problems
 
 
@@ -103,7 +147,12 @@ def judge_control_row(row: Row) -> list[str]:
 def judge(rows: list[Row]) -> bool:
     """Fill each row's ``problems`` and return True when every row passes."""
     for row in rows:
-        row.problems = judge_ledger_row(row) if row.strategy == LEDGER else judge_control_row(row)
+        if row.strategy == DRILL:
+            row.problems = judge_drill_row(row)
+        elif row.strategy == LEDGER:
+            row.problems = judge_ledger_row(row)
+        else:
+            row.problems = judge_control_row(row)
     return not any(row.problems for row in rows)
 
 

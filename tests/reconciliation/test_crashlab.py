@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from reconciliation.crashlab.verdict import Row, judge, judge_control_row, judge_ledger_row
+from reconciliation.crashlab.report import markdown_table
+from reconciliation.crashlab.verdict import (
+    DRILL,
+    Row,
+    judge,
+    judge_control_row,
+    judge_drill_row,
+    judge_ledger_row,
+)
 from tests.support.workers import requires_real_broker
 
 
@@ -67,3 +75,49 @@ def test_measured_control_row_in_the_ledger_place_fails_the_command(tmp_path: Pa
         call_command("crashlab", "--judge", str(tampered))
     assert exit_info.value.code == 1
     call_command("crashlab", "--judge", str(report))  # no SystemExit: PASS
+
+
+def drill_row(*, created: int, found: int, compensated: int, flagged: int, missed: int) -> Row:
+    # 4 email + 4 reservations intents, each sent twice; compensated duplicates are cancelled
+    return Row(strategy=DRILL, boundary="operator-absent", provider="email+reservations", ops=8,
+               interrupted=8, effects=8 + created, missing=0, duplicates=created,
+               active=8 + created - compensated, requests=8 + created, kills=0, found=found,
+               compensated=compensated, flagged=flagged, missed=missed)  # fmt: skip
+
+
+def test_c18_duplicate_drill_judge_fails_on_a_miss_and_on_an_empty_drill() -> None:
+    assert judge_drill_row(drill_row(created=8, found=8, compensated=4, flagged=4, missed=0)) == []
+    # one duplicate found but its compensation never ended, one never found at all
+    missed = drill_row(created=8, found=7, compensated=4, flagged=2, missed=2)
+    assert judge_drill_row(missed) == [
+        "2 of 8 duplicate(s) missed (neither compensated nor flagged)",
+        "7 finding(s), but 4 compensated + 2 flagged",
+    ]
+    assert judge_drill_row(drill_row(created=0, found=0, compensated=0, flagged=0, missed=0)) == [
+        "no duplicate was created: the drill exercised nothing"
+    ]
+    assert "| 8 / 8 / 4 / 4 / 0 |" in markdown_table(
+        [drill_row(created=8, found=8, compensated=4, flagged=4, missed=0)], 10
+    )
+
+
+@pytest.mark.integration
+@requires_real_broker
+@pytest.mark.django_db(transaction=True)
+def test_c18_duplicate_drill_flags_every_email_and_compensates_every_reservation(tmp_path: Path) -> None:
+    # given: real workers and beat, the sandbox provider process; per provider, two intents
+    # whose first send is lost with its effect (email: lookup lagging; reservations: a late
+    # booking), resent after an operator's `absent` accepting the duplicate risk
+    report = tmp_path / "drill.json"
+    # when
+    call_command("crashlab", "--drill-only", "--drill-intents", "2", "--json", str(report))
+    # then: duplicates were created and the reconciler's checks handled every one of them
+    (row,) = json.loads(report.read_text())["rows"]
+    assert row["strategy"] == DRILL and row["problems"] == []
+    assert row["duplicates"] > 0 and row["missed"] == 0
+    assert row["compensated"] + row["flagged"] == row["found"] == row["duplicates"]
+    email, reservations = row["detail"]["email"], row["detail"]["reservations"]
+    assert email["resolved_absent"] == email["intents"] == 2
+    assert email["flagged"] == email["created"] == 2 and email["compensated"] == 0
+    assert reservations["compensated"] == reservations["created"] == 2 and reservations["flagged"] == 0
+    assert reservations["active"] == reservations["intents"]  # one booking kept per intent

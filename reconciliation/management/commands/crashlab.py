@@ -2,7 +2,8 @@
 
     python manage.py crashlab [--ops 100] [--boundaries none,before-effect,after-effect,timeout]
                               [--strategies retry,record-after,record-before,ledger] [--no-variants]
-                              [--json PATH] [--markdown PATH]
+                              [--no-drill] [--drill-intents N] [--json PATH] [--markdown PATH]
+    python manage.py crashlab --drill-only [--drill-intents N]   # only the duplicate drill
     python manage.py crashlab --acceptance [--json PATH]
     python manage.py crashlab --judge PATH     # re-judge a saved --json report
 
@@ -42,7 +43,21 @@ class Command(BaseCommand):
         parser.add_argument("--ops", type=int, default=100, help="operations per cell (multiple of 10)")
         parser.add_argument("--boundaries", default=",".join(BOUNDARIES))
         parser.add_argument("--strategies", default=",".join(STRATEGIES))
-        parser.add_argument("--no-variants", action="store_true", help="skip the email and reservations rows")
+        parser.add_argument(
+            "--no-variants",
+            action="store_true",
+            help="skip the email and reservations rows (the duplicate drill too)",
+        )
+        parser.add_argument("--no-drill", action="store_true", help="skip the duplicate drill")
+        parser.add_argument(
+            "--drill-only", action="store_true", help="run only the duplicate drill, not the matrix"
+        )
+        parser.add_argument(
+            "--drill-intents",
+            type=int,
+            default=None,
+            help="duplicate drill intents per provider (default: --ops / 10)",
+        )
         parser.add_argument("--workers", type=int, default=2)
         parser.add_argument("--acceptance", action="store_true", help="run the seven-check acceptance gate")
         parser.add_argument("--judge", metavar="PATH", help="re-judge a saved --json report; runs nothing")
@@ -74,18 +89,28 @@ class Command(BaseCommand):
             raise CommandError(
                 "--ops must be a positive multiple of 10 (every tenth first attempt is interrupted)"
             )
+        if options["drill_intents"] is not None and options["drill_intents"] < 1:
+            raise CommandError("--drill-intents must be at least 1")
+        only = options["drill_only"]
         config = LabConfig(
             ops=ops,
-            boundaries=_csv(options["boundaries"], BOUNDARIES, "boundary"),
-            strategies=_csv(options["strategies"], STRATEGIES, "strategy"),
-            variants=not options["no_variants"],
+            boundaries=() if only else _csv(options["boundaries"], BOUNDARIES, "boundary"),
+            strategies=() if only else _csv(options["strategies"], STRATEGIES, "strategy"),
+            variants=not options["no_variants"] and not only,
             workers=options["workers"],
+            drill=only or not (options["no_drill"] or options["no_variants"]),
+            drill_intents=options["drill_intents"],
         )
         drill = DrillRun.objects.create(
             kind=DrillRun.Kind.CRASHLAB,
             started_at=timezone.now(),
             requested_by=options["requested_by"],
-            parameters={"ops": ops, "boundaries": config.boundaries, "strategies": config.strategies},
+            parameters={
+                "ops": ops,
+                "boundaries": config.boundaries,
+                "strategies": config.strategies,
+                "duplicate_drill_intents": config.intents_per_drill_provider if config.drill else 0,
+            },
         )
         started = time.monotonic()
         try:
