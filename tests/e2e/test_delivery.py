@@ -19,10 +19,12 @@ import pytest
 from django.db import connection
 from django.db.models.functions import Now
 from kombu import Exchange, Queue
+from kombu.exceptions import ChannelError
 
 from console.celery import app
 from operations.lab.cluster import Process, database_url
 from operations.models import AuditEvent, Intent, OutboxMessage
+from operations.outbox import outbox_relay
 from tests.factories import charge_arguments, make_agent, submit
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.workers import Cluster, wait_for
@@ -171,10 +173,16 @@ def test_c17_api_answers_503_with_retry_after_while_the_database_is_unreachable(
 
 
 def queued_messages(queue: str) -> int:
-    """Messages waiting in the broker queue (not yet taken by a worker)."""
+    """Messages waiting in the broker queue (not yet taken by a worker). Redis keeps a queue as
+    a list, which disappears when empty: "not found" there means none."""
     with app.connection_for_read() as conn:
-        declared = Queue(queue, Exchange(queue), routing_key=queue)(conn.default_channel).queue_declare(passive=True)
-        return int(declared.message_count)
+        bound = Queue(queue, Exchange(queue), routing_key=queue)(conn.default_channel)
+        try:
+            return int(bound.queue_declare(passive=True).message_count)
+        except ChannelError:
+            if conn.transport.driver_type == "redis":
+                return 0
+            raise
 
 
 def test_c15_a_retry_due_in_an_hour_waits_in_the_database_not_in_the_broker(
@@ -186,8 +194,7 @@ def test_c15_a_retry_due_in_an_hour_waits_in_the_database_not_in_the_broker(
         **settings.EFFECT_LEDGER_POLICIES,
         "payments.charge": {"retry": {"base_seconds": 4000, "cap_seconds": 4000}},
     }
-    worker = cluster.worker("w1")
-    cluster.beat()
+    worker = cluster.worker("w1")  # beat comes later, so the queue holds only execute messages
     sandbox.inject("error_500_before_effect", product="payments", reference="c15-late")
     intent = submit(arguments=charge_arguments(reference="c15-late"), reference="c15-late")
     wait_for(
@@ -200,8 +207,10 @@ def test_c15_a_retry_due_in_an_hour_waits_in_the_database_not_in_the_broker(
     with connection.cursor() as cursor:
         cursor.execute("SELECT EXTRACT(EPOCH FROM %s - statement_timestamp())", [intent.not_before])
         assert float(cursor.fetchone()[0]) > 1800  # about an hour out
-    # when: several relay periods pass
-    time.sleep(3)
+    # when: the relay runs several times (what beat runs every period)
+    for _ in range(4):
+        assert outbox_relay() == 0
+        time.sleep(0.5)
     # then: the retry's message is in the database, unpublished; nothing waits in the broker
     retry_row = OutboxMessage.objects.get(intent=intent, sent_at__isnull=True)
     assert retry_row.publish_count == 0 and retry_row.due_at == intent.not_before
@@ -214,7 +223,8 @@ def test_c15_a_retry_due_in_an_hour_waits_in_the_database_not_in_the_broker(
     # times, move back to just before now)
     Intent.objects.filter(id=intent.id).update(not_before=Now() - timedelta(seconds=1))
     OutboxMessage.objects.filter(id=retry_row.id).update(due_at=Now() - timedelta(seconds=1))
-    # then: the relay publishes it, a real worker executes it, once
+    cluster.beat()
+    # then: the periodic relay publishes it, a real worker executes it, once
     wait_for(lambda: Intent.objects.filter(id=intent.id, status="SUCCEEDED").exists(), 30, "the retry to run")
     retry_row.refresh_from_db()
     assert retry_row.publish_count == 1
