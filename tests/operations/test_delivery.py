@@ -237,3 +237,19 @@ def test_database_unavailable_tells_an_unreachable_server_from_a_failed_statemen
         with pytest.raises(psycopg.Error) as missing:
             live.execute("SELECT * FROM no_such_table")
         assert not database_unavailable(missing.value)
+
+
+def test_redis_visibility_timeout_must_exceed_the_countdown_bound_and_task_time_limit(settings: Any) -> None:
+    from operations.checks import redis_visibility_timeout_check
+
+    # given: a Redis broker whose visibility timeout is shorter than bound + time limit (30 + 90 s)
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/0"
+    settings.CELERY_TASK_TIME_LIMIT = 90
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 100}
+    # when / then
+    assert [message.id for message in redis_visibility_timeout_check()] == ["operations.E001"]
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    assert redis_visibility_timeout_check() == []
+    settings.CELERY_BROKER_URL = "amqp://guest:guest@127.0.0.1:5672//"
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = {}
+    assert redis_visibility_timeout_check() == []
