@@ -206,11 +206,15 @@ def _record_fenced_out(claim: Claim, *, would_be: str, answer: dict[str, Any]) -
     duplicate check. Call inside the caller's transaction.
     """
     # Lock the intent row: the audit chain is appended under it (operations.audit).
-    current = (
-        Intent.objects.select_for_update().filter(id=claim.intent.id).values_list("status", flat=True).first()
+    row = (
+        Intent.objects.select_for_update()
+        .filter(id=claim.intent.id)
+        .values_list("status", "attempt_count")
+        .first()
     )
-    if current is None:
+    if row is None:
         return
+    current, attempts = row
     Attempt.objects.filter(
         id=claim.attempt.id, result__in=[Attempt.Result.PENDING, Attempt.Result.ABANDONED]
     ).update(
@@ -234,7 +238,7 @@ def _record_fenced_out(claim: Claim, *, would_be: str, answer: dict[str, Any]) -
     metrics.FENCED_OUT_ATTEMPTS.labels(answer=answer.get("result", "")).inc()
     if would_be == Intent.Status.SUCCEEDED and current == Intent.Status.SUCCEEDED:
         Intent.objects.filter(id=claim.intent.id).update(
-            **duplicate_check_updates(action=claim.intent.action, attempts=2)
+            **duplicate_check_updates(action=claim.intent.action, attempts=attempts)
         )
 
 

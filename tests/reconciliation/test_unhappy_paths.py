@@ -47,6 +47,18 @@ def due() -> None:
     Intent.objects.filter(next_duplicate_check_at__isnull=False).update(next_duplicate_check_at=Now())
 
 
+def unknown_charge_with_effect(sandbox: Any) -> tuple[Intent, str]:
+    """An UNKNOWN charge whose effect the provider applied (the answer was lost); returns
+    (intent, the charge id)."""
+    intent = submit()
+    charge = httpx.post(
+        f"{sandbox.url}/v1/charges",
+        json=charge_arguments(),
+        headers={"Idempotency-Key": intent.idempotency_key},
+    ).json()["id"]
+    return unknown(intent), charge
+
+
 def events(intent: Intent) -> list[str]:
     return list(AuditEvent.objects.filter(intent=intent).order_by("seq").values_list("event", flat=True))
 
@@ -245,13 +257,7 @@ def test_refund_rejected_expired_or_cancelled_escalates_the_charge(
     sandbox: Any, operator: Any, approver: Any, ending: str
 ) -> None:
     # given: an UNKNOWN charge compensated by a refund that needs approval
-    intent = submit()
-    charge = httpx.post(
-        f"{sandbox.url}/v1/charges",
-        json=charge_arguments(),
-        headers={"Idempotency-Key": intent.idempotency_key},
-    ).json()["id"]
-    intent = unknown(intent)
+    intent, charge = unknown_charge_with_effect(sandbox)
     resolve_compensate(intent_id=intent.id, user=operator, reason="refund it", provider_reference=charge)
     (refund,) = Intent.objects.filter(compensates=intent)
     assert refund.status == "AWAITING_APPROVAL"
@@ -284,13 +290,7 @@ def test_settling_is_refused_while_a_compensation_runs(sandbox: Any, operator: A
 
 def test_agents_cannot_cancel_compensation_intents(sandbox: Any, operator: Any, api: Any) -> None:
     # given: a refund opened by an operator, waiting for approval, in the agent's tenant
-    intent = submit()
-    charge = httpx.post(
-        f"{sandbox.url}/v1/charges",
-        json=charge_arguments(),
-        headers={"Idempotency-Key": intent.idempotency_key},
-    ).json()["id"]
-    intent = unknown(intent)
+    intent, charge = unknown_charge_with_effect(sandbox)
     resolve_compensate(intent_id=intent.id, user=operator, reason="refund", provider_reference=charge)
     (refund,) = Intent.objects.filter(compensates=intent)
     # when
@@ -392,13 +392,7 @@ def test_confirmed_with_an_unverifiable_reference_needs_an_explicit_acknowledgem
 
 
 def test_confirmed_by_lookup_is_verified_without_acknowledgement(sandbox: Any, operator: Any) -> None:
-    intent = submit()
-    charge = httpx.post(
-        f"{sandbox.url}/v1/charges",
-        json=charge_arguments(),
-        headers={"Idempotency-Key": intent.idempotency_key},
-    ).json()["id"]
-    intent = unknown(intent)
+    intent, charge = unknown_charge_with_effect(sandbox)
     resolve_confirmed(intent_id=intent.id, user=operator, provider_reference=charge, reason="seen")
     assert Outcome.objects.get(intent=intent).detail["verified"] is True
 
