@@ -34,6 +34,7 @@ from operations.calls import provider_call
 from operations.idempotency import key_digest
 from operations.models import Intent
 from operations.services import execution as svc
+from operations.services.recovery import intent_redispatch
 
 logger = logging.getLogger("operations.engine")
 
@@ -151,7 +152,7 @@ def _redispatch_if_early(intent_id: uuid.UUID, worker: str) -> None:
     from django.db.models.functions import Now
 
     if Intent.objects.filter(id=intent_id, status=Intent.Status.READY, not_before__gt=Now()).exists():
-        svc.intent_redispatch(
+        intent_redispatch(
             intent_id=intent_id,
             actor=f"worker:{worker}",
             reason="delivered before its not_before; a fresh message waits in the outbox until then",

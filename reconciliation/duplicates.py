@@ -21,17 +21,14 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Exists, OuterRef
-from django.db.models.functions import Now
 
 from operations import metrics, services
 from operations.adapters.base import LookupResult, LookupStatus
 from operations.adapters.registry import capabilities_for, get_adapter
-from operations.audit import audit_append
 from operations.calls import lookup_call
 from operations.models import Intent
 from reconciliation.models import DuplicateFinding, Evidence
@@ -61,28 +58,6 @@ class DuplicateCounts:
     found: int = 0
     escalated: int = 0
     errors: list[str] = field(default_factory=list)
-
-
-def claim_duplicate_checks(*, batch: int) -> list[uuid.UUID]:
-    """Claim up to ``batch`` intents due for a duplicate check, pushing their next check 60 s
-    forward so a second reconciler skips them (partial index ``intent_duplicate_check_q``)."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            """
-            UPDATE operations_intent
-            SET next_duplicate_check_at = statement_timestamp() + interval '60 seconds'
-            WHERE id IN (
-                SELECT id FROM operations_intent
-                WHERE next_duplicate_check_at <= statement_timestamp()
-                ORDER BY next_duplicate_check_at
-                LIMIT %s
-                FOR UPDATE SKIP LOCKED
-            )
-            RETURNING id
-            """,
-            [batch],
-        )
-        return [row[0] for row in cursor.fetchall()]
 
 
 def _kept_reference(intent: Intent, found: tuple[str, ...]) -> str:
@@ -115,8 +90,6 @@ def record_duplicates(*, intent: Intent, references: list[str], keep: str) -> in
         detail={"kept": keep, "extra": new},
     )
     compensation_action = capabilities_for(intent.action).compensation_action
-    # Lock the intent row: the audit chain is appended under it.
-    Intent.objects.select_for_update().filter(id=intent.id).values_list("id", flat=True).first()
     for ref in new:
         if compensation_action:
             compensation = services.intent_open_compensation(
@@ -140,25 +113,17 @@ def record_duplicates(*, intent: Intent, references: list[str], keep: str) -> in
                 note=f"{intent.action} has no compensation: an operator must decide",
             )
             handling = "flagged"
-        audit_append(
-            intent_id=intent.id,
-            event="duplicate_found",
-            actor="reconciler",
-            reason=f"a second effect {ref} exists at the provider; kept {keep}",
-            data={"provider_reference": ref, "kept": keep, "handling": handling},
+        services.intent_note_duplicate(
+            intent_id=intent.id, provider_reference=ref, kept=keep, handling=handling
         )
         metrics.DUPLICATES_FOUND.labels(handling=handling).inc()
     return len(new)
 
 
 def _next_check(intent_id: uuid.UUID, checks: int) -> None:
-    """Schedule the next check with backoff while the consistency window lasts; after the
-    window one last check has run, so stop."""
+    """Schedule the next check with backoff while the consistency window lasts."""
     delay = CHECK_BACKOFF_SECONDS[min(checks, len(CHECK_BACKOFF_SECONDS)) - 1]
-    Intent.objects.filter(id=intent_id, duplicate_check_until__gt=Now()).update(
-        next_duplicate_check_at=Now() + timedelta(seconds=delay)
-    )
-    Intent.objects.filter(id=intent_id, duplicate_check_until__lte=Now()).update(next_duplicate_check_at=None)
+    services.intent_schedule_duplicate_check(intent_id=intent_id, delay_seconds=delay)
 
 
 def check_intent_for_duplicates(intent_id: uuid.UUID) -> int:
@@ -170,7 +135,7 @@ def check_intent_for_duplicates(intent_id: uuid.UUID) -> int:
     """
     intent = Intent.objects.get(id=intent_id)
     if intent.status in NOTHING_TO_CHECK:
-        Intent.objects.filter(id=intent_id).update(next_duplicate_check_at=None)
+        services.intent_end_duplicate_checks(intent_id=intent_id)
         return 0
     checks = (
         Evidence.objects.filter(
@@ -209,7 +174,8 @@ def run_duplicate_checks(*, batch: int | None = None) -> DuplicateCounts:
     """One pass: every intent due for a duplicate check, each on its own; one item's error
     never stops the pass (it is counted, reported and the item is checked again later)."""
     counts = DuplicateCounts()
-    for intent_id in claim_duplicate_checks(batch=batch or int(settings.EFFECT_LEDGER["RECONCILE_BATCH"])):
+    size = batch or int(settings.EFFECT_LEDGER["RECONCILE_BATCH"])
+    for intent_id in services.intents_claim_due_duplicate_checks(batch=size):
         counts.examined += 1
         try:
             counts.found += check_intent_for_duplicates(intent_id)

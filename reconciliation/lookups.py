@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models.functions import Now
 
 from operations import metrics, services
@@ -74,24 +74,9 @@ class LookupCounts:
 
 
 def claim_unknown_batch(*, batch: int) -> list[uuid.UUID]:
-    """Claim up to ``batch`` UNKNOWN intents due for a lookup (pushes ``next_lookup_at`` by 60 s,
-    so a second reconciler skips them); served by the partial index ``intent_unknown_q``."""
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(
-            """
-            UPDATE operations_intent SET next_lookup_at = statement_timestamp() + interval '60 seconds'
-            WHERE id IN (
-                SELECT id FROM operations_intent
-                WHERE status = 'UNKNOWN' AND next_lookup_at <= statement_timestamp()
-                ORDER BY next_lookup_at
-                LIMIT %s
-                FOR UPDATE SKIP LOCKED
-            )
-            RETURNING id
-            """,
-            [batch],
-        )
-        return [row[0] for row in cursor.fetchall()]
+    """Claim up to ``batch`` UNKNOWN intents due for a lookup (``operations.services``
+    pushes their ``next_lookup_at`` by 60 s, so a second reconciler skips them)."""
+    return services.intents_claim_due_lookups(batch=batch)
 
 
 def _patience_spent(intent: Intent, lookups: int) -> bool:
@@ -154,8 +139,8 @@ def _apply(intent: Intent, result: LookupResult, actor: str) -> str | None:
 
 def _wait_or_escalate(intent: Intent, status: str) -> str:
     lookups = intent.lookup_count + 1
-    Intent.objects.filter(id=intent.id, status=Intent.Status.UNKNOWN).update(
-        lookup_count=lookups, next_lookup_at=Now() + timedelta(seconds=lookup_delay_seconds(lookups))
+    services.intent_schedule_lookup(
+        intent_id=intent.id, lookups=lookups, delay_seconds=lookup_delay_seconds(lookups)
     )
     if _patience_spent(intent, lookups) and services.intent_escalate(
         intent_id=intent.id,

@@ -15,10 +15,9 @@ from operations.services.execution import (
     intent_mark_unknown,
     intent_record_failure,
     intent_record_success,
-    intent_redispatch,
     intent_schedule_retry,
-    intent_take_over_lease,
 )
+from operations.services.recovery import intent_redispatch, intent_take_over_lease
 from operations.services.resolution import (
     COMPENSATION_DEAD_ENDS,
     complete_compensated_original,
@@ -31,6 +30,14 @@ from operations.services.resolution import (
     intent_settle_compensation,
     next_compensation_generation,
 )
+from operations.services.schedules import (
+    intent_end_duplicate_checks,
+    intent_note_duplicate,
+    intent_schedule_duplicate_check,
+    intent_schedule_lookup,
+    intents_claim_due_duplicate_checks,
+    intents_claim_due_lookups,
+)
 from operations.services.submission import (
     PreviewResult,
     SubmitResult,
@@ -41,6 +48,12 @@ from operations.services.submission import (
 from operations.services.transitions import check_allowed, transition
 
 __all__ = [
+    "intent_end_duplicate_checks",
+    "intent_note_duplicate",
+    "intent_schedule_duplicate_check",
+    "intent_schedule_lookup",
+    "intents_claim_due_duplicate_checks",
+    "intents_claim_due_lookups",
     "COMPENSATION_DEAD_ENDS",
     "duplicate_check_updates",
     "intent_reopen_compensation",

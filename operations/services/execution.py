@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.db.models.functions import Coalesce, Now
 
 from operations import metrics
@@ -23,7 +23,7 @@ from operations.models import Approval, Attempt, Intent, Outcome
 from operations.policies import needs_approval
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.resolution import complete_compensated_original
-from operations.services.transitions import outbox_enqueue, transition
+from operations.services.transitions import check_allowed, transition
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ def intent_claim(
     ``delivery_retries`` > 0 (the message was re-delivered while the database was unreachable)
     is recorded in the ``claimed`` event with the reason, so the wait before it is explained.
     """
+    # The one transition written as SQL (the hottest): it still obeys the transition table.
+    check_allowed(intent_id=intent_id, current=Intent.Status.READY, target=Intent.Status.RUNNING)
     with transaction.atomic():
         # The race this stops: two deliveries of the same message (or two workers) claiming one
         # intent. The UPDATE's WHERE is re-checked under the row lock, so exactly one wins and
@@ -54,14 +56,14 @@ def intent_claim(
             Intent.objects.raw(
                 """
                 UPDATE operations_intent
-                SET status = 'RUNNING', fence = fence + 1, attempt_count = attempt_count + 1,
+                SET status = %s, fence = fence + 1, attempt_count = attempt_count + 1,
                     lease_owner = %s, lease_expires_at = statement_timestamp() + make_interval(secs => %s),
                     updated_at = statement_timestamp()
-                WHERE id = %s AND status = 'READY'
+                WHERE id = %s AND status = %s
                   AND (not_before IS NULL OR not_before <= statement_timestamp())
                 RETURNING *
                 """,
-                [worker, lease_seconds, intent_id],
+                [Intent.Status.RUNNING, worker, lease_seconds, intent_id, Intent.Status.READY],
             )
         )
         if len(claimed) != 1:
@@ -150,7 +152,8 @@ def _close_attempt(
     )
 
 
-def _release() -> dict[str, Any]:
+def release_lease() -> dict[str, Any]:
+    """The columns that release a lease (set in the same UPDATE as the transition)."""
     return {"lease_owner": "", "lease_expires_at": None}
 
 
@@ -181,7 +184,7 @@ def _record(
         event=event,
         reason=error[:500],
         data={"fence": claim.fence, **(data or {}), **(detail or {})},
-        updates={**_release(), "last_error": error[:2000], **(updates or {})},
+        updates={**release_lease(), "last_error": error[:2000], **(updates or {})},
         dispatch=dispatch,
     )
     if moved:
@@ -363,80 +366,3 @@ def intent_mark_unknown(
     if moved:
         metrics.UNKNOWN_OUTCOMES.labels(cause=cause).inc()
     return moved
-
-
-def intent_take_over_lease(*, intent_id: uuid.UUID, fence: int, provider_deduplicates: bool) -> str | None:
-    """A RUNNING intent whose lease expired (worker killed, hung or cut off): move it on.
-
-    To READY (same key; the next claim takes the next fence) when the provider deduplicates on
-    the key, else to UNKNOWN for reconciliation. Conditional on the fence and on the lease
-    having expired by the database clock, so a live worker's lease is never taken.
-
-    Returns the new status, or None when the intent moved meanwhile.
-    """
-    target = Intent.Status.READY if provider_deduplicates else Intent.Status.UNKNOWN
-    with transaction.atomic():
-        moved = transition(
-            intent_id=intent_id,
-            from_status=Intent.Status.RUNNING,
-            to_status=target,
-            fence=fence,
-            actor="reconciler",
-            event="lease_taken_over",
-            reason="the worker's lease expired before it recorded an outcome",
-            data={"fence": fence},
-            updates={
-                **_release(),
-                "not_before": None,
-                "last_error": "lease expired",
-                "next_lookup_at": Now(),
-                "lookup_count": 0,
-            },
-            where=Q(lease_expires_at__lt=Now()),
-            dispatch=target == Intent.Status.READY,
-        )
-        if moved:
-            Attempt.objects.filter(intent_id=intent_id, fence=fence, finished_at__isnull=True).update(
-                finished_at=Now(), result=Attempt.Result.ABANDONED, error="lease expired"
-            )
-    if not moved:
-        return None
-    metrics.LEASE_TAKEOVERS.labels(to_status=target).inc()
-    if target == Intent.Status.UNKNOWN:
-        metrics.UNKNOWN_OUTCOMES.labels(cause="lease_expired").inc()
-    return target
-
-
-def intent_redispatch(*, intent_id: uuid.UUID, actor: str, reason: str) -> bool:
-    """Give a READY intent a fresh outbox message, audited as ``redispatched`` with ``reason``.
-
-    For a delivery that may have been lost (the broker lost it, it was acknowledged without
-    running) or that arrived before ``not_before``. The message is due with the intent (its
-    ``not_before``, or now), so the relay publishes it within the countdown bound. Harmless if
-    nothing was lost: consumers are idempotent.
-
-    Args:
-        actor: who re-dispatches (``reconciler``, ``worker:<id>``).
-        reason: why, recorded in the audit event so the timeline has no unexplained gap.
-
-    Returns:
-        True when the intent was still READY and got its message; False otherwise.
-    """
-    with transaction.atomic():
-        # The race this stops: a claim (or a cancel) between the caller's read and this write.
-        # The UPDATE locks the row and re-checks READY, so a moved intent gets no message.
-        touched = Intent.objects.filter(id=intent_id, status=Intent.Status.READY).update(updated_at=Now())
-        if not touched:
-            return False
-        message = outbox_enqueue(intent_id=intent_id)
-        audit_append(
-            intent_id=intent_id,
-            event="redispatched",
-            actor=actor,
-            from_status=Intent.Status.READY,
-            to_status=Intent.Status.READY,
-            reason=reason,
-            data={"message_id": str(message.id)},
-        )
-    metrics.REDISPATCHES.inc()
-    return True
