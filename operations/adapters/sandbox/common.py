@@ -1,0 +1,122 @@
+"""What the sandbox adapters share: argument schemas, URLs, the Message-ID that carries our
+key, and small helpers for provider answers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from operations.adapters import http_support as http
+from operations.adapters.base import AdapterError, ExecutionCall, LookupResult, LookupStatus
+
+CURRENCY = {"type": "string", "pattern": "^[A-Z]{3}$", "description": "ISO 4217 code, upper case"}
+REFERENCE = {"type": "string", "minLength": 1, "maxLength": 200}
+
+CHARGE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "amount": {"type": "integer", "minimum": 1, "maximum": 10**12, "description": "minor units"},
+        "currency": CURRENCY,
+        "customer": {"type": "string", "minLength": 1, "maxLength": 200},
+        "reference": REFERENCE,
+        "description": {"type": "string", "maxLength": 1000},
+    },
+    "required": ["amount", "currency", "customer"],
+    "additionalProperties": False,
+}
+
+REFUND_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "charge": {"type": "string", "minLength": 1, "maxLength": 200, "description": "provider charge id"},
+        "amount": {"type": "integer", "minimum": 1, "maximum": 10**12, "description": "minor units"},
+        "currency": CURRENCY,
+        "reference": REFERENCE,
+        "reason": {"type": "string", "maxLength": 1000},
+    },
+    "required": ["charge", "amount", "currency"],
+    "additionalProperties": False,
+}
+
+EMAIL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "to": {"type": "string", "pattern": "^[^@\\s]+@[^@\\s]+$", "maxLength": 320},
+        "subject": {"type": "string", "minLength": 1, "maxLength": 500},
+        "body": {"type": "string", "maxLength": 20000},
+        "reference": REFERENCE,
+    },
+    "required": ["to", "subject", "body"],
+    "additionalProperties": False,
+}
+
+RESERVATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "resource": {"type": "string", "minLength": 1, "maxLength": 200},
+        "start": {"type": "string", "format": "date-time", "minLength": 1, "maxLength": 40},
+        "seats": {"type": "integer", "minimum": 1, "maximum": 1000},
+        "reference": REFERENCE,
+    },
+    "required": ["resource", "start", "seats", "reference"],
+    "additionalProperties": False,
+}
+
+CANCEL_RESERVATION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "reservation": {"type": "string", "minLength": 1, "maxLength": 200},
+        "reference": REFERENCE,
+        "reason": {"type": "string", "maxLength": 1000},
+    },
+    "required": ["reservation"],
+    "additionalProperties": False,
+}
+
+
+def format_minor(amount: int, currency: str) -> str:
+    """Render minor units for people, e.g. ``(12000, "EUR") -> "120.00 EUR"`` (two decimals)."""
+    return f"{amount // 100:,}.{amount % 100:02d} {currency}"
+
+
+#: Seconds a read (``list_by_reference``) may take when no call deadline applies.
+READ_TIMEOUT_SECONDS = 10.0
+
+
+def sandbox_url(path: str) -> str:
+    """Absolute URL of ``path`` (e.g. ``/v1/charges``) on ``settings.SANDBOX_PROVIDER_URL``."""
+    return str(settings.SANDBOX_PROVIDER_URL).rstrip("/") + path
+
+
+def message_id_for(idempotency_key: str) -> str:
+    """The RFC 5322 Message-ID that carries our key: ``<{idempotency_key}@effect-ledger.local>``."""
+    return f"<{idempotency_key}@effect-ledger.local>"
+
+
+def call_reference(call: ExecutionCall) -> str | None:
+    """The business reference of ``call``: ``call.reference``, else ``arguments["reference"]``."""
+    reference = call.reference or call.arguments.get("reference")
+    return str(reference) if reference else None
+
+
+def with_reference(call: ExecutionCall) -> dict[str, Any]:
+    body = dict(call.arguments)
+    reference = call_reference(call)
+    if reference and "reference" not in body:
+        body["reference"] = reference
+    return body
+
+
+def provider_id(body: dict[str, Any]) -> str:
+    """The ``id`` of a provider object; a success without one cannot be trusted."""
+    provider_id = body.get("id")
+    if not isinstance(provider_id, str) or not provider_id:
+        raise http.AmbiguousOutcome("provider answered success without an id", detail={"code": "missing_id"})
+    return provider_id
+
+
+def inconclusive(error: AdapterError | None = None, **detail: Any) -> LookupResult:
+    if error is not None:
+        detail = {**error.detail, "error": str(error)[:300], **detail}
+    return LookupResult(status=LookupStatus.INCONCLUSIVE, detail=detail)
