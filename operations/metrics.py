@@ -37,7 +37,8 @@ STALE_FENCES_REJECTED = Counter(
 RETRIES_SCHEDULED = Counter("effect_ledger_retries_scheduled_total", "Attempts rescheduled with backoff")
 TERMINAL_FAILURES = Counter("effect_ledger_terminal_failures_total", "Intents recorded FAILED")
 REDISPATCHES = Counter(
-    "effect_ledger_redispatches_total", "Fresh outbox messages for READY intents whose delivery was presumed lost"
+    "effect_ledger_redispatches_total",
+    "Fresh outbox messages for READY intents whose delivery was presumed lost",
 )
 DATABASE_RETRIES = Counter(
     "effect_ledger_database_retries_total", "Deliveries re-tried because the database was unreachable"
@@ -80,7 +81,7 @@ def render_metrics() -> tuple[bytes, str]:
     from prometheus_client.core import GaugeMetricFamily
     from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-    from operations.selectors_metrics import ledger_gauges, unknown_age_buckets
+    from operations.selectors import ledger_gauges, unknown_age_buckets
 
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)
@@ -121,3 +122,24 @@ def render_metrics() -> tuple[bytes, str]:
 
     registry.register(LedgerCollector())
     return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def process_counters() -> dict[str, float]:
+    """Counters summed over every process on this machine that wrote to the Prometheus
+    multiprocess folder (``PROMETHEUS_MULTIPROC_DIR``): duplicate deliveries absorbed and stale
+    fences rejected. Machines other than this one are not included; ``/metrics`` scraped by
+    Prometheus is the fleet-wide source."""
+    from prometheus_client import CollectorRegistry, multiprocess
+
+    wanted = {
+        "effect_ledger_duplicate_deliveries_total": "duplicate_deliveries",
+        "effect_ledger_stale_fences_rejected_total": "stale_fences_rejected",
+    }
+    totals = dict.fromkeys(wanted.values(), 0.0)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    for metric in registry.collect():
+        for sample in metric.samples:
+            if sample.name in wanted:
+                totals[wanted[sample.name]] += sample.value
+    return totals

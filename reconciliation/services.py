@@ -134,7 +134,7 @@ def redispatch_stalled_ready(*, stalled_seconds: float | None = None, batch: int
 
 def outbox_lag_seconds() -> float:
     """Age in seconds of the oldest unsent outbox message (0 when none), by the database clock."""
-    from operations.selectors_metrics import ledger_gauges
+    from operations.selectors import ledger_gauges
 
     return float(ledger_gauges()["outbox_oldest_pending_seconds"])
 

@@ -10,10 +10,11 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from console import selectors
 from console.forms import DecisionForm, RejectForm, first_error
 from console.permissions import console_role_required
+from console.presentation import payload_diff
 from console.views.common import HtmxHttpRequest, page_or_partial
+from operations import selectors
 from operations.exceptions import ApprovalRefused, IntentMoved, ValidationFailed
 from operations.idempotency import canonical_json
 from operations.models import Approval, Intent
@@ -63,7 +64,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
     context["canonical"] = canonical_json(document).decode()
     previous = selectors.previous_with_reference(intent)
     context["previous"] = previous
-    context["diff"] = selectors.payload_diff(previous.arguments, intent.arguments) if previous else []
+    context["diff"] = payload_diff(previous.arguments, intent.arguments) if previous else []
     context["approvals"] = list(intent.approvals.select_related("approver").order_by("created_at"))
     context["approvals_given"] = sum(
         1 for a in context["approvals"] if a.decision == Approval.Decision.APPROVED

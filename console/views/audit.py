@@ -12,10 +12,10 @@ from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from console import selectors
 from console.forms import AuditFilterForm
 from console.permissions import console_role_required
 from console.views.common import HtmxHttpRequest, page_or_partial
+from operations import selectors
 from operations.audit import audit_verify
 from operations.models import AuditEvent
 

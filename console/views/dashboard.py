@@ -5,12 +5,12 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from console import selectors
 from console.charts import throughput_svg
 from console.permissions import console_role_required
 from console.views.common import HtmxHttpRequest, page_or_partial
-from operations.metrics import render_metrics
-from operations.selectors_metrics import ledger_gauges
+from operations import selectors
+from operations.metrics import process_counters, render_metrics
+from operations.selectors import ledger_gauges
 
 
 @require_GET
@@ -34,7 +34,7 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
         "approvals": selectors.approvals_waiting(),
         "unknown_ages": selectors.unknown_by_age(),
         "decisions": decision_counts(),
-        "counters": selectors.process_counters(),
+        "counters": process_counters(),
         "throughput_svg": throughput_svg(minutes),
         "throughput_total": sum(row["succeeded"] + row["failed"] for row in minutes),
         "section": "dashboard",

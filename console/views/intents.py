@@ -8,11 +8,12 @@ from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_GET
 
-from console import selectors
 from console.forms import IntentSearchForm
 from console.permissions import console_role_required
 from console.views.common import HtmxHttpRequest, page_or_partial
+from operations import selectors
 from operations.models import TERMINAL_STATUSES, Intent
+from reconciliation.selectors import intent_timeline
 
 
 @require_GET
@@ -42,7 +43,7 @@ def intent_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpRespons
     intent = get_object_or_404(Intent.objects.select_related("compensates"), id=intent_id)
     context = {
         "intent": intent,
-        "timeline": selectors.intent_timeline(intent),
+        "timeline": intent_timeline(intent),
         "compensations": list(intent.compensations.order_by("created_at")),
         "terminal": intent.status in TERMINAL_STATUSES,
         "unverified": unverified_outcome(intent),

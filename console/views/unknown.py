@@ -12,7 +12,6 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from console import selectors
 from console.forms import (
     ReasonForm,
     ResolveAbsentForm,
@@ -22,6 +21,7 @@ from console.forms import (
 )
 from console.permissions import can_resolve, console_role_required
 from console.views.common import HtmxHttpRequest, page_or_partial
+from operations import selectors
 from operations.adapters.registry import UnknownAction, get_adapter
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent

@@ -30,7 +30,7 @@ from operations.delivery import (
 from operations.engine import execute_intent
 from operations.models import AuditEvent, Intent, OutboxMessage
 from operations.outbox import outbox_relay
-from operations.selectors_metrics import ledger_gauges
+from operations.selectors import ledger_gauges
 from operations.services import intent_claim, intent_schedule_retry
 from tests.factories import submit
 

@@ -47,31 +47,35 @@ def ledger_gauges() -> dict[str, Any]:
     }
 
 
-#: UNKNOWN age buckets for metrics and the dashboard: (label, upper bound in seconds or None).
-UNKNOWN_AGE_BUCKETS: tuple[tuple[str, int | None], ...] = (
-    ("lt_1m", 60),
-    ("lt_10m", 600),
-    ("lt_1h", 3600),
-    ("ge_1h", None),
+#: UNKNOWN age buckets, the one definition for ``/metrics`` and the dashboard:
+#: (metric label, label for people, lower bound, upper bound or None), bounds in seconds.
+UNKNOWN_AGE_BUCKETS: tuple[tuple[str, str, int, int | None], ...] = (
+    ("lt_1m", "under 1 minute", 0, 60),
+    ("lt_5m", "1 to 5 minutes", 60, 300),
+    ("lt_1h", "5 to 60 minutes", 300, 3600),
+    ("lt_24h", "1 to 24 hours", 3600, 86400),
+    ("ge_24h", "over 24 hours", 86400, None),
 )
 
 
 def unknown_age_buckets() -> dict[str, int]:
-    """UNKNOWN intents counted by how long they have been UNKNOWN (database clock); one query
-    over the partial index ``intent_unknown_age``."""
+    """UNKNOWN intents counted by how long they have been UNKNOWN (database clock), by metric
+    label (``UNKNOWN_AGE_BUCKETS``); one query over the partial index ``intent_unknown_age``."""
+    filters = ", ".join(
+        f"count(*) FILTER (WHERE age >= {low}" + (f" AND age < {high})" if high is not None else ")")
+        for _, _, low, high in UNKNOWN_AGE_BUCKETS
+    )
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            SELECT
-                count(*) FILTER (WHERE age < 60),
-                count(*) FILTER (WHERE age >= 60 AND age < 600),
-                count(*) FILTER (WHERE age >= 600 AND age < 3600),
-                count(*) FILTER (WHERE age >= 3600)
-            FROM (
-                SELECT EXTRACT(EPOCH FROM statement_timestamp() - updated_at) AS age
-                FROM operations_intent WHERE status = 'UNKNOWN'
-            ) AS unknown
-            """
+            f"SELECT {filters} FROM ("  # noqa: S608 - the bounds are constants of this module
+            " SELECT EXTRACT(EPOCH FROM statement_timestamp() - updated_at) AS age"
+            " FROM operations_intent WHERE status = 'UNKNOWN') AS unknown"
         )
         row = cursor.fetchone()
-    return {label: int(count) for (label, _), count in zip(UNKNOWN_AGE_BUCKETS, row, strict=True)}
+    return {label: int(count) for (label, _, _, _), count in zip(UNKNOWN_AGE_BUCKETS, row, strict=True)}
+
+
+def unknown_by_age() -> list[tuple[str, int]]:
+    """The same buckets for people: ``[("under 1 minute", n), ...]``, youngest first."""
+    counts = unknown_age_buckets()
+    return [(human, counts[label]) for label, human, _, _ in UNKNOWN_AGE_BUCKETS]

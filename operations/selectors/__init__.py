@@ -1,0 +1,51 @@
+"""Every read of the ledger (no writes here), in one package: intents, the audit log, keyset
+pagination and the gauges ``/metrics`` and the dashboard share. Reconciliation's own records
+(evidence, findings, runs) are read in ``reconciliation.selectors``."""
+
+from __future__ import annotations
+
+from operations.selectors.audit import AuditFilters, audit_queryset, audit_search, throughput_last_hour
+from operations.selectors.gauges import (
+    UNKNOWN_AGE_BUCKETS,
+    ledger_gauges,
+    unknown_age_buckets,
+    unknown_by_age,
+)
+from operations.selectors.intents import (
+    IntentFilters,
+    approvals_inbox,
+    approvals_waiting,
+    attempts_with_timings,
+    intent_get,
+    intent_latest_outcome,
+    intent_list,
+    intent_outcomes,
+    intent_search,
+    previous_with_reference,
+)
+from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
+
+__all__ = [
+    "PAGE_SIZE",
+    "UNKNOWN_AGE_BUCKETS",
+    "AuditFilters",
+    "IntentFilters",
+    "Page",
+    "approvals_inbox",
+    "approvals_waiting",
+    "attempts_with_timings",
+    "audit_queryset",
+    "audit_search",
+    "decode_cursor",
+    "encode_cursor",
+    "intent_get",
+    "intent_latest_outcome",
+    "intent_list",
+    "intent_outcomes",
+    "intent_search",
+    "ledger_gauges",
+    "previous_with_reference",
+    "throughput_last_hour",
+    "unknown_age_buckets",
+    "unknown_by_age",
+]

@@ -1,0 +1,84 @@
+"""Reads of the audit log: filtered, keyset-paginated, and the last hour's throughput."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+from django.db.models.functions import TruncMinute
+from django.utils import timezone
+
+from operations.models import AuditEvent
+from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
+
+
+@dataclass
+class AuditFilters:
+    """What the audit log narrows by; empty fields do not filter."""
+
+    intent_id: uuid.UUID | None = None
+    actor: str = ""
+    event: str = ""
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+def audit_queryset(filters: AuditFilters) -> QuerySet[AuditEvent]:
+    """Audit events matching ``filters``, newest first (``audit_created`` index order)."""
+    queryset = AuditEvent.objects.all()
+    if filters.intent_id:
+        queryset = queryset.filter(intent_id=filters.intent_id)
+    if filters.actor:
+        queryset = queryset.filter(actor=filters.actor)
+    if filters.event:
+        queryset = queryset.filter(event=filters.event)
+    if filters.created_after:
+        queryset = queryset.filter(created_at__gte=filters.created_after)
+    if filters.created_before:
+        queryset = queryset.filter(created_at__lt=filters.created_before)
+    return queryset.order_by("-created_at", "-id")
+
+
+def audit_search(filters: AuditFilters, *, cursor: str | None = None, limit: int = PAGE_SIZE) -> Page:
+    """One keyset page of the audit log, newest first."""
+    queryset = audit_queryset(filters)
+    position = decode_cursor(cursor)
+    if position:
+        created_at, row_id = position
+        try:
+            last_id = int(row_id)
+        except ValueError:
+            last_id = 0
+        queryset = queryset.filter(created_at__lte=created_at).filter(
+            Q(created_at__lt=created_at) | Q(id__lt=last_id)
+        )
+    rows = list(queryset[: limit + 1])
+    next_cursor = encode_cursor(rows[limit - 1].created_at, rows[limit - 1].id) if len(rows) > limit else None
+    return Page(rows=rows[:limit], next_cursor=next_cursor)
+
+
+def throughput_last_hour(now: datetime | None = None) -> list[dict[str, Any]]:
+    """Intents that finished (SUCCEEDED or FAILED) per minute over the last 60 minutes, oldest
+    minute first: ``[{"minute": datetime, "succeeded": int, "failed": int}]`` (60 rows).
+
+    Read from audit events (served by the ``audit_created`` index)."""
+    now = now or timezone.now()
+    end = now.replace(second=0, microsecond=0) + timedelta(minutes=1)
+    start = end - timedelta(minutes=60)
+    buckets = {start + timedelta(minutes=i): {"succeeded": 0, "failed": 0} for i in range(60)}
+    rows = (
+        AuditEvent.objects.filter(
+            created_at__gte=start, created_at__lt=end, to_status__in=["SUCCEEDED", "FAILED"]
+        )
+        .annotate(minute=TruncMinute("created_at"))
+        .values("minute", "to_status")
+        .annotate(n=Count("id"))
+    )
+    for row in rows:
+        bucket = buckets.get(row["minute"])
+        if bucket is not None:
+            bucket["succeeded" if row["to_status"] == "SUCCEEDED" else "failed"] += row["n"]
+    return [{"minute": minute, **counts} for minute, counts in buckets.items()]

@@ -1,0 +1,155 @@
+"""Reads of intents: one intent, lists and searches, approvals waiting, attempts and outcomes."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count, IntegerField, Min, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Coalesce
+
+from operations.models import Approval, Intent, Outcome
+from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
+
+
+def intent_get(*, tenant: str, intent_id: uuid.UUID) -> Intent | None:
+    """The tenant's intent with ``intent_id``, or None (another tenant's intent is invisible)."""
+    return Intent.objects.filter(tenant=tenant, id=intent_id).first()
+
+
+def intent_list(
+    *,
+    tenant: str,
+    status: str | None = None,
+    action: str | None = None,
+    reference: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+) -> QuerySet[Intent]:
+    """The tenant's intents, filtered; newest first (callers paginate by cursor)."""
+    queryset = Intent.objects.filter(tenant=tenant)
+    if status:
+        queryset = queryset.filter(status=status)
+    if action:
+        queryset = queryset.filter(action=action)
+    if reference:
+        queryset = queryset.filter(reference=reference)
+    if created_after:
+        queryset = queryset.filter(created_at__gte=created_after)
+    if created_before:
+        queryset = queryset.filter(created_at__lt=created_before)
+    return queryset
+
+
+def intent_latest_outcome(intent: Intent) -> Outcome | None:
+    """The newest outcome recorded for ``intent`` (provider, reconciler or operator)."""
+    return intent.outcomes.order_by("-created_at", "-id").first()
+
+
+def approvals_inbox() -> QuerySet[Intent]:
+    """Intents awaiting a decision: highest risk tier first, then newest first (a top-N scan
+    of the partial index ``intent_approvals_inbox``).
+
+    Each row is annotated with ``risk_tier`` and ``approvals_given`` (approvals recorded), the
+    latter as a subquery so it is computed only for the rows a page shows.
+    """
+    given = (
+        Approval.objects.filter(intent=OuterRef("pk"), decision=Approval.Decision.APPROVED)
+        .order_by()
+        .values("intent")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return (
+        Intent.objects.filter(status=Intent.Status.AWAITING_APPROVAL)
+        .annotate(
+            risk_tier=KeyTextTransform("risk_tier", "policy"),
+            approvals_given=Coalesce(Subquery(given, output_field=IntegerField()), Value(0)),
+        )
+        .order_by("-risk_rank", "-created_at", "id")
+    )
+
+
+def previous_with_reference(intent: Intent) -> Intent | None:
+    """The tenant's latest earlier intent with the same business reference, if any."""
+    if not intent.reference:
+        return None
+    return (
+        Intent.objects.filter(
+            tenant=intent.tenant, reference=intent.reference, created_at__lt=intent.created_at
+        )
+        .exclude(id=intent.id)
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+@dataclass
+class IntentFilters:
+    """What the intents search narrows by; empty fields do not filter."""
+
+    q: str = ""
+    tenant: str = ""
+    action: str = ""
+    status: str = ""
+    principal: str = ""
+    reference: str = ""
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+def intent_search(filters: IntentFilters, *, cursor: str | None = None, limit: int = PAGE_SIZE) -> Page:
+    """Intents matching ``filters``, newest first, one keyset page of ``limit`` rows.
+
+    ``q`` is an intent_id (exact) or else a reference (exact). The ordering
+    ``(created_at DESC, id ASC)`` is the one the ``intent_created`` and
+    ``intent_status_created`` indexes store, so PostgreSQL walks the index from the cursor.
+    """
+    queryset = Intent.objects.all()
+    if filters.q:
+        try:
+            queryset = queryset.filter(id=uuid.UUID(filters.q.strip()))
+        except ValueError:
+            queryset = queryset.filter(reference=filters.q.strip())
+    for name in ("tenant", "action", "status", "principal", "reference"):
+        value = getattr(filters, name)
+        if value:
+            queryset = queryset.filter(**{name: value})
+    if filters.created_after:
+        queryset = queryset.filter(created_at__gte=filters.created_after)
+    if filters.created_before:
+        queryset = queryset.filter(created_at__lt=filters.created_before)
+    position = decode_cursor(cursor)
+    if position:
+        created_at, row_id = position
+        queryset = queryset.filter(created_at__lte=created_at).filter(
+            Q(created_at__lt=created_at) | Q(id__gt=row_id)
+        )
+    rows = list(queryset.order_by("-created_at", "id")[: limit + 1])
+    next_cursor = encode_cursor(rows[limit - 1].created_at, rows[limit - 1].id) if len(rows) > limit else None
+    return Page(rows=rows[:limit], next_cursor=next_cursor)
+
+
+def attempts_with_timings(intent: Intent) -> list[dict[str, Any]]:
+    """The intent's attempts, oldest first, with their duration in seconds (None while open)."""
+    rows = []
+    for attempt in intent.attempts.order_by("attempt_no"):
+        seconds = (attempt.finished_at - attempt.started_at).total_seconds() if attempt.finished_at else None
+        rows.append({"attempt": attempt, "seconds": seconds})
+    return rows
+
+
+def intent_outcomes(intent: Intent) -> list[Outcome]:
+    """Every outcome recorded for ``intent``, oldest first."""
+    return list(intent.outcomes.order_by("created_at", "id"))
+
+
+def approvals_waiting() -> dict[str, Any]:
+    """How many intents await approval and when the oldest was submitted."""
+    row = Intent.objects.filter(status=Intent.Status.AWAITING_APPROVAL).aggregate(
+        count=Count("id"), oldest=Min("created_at")
+    )
+    return {"count": row["count"], "oldest": row["oldest"]}
