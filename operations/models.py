@@ -67,7 +67,6 @@ class Intent(models.Model):
     not_before = models.DateTimeField(null=True, blank=True, help_text="earliest next claim (backoff)")
     attempt_count = models.PositiveIntegerField(default=0)
     approval_expires_at = models.DateTimeField(null=True, blank=True)
-    cancel_requested = models.BooleanField(default=False)
     escalated_at = models.DateTimeField(null=True, blank=True, help_text="UNKNOWN handed to operators")
     lookup_count = models.PositiveIntegerField(default=0, help_text="reconciler lookups while UNKNOWN")
     next_lookup_at = models.DateTimeField(null=True, blank=True, help_text="earliest next reconciler lookup")

@@ -81,7 +81,9 @@ def expire_approvals(*, batch: int | None = None) -> SweepCounts:
     return counts
 
 
-def redispatch_stalled_ready(*, stalled_seconds: float | None = None, batch: int | None = None) -> SweepCounts:
+def redispatch_stalled_ready(
+    *, stalled_seconds: float | None = None, batch: int | None = None
+) -> SweepCounts:
     """READY intents that have been due and unclaimed for ``stalled_seconds`` (their message was
     lost by the broker, or acknowledged without running) get a fresh outbox message, audited as
     ``redispatched`` with the reason. Duplicates are harmless: the claim's compare-and-swap
@@ -141,16 +143,18 @@ def outbox_lag_seconds() -> float:
 
 def reconcile_pass() -> dict[str, Any]:
     """Run every sweep once, each on a bounded batch, and record the pass as a
-    ``ReconciliationRun`` (examined, resolved, escalated, errors, and per-sweep detail).
+    ``ReconciliationRun`` (examined, resolved, escalated, errors, and per-sweep detail) when it
+    did or found something; an idle pass (every 5 s) leaves no row. Runs older than
+    ``EFFECT_LEDGER["RECONCILIATION_RUN_RETENTION_DAYS"]`` are pruned, a bounded batch a pass.
 
     One sweep's or one item's failure never aborts the pass: each sweep runs on its own, its
-    error is recorded on the run (``detail["errors"]``), and the run is always finished.
+    error is recorded on the run (``detail["errors"]``), and the run is written finished.
     """
     from reconciliation.duplicates import run_duplicate_checks, sweep_compensations
     from reconciliation.lookups import reconcile_unknown
     from reconciliation.models import ReconciliationRun
 
-    run = ReconciliationRun.objects.create(started_at=timezone.now())
+    started_at = timezone.now()
     errors: list[str] = []
     examined = resolved = escalated = 0
     detail: dict[str, Any] = {}
@@ -200,12 +204,34 @@ def reconcile_pass() -> dict[str, Any]:
             detail["outbox_lag_warning"] = lag > settings.EFFECT_LEDGER["OUTBOX_LAG_WARNING_SECONDS"]
     finally:
         detail["errors"] = errors[:50]
-        ReconciliationRun.objects.filter(id=run.id).update(
-            finished_at=timezone.now(),
-            examined=examined,
-            resolved=resolved,
-            escalated=escalated,
-            errors=len(errors),
-            detail=detail,
-        )
+        if examined or resolved or escalated or errors or detail.get("outbox_lag_warning"):
+            ReconciliationRun.objects.create(
+                started_at=started_at,
+                finished_at=timezone.now(),
+                examined=examined,
+                resolved=resolved,
+                escalated=escalated,
+                errors=len(errors),
+                detail=detail,
+            )
+        prune_reconciliation_runs()
     return detail
+
+
+#: Reconciliation runs pruned per pass at most (a bounded delete on the ``recon_run_started`` index).
+RUN_PRUNE_BATCH = 1000
+
+
+def prune_reconciliation_runs() -> int:
+    """Delete up to ``RUN_PRUNE_BATCH`` reconciliation runs older than
+    ``EFFECT_LEDGER["RECONCILIATION_RUN_RETENTION_DAYS"]`` (default 7); returns how many."""
+    from datetime import timedelta
+
+    from reconciliation.models import ReconciliationRun
+
+    days = float(settings.EFFECT_LEDGER.get("RECONCILIATION_RUN_RETENTION_DAYS", 7))
+    old = ReconciliationRun.objects.filter(started_at__lt=Now() - timedelta(days=days)).order_by("started_at")
+    deleted, _ = ReconciliationRun.objects.filter(
+        id__in=list(old.values_list("id", flat=True)[:RUN_PRUNE_BATCH])
+    ).delete()
+    return deleted

@@ -22,7 +22,7 @@ from console.forms import (
 from console.permissions import can_resolve, console_role_required
 from console.views.common import HtmxHttpRequest, page_or_partial
 from operations import selectors
-from operations.adapters.registry import UnknownAction, get_adapter
+from operations.adapters.registry import UnknownAction, capabilities_for
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent
 from reconciliation.models import Evidence
@@ -92,7 +92,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
 
     evidence = reads.intent_evidence(intent)
     try:
-        capabilities = get_adapter(intent.action).capabilities
+        capabilities = capabilities_for(intent.action)
     except UnknownAction:
         capabilities = None
     context: dict[str, Any] = {
@@ -107,7 +107,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
         "resolutions": [row for row in evidence if row.kind == Evidence.Kind.RESOLUTION],
         "audit_events": list(intent.audit_events.order_by("seq")),
         "capabilities": capabilities,
-        "needs_risk_ack": capabilities is not None and not capabilities.idempotency_keys,
+        "needs_risk_ack": capabilities is not None and not capabilities.same_key_retry_safe,
         "can_resolve": can_resolve(request.user),
         "forms": {verb: form_class() for verb, form_class in RESOLUTION_FORMS.items()},
         "compensation_choices": COMPENSATION_CHOICES,

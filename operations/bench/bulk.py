@@ -154,7 +154,6 @@ def _intent_row(
         "lease_owner": "bench:1" if state == "RUNNING" else "",
         "not_before": None,
         "attempt_count": 1,
-        "cancel_requested": state == "CANCELLED",
         "escalated_at": None,
         "lookup_count": 0,
         "next_duplicate_check_at": None,

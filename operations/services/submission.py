@@ -202,7 +202,6 @@ def intent_cancel(*, intent_id: uuid.UUID, actor: str, reason: str = "") -> Inte
             actor=actor,
             event="cancelled",
             reason=reason,
-            updates={"cancel_requested": True},
         ):
             return Intent.objects.get(id=intent_id)
     current = Intent.objects.get(id=intent_id).status

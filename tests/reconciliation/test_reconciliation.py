@@ -11,6 +11,7 @@ import httpx
 import pytest
 from django.db import connection
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from operations.engine import execute_intent
 from operations.exceptions import IntentMoved, ResolutionRefused
@@ -335,11 +336,11 @@ def test_reconciler_batch_query_uses_the_partial_index_at_100k_unknown(db: Any) 
             """
             INSERT INTO operations_intent (id, tenant, principal, action, action_version, arguments, request_hash,
                 client_key, idempotency_key, reference, metadata, policy, risk_rank, status, fence, lease_owner,
-                attempt_count, cancel_requested, last_error, lookup_count, next_lookup_at,
+                attempt_count, last_error, lookup_count, next_lookup_at,
                 created_at, updated_at)
             SELECT gen_random_uuid(), tenant, principal, action, action_version, arguments, request_hash,
                 'bulk-' || g, 'el_bulk_' || g, reference, metadata, policy, risk_rank,
-                CASE WHEN g %% 10 = 0 THEN 'SUCCEEDED' ELSE 'UNKNOWN' END, 1, '', 1, false, '', 0,
+                CASE WHEN g %% 10 = 0 THEN 'SUCCEEDED' ELSE 'UNKNOWN' END, 1, '', 1, '', 0,
                 now() + interval '1 day' + (g || ' seconds')::interval, now(), now()
             FROM operations_intent, generate_series(1, 111112) AS g WHERE id = %s
             """,
@@ -372,3 +373,15 @@ def test_stalled_ready_intent_gets_a_fresh_message_but_not_while_one_is_pending(
     # then: one fresh message; none more while it waits for the broker
     assert (first.moved, second.moved) == (1, 0)
     assert OutboxMessage.objects.filter(intent=intent, sent_at__isnull=True).count() == 1
+
+
+def test_idle_pass_records_no_run_and_old_runs_are_pruned(db: Any, settings: Any) -> None:
+    # given: nothing to do, and a run older than the retention
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "RECONCILIATION_RUN_RETENTION_DAYS": 7}
+    old = ReconciliationRun.objects.create(started_at=timezone.now() - timedelta(days=8))
+    recent = ReconciliationRun.objects.create(started_at=timezone.now() - timedelta(days=1))
+    # when
+    reconcile_pass()
+    # then: no row for the idle pass; the old run is gone, the recent one kept
+    assert list(ReconciliationRun.objects.values_list("id", flat=True)) == [recent.id]
+    assert not ReconciliationRun.objects.filter(id=old.id).exists()
