@@ -16,10 +16,10 @@ PostgreSQL is the source of truth and the broker carries only wake-ups (DESIGN.m
 
 from __future__ import annotations
 
-import random
-
 from django.conf import settings
 from django.db import DatabaseError
+
+from operations.backoff import backoff_seconds
 
 #: The longest countdown (seconds) any message is published with, from any path. Far below
 #: RabbitMQ's default consumer_timeout (1,800 s) and the Redis visibility_timeout (3,600 s).
@@ -58,8 +58,9 @@ def database_retry_countdown(retries: int) -> float:
     Args:
         retries: how many times this message was already re-delivered (``task.request.retries``).
     """
-    ceiling = min(DATABASE_RETRY_MAX_SECONDS, DATABASE_RETRY_BASE_SECONDS * 2 ** max(0, retries))
-    return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not security
+    return backoff_seconds(
+        attempt_no=retries + 1, base=DATABASE_RETRY_BASE_SECONDS, cap=DATABASE_RETRY_MAX_SECONDS
+    )
 
 
 def database_unavailable(exc: BaseException) -> bool:

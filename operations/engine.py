@@ -48,7 +48,7 @@ def provider_deadline_seconds() -> float:
     """The adapter's deadline: the configured provider timeout, but at most half the lease, so
     the worker always hears back (or gives up) while it still holds the lease."""
     conf = settings.EFFECT_LEDGER
-    return min(float(conf["PROVIDER_TIMEOUT_SECONDS"]), conf["LEASE_SECONDS"] / 2)
+    return min(float(conf["PROVIDER_TIMEOUT_SECONDS"]), float(conf["LEASE_SECONDS"]) / 2)
 
 
 def _log_context(claim: svc.Claim) -> dict[str, object]:

@@ -10,7 +10,7 @@ from operations.models import Intent, Outcome
 from operations.selectors import intent_latest_outcome
 
 
-class StrictSerializer(serializers.Serializer):
+class StrictSerializer(serializers.Serializer[Any]):
     """Refuses unknown fields, so a typo is reported instead of silently ignored."""
 
     def to_internal_value(self, data: Any) -> Any:
@@ -57,7 +57,7 @@ class IntentListQuerySerializer(StrictSerializer):
     page_size = serializers.IntegerField(min_value=1, max_value=200, required=False)
 
 
-class OutcomeSerializer(serializers.ModelSerializer):
+class OutcomeSerializer(serializers.ModelSerializer[Outcome]):
     """The newest evidence of the effect."""
 
     class Meta:
@@ -69,7 +69,7 @@ class OutcomeSerializer(serializers.ModelSerializer):
 OUTCOME_STATUSES = frozenset({"SUCCEEDED", "COMPENSATING", "COMPENSATED"})
 
 
-class IntentSerializer(serializers.ModelSerializer):
+class IntentSerializer(serializers.ModelSerializer[Intent]):
     """The representation of an intent returned by every endpoint."""
 
     intent_id = serializers.UUIDField(source="id", read_only=True)
@@ -104,7 +104,7 @@ class IntentSerializer(serializers.ModelSerializer):
         return OutcomeSerializer(outcome).data if outcome else None
 
 
-class PreviewResponseSerializer(serializers.Serializer):
+class PreviewResponseSerializer(serializers.Serializer[Any]):
     """What ``POST /api/v1/intents/preview`` answers; nothing is persisted."""
 
     action = serializers.CharField()

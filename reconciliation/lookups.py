@@ -60,7 +60,7 @@ def lookup_delay_seconds(lookups: int) -> int:
     table = LOOKUP_BACKOFF_SECONDS
     if lookups <= len(table):
         return table[max(lookups, 1) - 1]
-    return min(LOOKUP_BACKOFF_CAP_SECONDS, table[-1] * 2 ** (lookups - len(table)))
+    return min(LOOKUP_BACKOFF_CAP_SECONDS, table[-1] * int(2 ** (lookups - len(table))))
 
 
 @dataclass

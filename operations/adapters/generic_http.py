@@ -178,7 +178,8 @@ def _adapter_for(action: str, config_json: str) -> GenericHttpAdapter:
             "argument_schemas": {action: config.get("schema") or ANY_OBJECT_SCHEMA},
         },
     )
-    return cls()
+    adapter: GenericHttpAdapter = cls()
+    return adapter
 
 
 def generic_http_adapter(action: str) -> GenericHttpAdapter | None:

@@ -152,7 +152,7 @@ def digest(response: httpx.Response) -> str:
 
 def is_replayed(response: httpx.Response) -> bool:
     """Whether the provider answered from its idempotency cache (``Idempotent-Replayed: true``)."""
-    return response.headers.get("Idempotent-Replayed", "").strip().lower() == "true"
+    return bool(response.headers.get("Idempotent-Replayed", "").strip().lower() == "true")
 
 
 def success_result(

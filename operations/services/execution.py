@@ -6,7 +6,6 @@ them around the adapter call, which happens outside any transaction.
 
 from __future__ import annotations
 
-import random
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,6 +18,7 @@ from django.db.models.functions import Coalesce, Now
 from operations import metrics
 from operations.adapters.base import ExecutionResult
 from operations.audit import audit_append
+from operations.backoff import backoff_seconds
 from operations.models import Approval, Attempt, Intent, Outcome
 from operations.policies import needs_approval
 from operations.services.duplicates import duplicate_check_updates
@@ -298,16 +298,6 @@ def intent_record_failure(
     if moved:
         metrics.TERMINAL_FAILURES.inc()
     return moved
-
-
-def backoff_seconds(*, attempt_no: int, base: float, cap: float) -> float:
-    """Bounded exponential backoff with jitter: ``d = min(cap, base * 2**(attempt_no - 1))``,
-    then a uniform pick in ``[d/2, d]`` ("equal jitter", AWS Architecture Blog, 2015).
-
-    Example with base 0.25 s: about 0.25, 0.5, 1, 2 s ... never above ``cap`` seconds.
-    """
-    ceiling = min(cap, base * (2 ** max(0, attempt_no - 1)))
-    return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 - jitter, not security
 
 
 def retry_allowed(intent: Intent) -> bool:

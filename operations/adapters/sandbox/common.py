@@ -7,8 +7,7 @@ from typing import Any
 
 from django.conf import settings
 
-from operations.adapters import http_support as http
-from operations.adapters.base import AdapterError, ExecutionCall, LookupResult, LookupStatus
+from operations.adapters.base import AdapterError, AmbiguousOutcome, ExecutionCall, LookupResult, LookupStatus
 
 CURRENCY = {"type": "string", "pattern": "^[A-Z]{3}$", "description": "ISO 4217 code, upper case"}
 REFERENCE = {"type": "string", "minLength": 1, "maxLength": 200}
@@ -112,7 +111,7 @@ def provider_id(body: dict[str, Any]) -> str:
     """The ``id`` of a provider object; a success without one cannot be trusted."""
     provider_id = body.get("id")
     if not isinstance(provider_id, str) or not provider_id:
-        raise http.AmbiguousOutcome("provider answered success without an id", detail={"code": "missing_id"})
+        raise AmbiguousOutcome("provider answered success without an id", detail={"code": "missing_id"})
     return provider_id
 
 
