@@ -175,7 +175,8 @@ def run_api(target: Target, *, clients: int, seconds: float) -> dict[str, Any]:
         return client.post(f"{target.api_url}/bench/trivial", json=body, headers=headers).status_code, ""
 
     def submit(client: httpx.Client, seq: int) -> tuple[int, str]:
-        return _charge_sender(target, f"api-{uuid.uuid4().hex[:6]}")(client, seq)
+        sent: tuple[int, str] = _charge_sender(target, f"api-{uuid.uuid4().hex[:6]}")(client, seq)
+        return sent
 
     out: dict[str, Any] = {"clients": clients, "seconds_each": seconds}
     for name, sender in (("trivial", trivial), ("submit", submit)):

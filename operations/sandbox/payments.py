@@ -166,7 +166,7 @@ def _release(pool: Pool, *, scope: str, key: str, owner: str) -> None:
 
 
 def run_idempotent(
-    pool: Pool, ctx: RequestContext, *, scope: str, path: str, body: dict, apply: Apply
+    pool: Pool, ctx: RequestContext, *, scope: str, path: str, body: dict[str, Any], apply: Apply
 ) -> Reply:
     """Execute ``apply`` at most once per idempotency key and store its reply under the key.
 

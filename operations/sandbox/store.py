@@ -200,7 +200,7 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
 
 
-def ledger(pool: Pool, *, product: str | None = None, reference: str | None = None) -> list[dict]:
+def ledger(pool: Pool, *, product: str | None = None, reference: str | None = None) -> list[dict[str, Any]]:
     """Return every effect ever applied, oldest first, withdrawn and cancelled ones included.
 
     Args:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 
 import httpx
 from celery import Task, shared_task
@@ -54,7 +55,7 @@ def _finish(op_id: int, label: str) -> str:
     bind=True,
     max_retries=3,
 )
-def naive_execute(self: Task, op_id: int, strategy: str, timeout: float) -> str:
+def naive_execute(self: Task[Any, Any], op_id: int, strategy: str, timeout: float) -> str:
     """One delivery of a naive executor for ``LabOperation`` ``op_id``.
 
     A failed call (timeout, dropped connection, 5xx) is retried by Celery up to three times,
