@@ -32,11 +32,10 @@ from operations.adapters.registry import capabilities_for, get_adapter
 from operations.calls import lookup_call
 from operations.models import Intent
 from reconciliation.models import DuplicateFinding, Evidence
+from reconciliation.schedule import lookup_delay_seconds
 
 logger = logging.getLogger("reconciliation")
 
-#: Seconds between duplicate checks of one intent, by check number (then the last value).
-CHECK_BACKOFF_SECONDS = (1, 2, 5, 10, 30, 60)
 
 #: States in which the effect an intent keeps is known, so extra effects can be told apart.
 ENDED_WITH_EFFECT = (Intent.Status.SUCCEEDED, Intent.Status.COMPENSATING, Intent.Status.COMPENSATED)
@@ -120,10 +119,14 @@ def record_duplicates(*, intent: Intent, references: list[str], keep: str) -> in
     return len(new)
 
 
-def _next_check(intent_id: uuid.UUID, checks: int) -> None:
-    """Schedule the next check with backoff while the consistency window lasts."""
-    delay = CHECK_BACKOFF_SECONDS[min(checks, len(CHECK_BACKOFF_SECONDS)) - 1]
-    services.intent_schedule_duplicate_check(intent_id=intent_id, delay_seconds=delay)
+def _next_check(intent_id: uuid.UUID, checks: int, *, conclusive: bool) -> None:
+    """Schedule the next check with backoff (``lookup_delay_seconds``). A conclusive check
+    (the provider showed at least the effect the intent keeps) after the consistency window is
+    the last; an inconclusive one never ends the checks: a read path that has not even caught
+    up with the kept effect proves nothing about a second one, so they go on, at most hourly."""
+    services.intent_schedule_duplicate_check(
+        intent_id=intent_id, delay_seconds=lookup_delay_seconds(checks), end_after_window=conclusive
+    )
 
 
 def check_intent_for_duplicates(intent_id: uuid.UUID) -> int:
@@ -144,7 +147,7 @@ def check_intent_for_duplicates(intent_id: uuid.UUID) -> int:
         + 1
     )
     if intent.status not in ENDED_WITH_EFFECT:
-        _next_check(intent_id, checks)
+        _next_check(intent_id, checks, conclusive=True)
         return 0
     try:
         result = get_adapter(intent.action).lookup(lookup_call(intent))
@@ -159,14 +162,16 @@ def check_intent_for_duplicates(intent_id: uuid.UUID) -> int:
     )
     metrics.LOOKUPS.labels(result=result.status.value).inc()
     found = 0
-    if result.status == LookupStatus.FOUND and len(result.provider_references) > 1:
-        with transaction.atomic():
-            found = record_duplicates(
-                intent=intent,
-                references=list(result.provider_references),
-                keep=_kept_reference(intent, result.provider_references),
-            )
-    _next_check(intent_id, checks)
+    conclusive = False
+    if result.status == LookupStatus.FOUND and result.provider_references:
+        keep = _kept_reference(intent, result.provider_references)
+        conclusive = keep in result.provider_references
+        if len(result.provider_references) > 1:
+            with transaction.atomic():
+                found = record_duplicates(
+                    intent=intent, references=list(result.provider_references), keep=keep
+                )
+    _next_check(intent_id, checks, conclusive=conclusive)
     return found
 
 
@@ -219,11 +224,7 @@ def sweep_compensations(*, batch: int | None = None) -> DuplicateCounts:
             note=note,
             resolved_by="reconciler" if state == DuplicateFinding.State.RESOLVED else "",
         )
-    alive = (
-        Intent.objects.filter(compensates=OuterRef("pk"))
-        .exclude(metadata__cause="duplicate")
-        .exclude(status__in=services.COMPENSATION_DEAD_ENDS)
-    )
+    alive = services.own_live_compensations(OuterRef("pk"))
     stuck = (
         Intent.objects.filter(status=Intent.Status.COMPENSATING, escalated_at__isnull=True)
         .filter(~Exists(alive))

@@ -29,6 +29,7 @@ from operations.services.resolution import (
     intent_resolve_found,
     intent_settle_compensation,
     next_compensation_generation,
+    own_live_compensations,
 )
 from operations.services.schedules import (
     intent_end_duplicate_checks,
@@ -59,6 +60,7 @@ __all__ = [
     "intent_reopen_compensation",
     "intent_settle_compensation",
     "next_compensation_generation",
+    "own_live_compensations",
     "Claim",
     "SubmitResult",
     "check_allowed",

@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
 from operations import metrics
@@ -173,7 +173,9 @@ def intent_begin_compensation(
             event="compensation_started",
             reason=reason,
             data={"provider_reference": provider_reference},
-            updates={"next_lookup_at": None},
+            # Out of the operators' queue while the compensation runs: an UNKNOWN intent that was
+            # escalated would otherwise look like a compensation that needs a decision.
+            updates={"next_lookup_at": None, "escalated_at": None},
         )
         return intent_open_compensation(
             original=original, provider_reference=provider_reference, principal=actor, cause="operator"
@@ -207,6 +209,23 @@ COMPENSATION_DEAD_ENDS = (
 )
 
 
+def own_live_compensations(original: Any) -> QuerySet[Intent]:
+    """Compensation intents undoing ``original``'s own effect (not a duplicate's) that can still
+    succeed. ``original`` is an intent id or an ``OuterRef`` (for an ``Exists`` subquery)."""
+    return (
+        Intent.objects.filter(compensates=original)
+        .exclude(metadata__cause="duplicate")
+        .exclude(status__in=COMPENSATION_DEAD_ENDS)
+    )
+
+
+def _refuse_while_compensating(intent_id: uuid.UUID) -> None:
+    # The race this stops: an operator deciding on a failed compensation while a newer one
+    # (reopened by a colleague) may still undo the effect.
+    if own_live_compensations(intent_id).exists():
+        raise ResolutionRefused("a compensation of this intent is still running: wait for it to end")
+
+
 def intent_reopen_compensation(*, intent_id: uuid.UUID, actor: str, reason: str) -> Intent:
     """An operator opens a new compensation for an escalated COMPENSATING intent whose last
     compensation failed, was rejected, expired or was cancelled. The intent stays
@@ -227,6 +246,7 @@ def intent_reopen_compensation(*, intent_id: uuid.UUID, actor: str, reason: str)
                 expected="COMPENSATING with a failed compensation",
                 current=original.status,
             )
+        _refuse_while_compensating(intent_id)
         last = (
             Intent.objects.filter(compensates=original)
             .exclude(metadata__cause="duplicate")
@@ -258,10 +278,18 @@ def intent_settle_compensation(*, intent_id: uuid.UUID, compensated: bool, actor
     ``compensated=False`` -> SUCCEEDED (the effect stands, e.g. the customer kept the booking).
 
     Raises:
-        IntentMoved: the intent is not an escalated COMPENSATING intent (a compensation may be
-            running: the operator must wait for it).
+        IntentMoved: the intent is not an escalated COMPENSATING intent.
+        ResolutionRefused: one of its compensations can still succeed: wait for it to end.
     """
     target = Intent.Status.COMPENSATED if compensated else Intent.Status.SUCCEEDED
+    with transaction.atomic():
+        # Lock the row first so no compensation can be reopened between the check and the move.
+        Intent.objects.select_for_update().filter(id=intent_id).values_list("id", flat=True).first()
+        _refuse_while_compensating(intent_id)
+        _settle(intent_id, target, compensated, actor, reason)
+
+
+def _settle(intent_id: uuid.UUID, target: str, compensated: bool, actor: str, reason: str) -> None:
     transition_or_raise(
         intent_id=intent_id,
         from_status=Intent.Status.COMPENSATING,

@@ -63,13 +63,18 @@ def intents_claim_due_duplicate_checks(*, batch: int) -> list[uuid.UUID]:
     return _claim("next_duplicate_check_at", "next_duplicate_check_at IS NOT NULL", batch)
 
 
-def intent_schedule_duplicate_check(*, intent_id: uuid.UUID, delay_seconds: float) -> None:
-    """The next duplicate check in ``delay_seconds`` while the consistency window lasts; once it
-    has passed, the check just made was the last: no further one is scheduled."""
-    Intent.objects.filter(id=intent_id, duplicate_check_until__gt=Now()).update(
-        next_duplicate_check_at=Now() + timedelta(seconds=delay_seconds)
-    )
-    intent_end_duplicate_checks(intent_id=intent_id, only_after_window=True)
+def intent_schedule_duplicate_check(
+    *, intent_id: uuid.UUID, delay_seconds: float, end_after_window: bool
+) -> None:
+    """The next duplicate check in ``delay_seconds``. With ``end_after_window``, once the
+    consistency window has passed the check just made was the last and none is scheduled;
+    without it (an inconclusive check), checks go on whatever the window."""
+    queryset = Intent.objects.filter(id=intent_id)
+    if end_after_window:
+        queryset = queryset.filter(duplicate_check_until__gt=Now())
+    queryset.update(next_duplicate_check_at=Now() + timedelta(seconds=delay_seconds))
+    if end_after_window:
+        intent_end_duplicate_checks(intent_id=intent_id, only_after_window=True)
 
 
 def intent_end_duplicate_checks(*, intent_id: uuid.UUID, only_after_window: bool = False) -> None:

@@ -426,3 +426,70 @@ def test_fenced_out_attempt_records_the_provider_answer_and_an_audit_event(sandb
     # and at a provider without keys, a duplicate check is scheduled for the stale effect
     scheduled = Intent.objects.get(id=intent.id).next_duplicate_check_at is not None
     assert scheduled is (action == "email.send")
+
+
+def test_compensating_an_escalated_unknown_is_not_a_decision_while_its_refund_waits(
+    sandbox: Any, operator: Any, approver: Any
+) -> None:
+    # given: an escalated UNKNOWN charge that an operator compensates; the refund waits for approval
+    intent, charge = unknown_charge_with_effect(sandbox)
+    Intent.objects.filter(id=intent.id).update(escalated_at=Now())
+    resolve_compensate(intent_id=intent.id, user=operator, reason="refund it", provider_reference=charge)
+    (refund,) = Intent.objects.filter(compensates=intent)
+    # then: it is out of the operators' queue, and neither "kept" nor "reopen" is accepted
+    intent.refresh_from_db()
+    assert intent.status == "COMPENSATING" and intent.escalated_at is None
+    assert sweep_compensations().escalated == 0
+    for verb in ("kept", "reopen", "compensated"):
+        with pytest.raises(ResolutionRefused, match="still running"):
+            resolve_failed_compensation(intent_id=intent.id, user=operator, verb=verb, reason="decide")
+    # and when the refund is rejected, the failure is audited and the intent escalated again
+    services.intent_reject(intent_id=refund.id, user=approver, request_hash=refund.request_hash, reason="no")
+    assert sweep_compensations().escalated == 1
+    assert AuditEvent.objects.filter(intent=intent, event="compensation_failed").count() == 1
+
+
+def test_reopen_and_settle_are_refused_while_a_reopened_compensation_runs(
+    sandbox: Any, operator: Any
+) -> None:
+    # given: a failed compensation, escalated, reopened by one operator
+    intent, cancel = compensating_reservation(sandbox, operator, "comp-3")
+    sandbox.withdraw("reservations", cancel.arguments["reservation"])
+    assert execute_intent(cancel.id) == "failed"
+    sweep_compensations()
+    services.intent_reopen_compensation(intent_id=intent.id, actor="user:olga", reason="again")
+    Intent.objects.filter(id=intent.id).update(escalated_at=Now())  # a stale page's view of it
+    # when / then: a second operator's decision is refused while the new one can still succeed
+    with pytest.raises(ResolutionRefused, match="still running"):
+        services.intent_settle_compensation(
+            intent_id=intent.id, compensated=False, actor="user:bob", reason="x"
+        )
+    with pytest.raises(ResolutionRefused, match="still running"):
+        services.intent_reopen_compensation(intent_id=intent.id, actor="user:bob", reason="x")
+    assert Intent.objects.filter(compensates=intent).count() == 2
+
+
+def test_c18_duplicate_checks_go_on_past_the_window_while_the_lookup_has_not_caught_up(
+    sandbox: Any, operator: Any, settings: Any
+) -> None:
+    # given: the lookup lags far beyond the declared window (30 s here vs an hour at the provider)
+    settings.SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS = 0
+    sandbox.configure(email_lookup_lag_seconds=3600)
+    sandbox.inject("crash_after_effect", product="email")
+    intent = submit(action="email.send", arguments=email(26))
+    assert execute_intent(intent.id) == "unknown"
+    resolve_absent(intent_id=intent.id, user=operator, reason="resend", accept_duplicate_risk=True)
+    assert execute_intent(intent.id) == "succeeded"
+    # when: checks past the window see nothing, not even the email the intent keeps
+    for _ in range(3):
+        due()
+        run_duplicate_checks()
+    # then: they have not ended ...
+    assert Intent.objects.get(id=intent.id).next_duplicate_check_at is not None
+    # ... and once the read path catches up, the duplicate is found; after that conclusive
+    # check past the window, the checks end
+    sandbox.configure(email_lookup_lag_seconds=0)
+    due()
+    assert run_duplicate_checks().found == 1
+    assert DuplicateFinding.objects.get(intent=intent).state == "open"
+    assert Intent.objects.get(id=intent.id).next_duplicate_check_at is None
