@@ -9,7 +9,7 @@ from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
-app = Celery("effect_ledger", include=["operations.bench.tasks"])
+app = Celery("effect_ledger", include=["console.lab.bench.tasks"])
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 

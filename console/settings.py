@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "operations",
     "reconciliation",
     "console",
+    "console.lab",
 ]
 
 MIDDLEWARE = [

@@ -57,8 +57,8 @@ urlpatterns = [
     path("audit/", views.audit_log, name="audit"),
     path("audit/export.csv", views.audit_export, name="audit-export"),
     path("audit/verify/", views.audit_verify_view, name="audit-verify"),
-    path("drills/", views.drills, name="drills"),
-    path("drills/start", views.drill_start, name="drill-start"),
+    # The lab's pages (drills), mounted by name: the product never imports the lab.
+    path("", include("console.lab.urls")),
 ]
 
 

@@ -16,5 +16,5 @@ def reconcile() -> dict[str, Any]:
 
 
 # The crash lab's control executors must be importable by every worker.
-from reconciliation import drills  # noqa: E402, F401  (registers reconciliation.run_drill)
-from reconciliation.crashlab import naive  # noqa: E402, F401
+from console.lab import drills  # noqa: E402, F401  (registers lab.run_drill)
+from console.lab.crashlab import naive  # noqa: E402, F401
