@@ -67,8 +67,9 @@ def idempotency_headers(ctx: RequestContext) -> tuple[str, int | None]:
         raise BadRequest("the X-Fencing-Token header must be an integer", param="X-Fencing-Token") from None
 
 
-def request_hash(path: str, body: dict[str, Any]) -> str:
-    """sha256 hex over the canonical ``{"path", "body"}`` (sorted keys, compact)."""
+def body_digest(path: str, body: dict[str, Any]) -> str:
+    """sha256 hex over the canonical ``{"path", "body"}`` (sorted keys, compact): what the sandbox
+    compares to refuse a key reused with other parameters (not the ledger's ``request_hash``)."""
     canonical = json.dumps({"path": path, "body": body}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -85,7 +86,7 @@ def _acquire(pool: Pool, *, scope: str, key: str, fence: int | None, digest: str
         # The primary key (product, key) makes exactly one of N concurrent inserts win; the
         # losers wait for the winner's commit and then see its row below.
         inserted = conn.execute(
-            "INSERT INTO sandbox.idempotency_keys (product, key, request_hash, state, owner, max_fence)"
+            "INSERT INTO sandbox.idempotency_keys (product, key, body_digest, state, owner, max_fence)"
             " VALUES (%s, %s, %s, 'processing', %s, %s) ON CONFLICT DO NOTHING RETURNING key",
             [scope, key, digest, owner, fence],
         ).fetchone()
@@ -108,12 +109,12 @@ def _acquire(pool: Pool, *, scope: str, key: str, fence: int | None, digest: str
             # Nothing was applied under this key (the first try failed before its effect):
             # this request takes it over, like a first request.
             conn.execute(
-                "UPDATE sandbox.idempotency_keys SET state = 'processing', owner = %s, request_hash = %s,"
+                "UPDATE sandbox.idempotency_keys SET state = 'processing', owner = %s, body_digest = %s,"
                 " updated_at = clock_timestamp() WHERE product = %s AND key = %s",
                 [owner, digest, scope, key],
             )
             return None
-        if row["request_hash"] != digest:
+        if row["body_digest"] != digest:
             return error_reply(
                 422,
                 "idempotency_key_reused",
@@ -172,7 +173,7 @@ def run_idempotent(
 
     Args:
         scope: the key namespace (``charges`` or ``refunds``).
-        path: the request path, part of the request hash.
+        path: the request path, part of the body digest.
         body: the validated request body.
         apply: writes the effect on the given connection (inside the storing transaction) and
             returns the reply to store.
@@ -182,7 +183,7 @@ def run_idempotent(
     """
     key, fence = idempotency_headers(ctx)
     owner = secrets.token_hex(8)
-    verdict = _acquire(pool, scope=scope, key=key, fence=fence, digest=request_hash(path, body), owner=owner)
+    verdict = _acquire(pool, scope=scope, key=key, fence=fence, digest=body_digest(path, body), owner=owner)
     if verdict is not None:
         return verdict
     try:

@@ -22,10 +22,19 @@ Pool: TypeAlias = "ConnectionPool[Connection[DictRow]]"
 
 SCHEMA_SQL = """
 CREATE SCHEMA IF NOT EXISTS sandbox;
+-- Schemas created before the column was renamed (it was "request_hash", a name the ledger uses
+-- for something else) keep their rows: rename it in place, once.
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'sandbox'
+               AND table_name = 'idempotency_keys' AND column_name = 'request_hash') THEN
+        ALTER TABLE sandbox.idempotency_keys RENAME COLUMN request_hash TO body_digest;
+    END IF;
+END $$;
 CREATE TABLE IF NOT EXISTS sandbox.idempotency_keys (
     product text NOT NULL,
     key text NOT NULL,
-    request_hash text NOT NULL,
+    body_digest text NOT NULL,
     state text NOT NULL CHECK (state IN ('processing', 'done', 'released')),
     owner text NOT NULL,
     max_fence bigint,
