@@ -3,7 +3,8 @@
 A drill runs ``manage.py crashlab`` in a child process (its own cluster of workers and its own
 sandbox provider, never a real provider), so the worker that runs the task only waits. It is a
 lab task (``console.lab.LAB_TASK_MODULES``): only a worker started with the lab's tasks runs it
-(quickstart's is one); production workers do not register it.
+(quickstart's is one); production workers do not register it. The console queues it by name
+(``console.lab.services.drill_request``), so serving the Drills page never imports this module.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from pathlib import Path
 
 from celery import shared_task
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from console.lab.models import DrillRun
+from console.lab.services import RUN_DRILL_TASK
 
 DRILL_OPS = 20  # operations per cell of a drill started from the console
 DRILL_TIMEOUT_SECONDS = 900
@@ -32,19 +33,8 @@ def drill_command(*, kind: str, requested_by: str) -> list[str]:
     return [*command, "--ops", str(DRILL_OPS)]
 
 
-def drill_request(*, kind: str, requested_by: str) -> None:
-    """Queue a drill after the current transaction commits.
-
-    Raises:
-        ValueError: ``kind`` is neither ``crashlab`` nor ``acceptance``.
-    """
-    if kind not in {"crashlab", "acceptance"}:
-        raise ValueError(f"unknown drill kind {kind!r}")
-    transaction.on_commit(lambda: run_drill.delay(kind, requested_by))
-
-
 @shared_task(
-    name="lab.run_drill",
+    name=RUN_DRILL_TASK,
     time_limit=DRILL_TIMEOUT_SECONDS + 60,
     soft_time_limit=DRILL_TIMEOUT_SECONDS,
 )

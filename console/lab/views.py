@@ -7,8 +7,8 @@ from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from console.lab.drills import drill_request
 from console.lab.selectors import drill_runs
+from console.lab.services import drill_request
 from console.permissions import console_role_required, roles_of
 from console.views.common import HtmxHttpRequest, page_or_partial
 
