@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import random
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError
 
@@ -71,8 +72,6 @@ def database_unavailable(exc: BaseException) -> bool:
     connections code. A deadlock, a statement timeout or a bad password is not "unreachable":
     retrying it blindly would loop or hide a configuration error.
     """
-    import psycopg
-
     if not isinstance(exc, DatabaseError | psycopg.Error):
         return False
     cause = exc.__cause__ if isinstance(exc, DatabaseError) and exc.__cause__ is not None else exc
