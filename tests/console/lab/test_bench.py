@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.workers import requires_real_broker
 
-BASE_DIR = Path(__file__).resolve().parents[2]
+BASE_DIR = Path(__file__).resolve().parents[3]
 
 pytestmark = [pytest.mark.integration, requires_real_broker]
 
