@@ -9,9 +9,15 @@ from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
-app = Celery("effect_ledger", include=["operations.bench.tasks"])
+# Product tasks only: autodiscovery finds ``<app>.tasks`` of the installed apps (operations,
+# reconciliation). The lab's tasks live in modules of other names (console.lab.LAB_TASK_MODULES)
+# and are registered only by workers started with ``--include`` of them (console/lab/cluster.py).
+app = Celery("effect_ledger")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# The default app of every thread, so ``celery.current_app`` (used by the ledger to publish,
+# without importing this package) is this app in thread pools and on_commit callbacks too.
+app.set_default()
 
 
 # The periodic safety nets, declared in code. Each task claims a bounded batch, so a pass

@@ -24,6 +24,8 @@ def embedded_database_url(data_dir: Path) -> str:
     Raises:
         subprocess.CalledProcessError: the server failed to start (its log is in ``data_dir/pg/log``).
     """
+    # Imported here, not at the top: settings imports this module in every process, and only
+    # the zero-setup run (no DATABASE_URL) needs the embedded server and its helpers.
     import warnings
 
     import psycopg

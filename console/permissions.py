@@ -24,6 +24,8 @@ from django.http import HttpRequest, HttpResponseBase
 from django.shortcuts import render
 from django_htmx.http import HttpResponseClientRedirect
 
+from reconciliation.resolution import can_resolve as service_can_resolve
+
 ROLES = ("viewer", "operator", "approver", "admin")
 
 AnyUser = AbstractBaseUser | AnonymousUser
@@ -55,8 +57,6 @@ def has_console_access(user: Any) -> bool:
 def can_resolve(user: Any) -> bool:
     """True when ``user`` may resolve UNKNOWN intents; the rule lives with the resolution
     services (``reconciliation.resolution.can_resolve``), which re-check it."""
-    from reconciliation.resolution import can_resolve as service_can_resolve
-
     return bool(user.is_authenticated) and service_can_resolve(user)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import dj_database_url
 
+from console.embedded import embedded_database_url
 from console.env import env_bool, env_float, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -38,6 +39,7 @@ INSTALLED_APPS = [
     "operations",
     "reconciliation",
     "console",
+    "console.lab",
 ]
 
 MIDDLEWARE = [
@@ -77,8 +79,6 @@ def _database_url() -> str:
     url = env_str("DATABASE_URL")
     if url:
         return url
-    from console.embedded import embedded_database_url
-
     return embedded_database_url(DATA_DIR)
 
 

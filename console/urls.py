@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import sys
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
+from django.views.defaults import page_not_found, server_error
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from console import views
+from console.middleware import database_unavailable_response
 from operations.api_support import api_not_found, api_server_error
+from operations.delivery import database_unavailable
 
 
 def _healthz(request: HttpRequest) -> HttpResponse:
@@ -57,8 +62,9 @@ urlpatterns = [
     path("audit/", views.audit_log, name="audit"),
     path("audit/export.csv", views.audit_export, name="audit-export"),
     path("audit/verify/", views.audit_verify_view, name="audit-verify"),
-    path("drills/", views.drills, name="drills"),
-    path("drills/start", views.drill_start, name="drill-start"),
+    # The lab's pages (drills), mounted by dotted name like an installed app: no product module
+    # imports the lab (lint-imports), and the URLconf only names it.
+    path("", include("console.lab.urls")),
 ]
 
 
@@ -66,8 +72,6 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
     """Problem details under ``/api/``, Django's page elsewhere."""
     if request.path.startswith("/api/"):
         return api_not_found(request, exception)
-    from django.views.defaults import page_not_found
-
     return page_not_found(request, exception or Exception("not found"))
 
 
@@ -79,16 +83,9 @@ def handler500(request: HttpRequest) -> HttpResponse:
     ``sys.exc_info()`` names it; this covers errors raised in middleware, which
     ``DatabaseUnavailableMiddleware.process_exception`` never sees.
     """
-    import sys
-
-    from console.middleware import database_unavailable_response
-    from operations.delivery import database_unavailable
-
     error = sys.exc_info()[1]
     if error is not None and database_unavailable(error):
         return database_unavailable_response(request)
     if request.path.startswith("/api/"):
         return api_server_error(request)
-    from django.views.defaults import server_error
-
     return server_error(request)

@@ -7,6 +7,8 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, register
 
+from operations.delivery import MAX_COUNTDOWN_SECONDS
+
 
 @register()
 def redis_visibility_timeout_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -17,8 +19,6 @@ def redis_visibility_timeout_check(app_configs: Any = None, **kwargs: Any) -> li
     task's hard time limit (``CELERY_TASK_TIME_LIMIT``) or the lease, whichever is longer
     (seconds; kombu's Redis transport, "visibility_timeout").
     """
-    from operations.delivery import MAX_COUNTDOWN_SECONDS
-
     url = str(getattr(settings, "CELERY_BROKER_URL", ""))
     if not url.startswith(("redis://", "rediss://")):
         return []

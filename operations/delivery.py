@@ -16,6 +16,7 @@ PostgreSQL is the source of truth and the broker carries only wake-ups (DESIGN.m
 
 from __future__ import annotations
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError
 
@@ -72,8 +73,6 @@ def database_unavailable(exc: BaseException) -> bool:
     connections code. A deadlock, a statement timeout or a bad password is not "unreachable":
     retrying it blindly would loop or hide a configuration error.
     """
-    import psycopg
-
     if not isinstance(exc, DatabaseError | psycopg.Error):
         return False
     cause = exc.__cause__ if isinstance(exc, DatabaseError) and exc.__cause__ is not None else exc

@@ -26,6 +26,7 @@ import time
 import uuid
 
 from django.conf import settings
+from django.db.models.functions import Now
 
 from operations import metrics
 from operations.adapters.base import AmbiguousOutcome, RetryableError, TerminalError
@@ -149,8 +150,6 @@ def _redispatch_if_early(intent_id: uuid.UUID, worker: str) -> None:
     # A delivery that arrived before the retry's not_before (clock skew between the publisher
     # and the worker, an early ETA) must not strand the intent: write a fresh outbox row due at
     # not_before, which the relay publishes within the countdown bound; audited.
-    from django.db.models.functions import Now
-
     if Intent.objects.filter(id=intent_id, status=Intent.Status.READY, not_before__gt=Now()).exists():
         intent_redispatch(
             intent_id=intent_id,

@@ -18,7 +18,18 @@ from django.conf import settings
 _dir = os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(Path(settings.DATA_DIR) / "metrics"))
 Path(_dir).mkdir(parents=True, exist_ok=True)
 
-from prometheus_client import Counter, Histogram  # noqa: E402  (needs the folder set first)
+# prometheus_client reads PROMETHEUS_MULTIPROC_DIR when its values are created: set it first.
+from prometheus_client import (  # noqa: E402
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily  # noqa: E402
+from prometheus_client.exposition import CONTENT_TYPE_LATEST  # noqa: E402
+
+from operations.selectors import ledger_gauges, unknown_age_buckets  # noqa: E402
 
 DELIVERIES = Counter("effect_ledger_deliveries_total", "execute_intent deliveries received")
 DUPLICATE_DELIVERIES = Counter(
@@ -77,12 +88,6 @@ def render_metrics() -> tuple[bytes, str]:
 
     Returns ``(body, content_type)``.
     """
-    from prometheus_client import CollectorRegistry, generate_latest, multiprocess
-    from prometheus_client.core import GaugeMetricFamily
-    from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
-    from operations.selectors import ledger_gauges, unknown_age_buckets
-
     registry = CollectorRegistry()
     multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
 

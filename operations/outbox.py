@@ -15,6 +15,7 @@ import logging
 import uuid
 from datetime import timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.expressions import RawSQL
@@ -28,12 +29,12 @@ logger = logging.getLogger(__name__)
 
 
 def _publish(message: OutboxMessage, countdown: float) -> None:
-    from console.celery import app
-
+    # Celery's current app: the project's (console/celery.py makes it the default of every
+    # thread); the ledger does not import the project package.
     kwargs = json.loads(message.body)
     kwargs.pop("task", None)
     bounded = bounded_countdown(countdown)
-    app.send_task(
+    current_app.send_task(
         message.task,
         kwargs=kwargs,
         task_id=str(message.id),

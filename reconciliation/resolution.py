@@ -19,6 +19,7 @@ from operations.adapters.registry import capabilities_for, get_adapter
 from operations.calls import lookup_call
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent, Outcome
+from reconciliation.lookups import reconcile_intent
 from reconciliation.models import DuplicateFinding, Evidence
 from reconciliation.selectors import intent_evidence
 
@@ -200,8 +201,6 @@ def lookup_now(*, intent_id: uuid.UUID, user: User) -> str:
     Raises:
         ResolutionRefused: no permission. IntentMoved: the intent is no longer UNKNOWN.
     """
-    from reconciliation.lookups import reconcile_intent
-
     _load(intent_id, user, "fresh lookup")
     return reconcile_intent(intent_id, actor=f"user:{user.get_username()}")
 

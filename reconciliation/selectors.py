@@ -11,7 +11,7 @@ from django.db.models import F, Prefetch, QuerySet
 from django.db.models.functions import Now
 
 from operations.models import Intent, Outcome
-from reconciliation.models import DrillRun, DuplicateFinding, Evidence, ReconciliationRun
+from reconciliation.models import DuplicateFinding, Evidence, ReconciliationRun
 
 #: How far back the queue lists operator confirmations the provider could not verify.
 UNVERIFIED_RECENT = timedelta(days=7)
@@ -108,11 +108,6 @@ def intent_evidence(intent: Intent) -> list[Evidence]:
 def recent_runs(*, limit: int = 20) -> list[ReconciliationRun]:
     """The newest reconciliation passes."""
     return list(ReconciliationRun.objects.order_by("-started_at")[:limit])
-
-
-def drill_runs(*, limit: int = 50) -> list[DrillRun]:
-    """The newest crash-lab and acceptance runs."""
-    return list(DrillRun.objects.order_by("-started_at")[:limit])
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -20,7 +21,12 @@ from django.utils import timezone
 
 from operations import services
 from operations.adapters.registry import UnknownAction, capabilities_for
+from operations.delivery import MAX_COUNTDOWN_SECONDS, stalled_ready_seconds
 from operations.models import Intent, OutboxMessage
+from operations.selectors import ledger_gauges
+from reconciliation.duplicates import run_duplicate_checks, sweep_compensations
+from reconciliation.lookups import reconcile_unknown
+from reconciliation.models import ReconciliationRun
 
 logger = logging.getLogger("reconciliation")
 
@@ -94,10 +100,6 @@ def redispatch_stalled_ready(
             the relay period, the broker settings and the lease (seconds, not minutes).
         batch: intents per pass (default ``EFFECT_LEDGER["RECONCILE_BATCH"]``).
     """
-    from datetime import timedelta
-
-    from operations.delivery import MAX_COUNTDOWN_SECONDS, stalled_ready_seconds
-
     threshold = stalled_ready_seconds() if stalled_seconds is None else stalled_seconds
     cutoff = Now() - timedelta(seconds=threshold)
     counts = SweepCounts()
@@ -136,8 +138,6 @@ def redispatch_stalled_ready(
 
 def outbox_lag_seconds() -> float:
     """Age in seconds of the oldest unsent outbox message (0 when none), by the database clock."""
-    from operations.selectors import ledger_gauges
-
     return float(ledger_gauges()["outbox_oldest_pending_seconds"])
 
 
@@ -150,10 +150,6 @@ def reconcile_pass() -> dict[str, Any]:
     One sweep's or one item's failure never aborts the pass: each sweep runs on its own, its
     error is recorded on the run (``detail["errors"]``), and the run is written finished.
     """
-    from reconciliation.duplicates import run_duplicate_checks, sweep_compensations
-    from reconciliation.lookups import reconcile_unknown
-    from reconciliation.models import ReconciliationRun
-
     started_at = timezone.now()
     errors: list[str] = []
     examined = resolved = escalated = 0
@@ -225,10 +221,6 @@ RUN_PRUNE_BATCH = 1000
 def prune_reconciliation_runs() -> int:
     """Delete up to ``RUN_PRUNE_BATCH`` reconciliation runs older than
     ``EFFECT_LEDGER["RECONCILIATION_RUN_RETENTION_DAYS"]`` (default 7); returns how many."""
-    from datetime import timedelta
-
-    from reconciliation.models import ReconciliationRun
-
     days = float(settings.EFFECT_LEDGER.get("RECONCILIATION_RUN_RETENTION_DAYS", 7))
     old = ReconciliationRun.objects.filter(started_at__lt=Now() - timedelta(days=days)).order_by("started_at")
     deleted, _ = ReconciliationRun.objects.filter(

@@ -14,7 +14,3 @@ def reconcile() -> dict[str, Any]:
     """One reconciliation pass (see ``reconciliation.services.reconcile_pass``)."""
     return reconcile_pass()
 
-
-# The crash lab's control executors must be importable by every worker.
-from reconciliation import drills  # noqa: E402, F401  (registers reconciliation.run_drill)
-from reconciliation.crashlab import naive  # noqa: E402, F401

@@ -6,7 +6,6 @@ from console.views.approvals import approval_approve, approval_detail, approval_
 from console.views.audit import audit_export, audit_log, audit_verify_view
 from console.views.auth import login_view
 from console.views.dashboard import dashboard, metrics
-from console.views.drills import drill_start, drills
 from console.views.duplicates import duplicate_detail, duplicate_resolve
 from console.views.intents import intent_detail, intent_list
 from console.views.unknown import unknown_detail, unknown_lookup, unknown_queue, unknown_resolve
@@ -20,8 +19,6 @@ __all__ = [
     "audit_log",
     "audit_verify_view",
     "dashboard",
-    "drill_start",
-    "drills",
     "duplicate_detail",
     "duplicate_resolve",
     "intent_detail",

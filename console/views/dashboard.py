@@ -11,6 +11,7 @@ from console.views.common import HtmxHttpRequest, page_or_partial
 from operations import selectors
 from operations.metrics import process_counters, render_metrics
 from operations.selectors import ledger_gauges
+from reconciliation.selectors import decision_counts
 
 
 @require_GET
@@ -26,8 +27,6 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     """Counts by state, approvals waiting, UNKNOWN by age, compensations and duplicate findings
     waiting for an operator, absorbed duplicates, stale fences,
     outbox backlog and the last hour's throughput; htmx refreshes the figures."""
-    from reconciliation.selectors import decision_counts
-
     minutes = selectors.throughput_last_hour()
     context = {
         "gauges": ledger_gauges(),

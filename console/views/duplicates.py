@@ -16,14 +16,14 @@ from console.views.common import HtmxHttpRequest, page_or_partial
 from operations.adapters.registry import UnknownAction, capabilities_for
 from operations.exceptions import IntentMoved, ResolutionRefused
 from reconciliation.models import DuplicateFinding
+from reconciliation.resolution import resolve_duplicate_finding
+from reconciliation.selectors import duplicate_finding
 
 DETAIL = "console/duplicate_detail.html"
 VERBS = ("acknowledge", "compensate")
 
 
 def _finding(finding_id: int) -> DuplicateFinding:
-    from reconciliation.selectors import duplicate_finding
-
     finding = duplicate_finding(finding_id)
     if finding is None:
         raise Http404("no such duplicate finding")
@@ -63,8 +63,6 @@ def duplicate_resolve(request: HtmxHttpRequest, finding_id: int, verb: str) -> H
     """Decide on an open finding through ``reconciliation.resolution.resolve_duplicate_finding``
     (a reason is required); refusals (no permission, not open any more, no compensation for
     the action) are shown in place."""
-    from reconciliation.resolution import resolve_duplicate_finding
-
     if verb not in VERBS:
         raise Http404("unknown decision")
     finding = _finding(finding_id)

@@ -13,7 +13,7 @@ from console.permissions import console_role_required
 from console.views.common import HtmxHttpRequest, page_or_partial
 from operations import selectors
 from operations.models import TERMINAL_STATUSES, Intent
-from reconciliation.selectors import intent_timeline
+from reconciliation.selectors import intent_timeline, unverified_outcome
 
 
 @require_GET
@@ -38,8 +38,6 @@ def intent_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpRespons
     """The timeline of every audit event, approval, attempt and outcome, the key digest, the
     policy snapshot and compensations, and "unverified" when an operator confirmed it with a
     reference the provider could not check; htmx polls the status while the intent is not final."""
-    from reconciliation.selectors import unverified_outcome
-
     intent = get_object_or_404(Intent.objects.select_related("compensates"), id=intent_id)
     context = {
         "intent": intent,

@@ -25,6 +25,8 @@ from operations import selectors
 from operations.adapters.registry import UnknownAction, capabilities_for
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent
+from reconciliation import resolution
+from reconciliation import selectors as queue
 from reconciliation.models import Evidence
 
 DETAIL = "console/unknown_detail.html"
@@ -74,8 +76,6 @@ def unknown_queue(request: HtmxHttpRequest) -> HttpResponse:
 
     Every section is read here, before rendering: a failed query is an error response (which
     the console marks stale), never an empty section."""
-    from reconciliation import selectors as queue
-
     context = {
         "intents": list(queue.unknown_queue()[:QUEUE_LIMIT]),
         "compensations": list(queue.escalated_compensations()[:QUEUE_LIMIT]),
@@ -88,9 +88,7 @@ def unknown_queue(request: HtmxHttpRequest) -> HttpResponse:
 
 def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict[str, Any]:
     """Every piece of evidence about ``intent``, its compensations and the resolution forms."""
-    from reconciliation import selectors as reads
-
-    evidence = reads.intent_evidence(intent)
+    evidence = queue.intent_evidence(intent)
     try:
         capabilities = capabilities_for(intent.action)
     except UnknownAction:
@@ -100,8 +98,8 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
         "section": "unknown",
         "attempts": selectors.attempts_with_timings(intent),
         "outcomes": selectors.intent_outcomes(intent),
-        "unverified": reads.unverified_outcome(intent),
-        "compensations": reads.compensations_of(intent),
+        "unverified": queue.unverified_outcome(intent),
+        "compensations": queue.compensations_of(intent),
         "lookups": [row for row in evidence if row.kind == Evidence.Kind.LOOKUP],
         "duplicates": [row for row in evidence if row.kind == Evidence.Kind.DUPLICATE],
         "resolutions": [row for row in evidence if row.kind == Evidence.Kind.RESOLUTION],
@@ -127,8 +125,6 @@ def unknown_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpRespon
 
 def _resolve(verb: str, intent: Intent, user: Any, data: dict[str, Any]) -> Intent:
     """Call the ``reconciliation.resolution`` service for ``verb`` with the form's data."""
-    from reconciliation import resolution
-
     if verb == "confirmed":
         return resolution.resolve_confirmed(
             intent_id=intent.id,
@@ -189,8 +185,6 @@ def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -
 def unknown_lookup(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
     """Look an UNKNOWN intent up at its provider now (``reconciliation.resolution.lookup_now``)
     and show what came of it; refusals are shown in place."""
-    from reconciliation.resolution import lookup_now
-
     intent = get_object_or_404(Intent, id=intent_id)
 
     def answer(status: int = 200, **extra: Any) -> HttpResponse:
@@ -200,7 +194,7 @@ def unknown_lookup(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpRespon
     if not can_resolve(request.user):
         return answer(403, error="Only operators and admins can look an intent up.", failed_verb="look up")
     try:
-        result = lookup_now(intent_id=intent.id, user=request.user)  # type: ignore[arg-type]
+        result = resolution.lookup_now(intent_id=intent.id, user=request.user)  # type: ignore[arg-type]
     except (ResolutionRefused, IntentMoved) as exc:
         return answer(exc.status, error=exc.detail, failed_verb="look up")
     done = f"Looked up now: {result} — {LOOKUP_RESULTS.get(result, '')}".rstrip(" —")

@@ -226,6 +226,8 @@ class Adapter:
         Raises:
             ArgumentsInvalid: listing every failing field.
         """
+        # Imported here: validation imports ArgumentsInvalid from this module (a cycle inside
+        # the adapters package, not across layers).
         from operations.adapters.validation import validate_arguments
 
         validate_arguments(self.argument_schemas[action], arguments, money_fields=self.money_fields)

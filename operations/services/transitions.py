@@ -25,6 +25,7 @@ from operations.audit import audit_append
 from operations.exceptions import IntentMoved, InvalidTransition
 from operations.idempotency import canonical_json
 from operations.models import ALLOWED_TRANSITIONS, Intent, OutboxMessage
+from operations.outbox import kick_relay
 
 EXECUTE_TASK = "operations.execute_intent"
 
@@ -51,8 +52,6 @@ def outbox_enqueue(*, intent_id: uuid.UUID, task: str = EXECUTE_TASK) -> OutboxM
     message = OutboxMessage.objects.create(
         id=message_id, intent_id=intent_id, task=task, body=body, due_at=due_at
     )
-    from operations.outbox import kick_relay
-
     transaction.on_commit(partial(kick_relay, message_id))
     return message
 

@@ -22,7 +22,7 @@ from kombu import Exchange, Queue
 from kombu.exceptions import ChannelError
 
 from console.celery import app
-from operations.lab.cluster import Process, database_url
+from console.lab.cluster import Process, database_url
 from operations.models import AuditEvent, Intent, OutboxMessage
 from operations.outbox import outbox_relay
 from tests.factories import charge_arguments, make_agent, submit

@@ -176,7 +176,7 @@ def sandbox_provider(django_db_setup: None) -> Iterator[SandboxProvider]:
     """
     from django.db import connection
 
-    from operations.sandbox.store import dsn_from_settings_dict
+    from console.lab.sandbox_provider.store import dsn_from_settings_dict
 
     name = str(connection.settings_dict["NAME"])
     if name != (connection.settings_dict.get("TEST") or {}).get("NAME") and not name.startswith("test_"):

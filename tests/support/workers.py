@@ -1,5 +1,5 @@
 """Real Celery worker and beat processes for integration tests, on the product's own lab
-harness (``operations.lab.cluster``).
+harness (``console.lab.cluster``).
 
 Each test session gets its own queue name, so stray messages from other runs on the same broker
 never reach these workers. The broker is ``CELERY_BROKER_URL`` when set (RabbitMQ in CI), else
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from operations.lab.cluster import HarnessError, LocalCluster, Process
+from console.lab.cluster import HarnessError, LocalCluster, Process
 
 QUEUE = f"test-{uuid.uuid4().hex[:10]}"
 

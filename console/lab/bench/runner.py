@@ -1,0 +1,180 @@
+"""The benchmark's order of phases, against scratch databases on the configured server."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import platform
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+
+from console.lab.bench import bulk, database, e2e, profile, reconciler, services
+from console.lab.bench.console_pages import console_at_scale
+from console.lab.bench.stats import ratio
+from console.lab.cluster import LocalCluster
+
+
+@dataclass
+class Options:
+    """What ``manage.py bench`` was asked for (see its ``--help``)."""
+
+    intents: int = 5000
+    workers: int = 2
+    clients: int = 8
+    api_workers: int = 2
+    api_seconds: float = 8.0
+    console_rows: int = 1_000_000
+    unknown_small: int = 1000
+    unknown_large: int = 100_000
+    reconcile_batch: int = 500
+    page_repeat: int = 20
+    ceiling_seconds: float = 3.0
+    database: str = "effect_ledger_bench"
+    keep: bool = False
+
+
+def _log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def _machine() -> dict[str, Any]:
+    cpu = ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
+        cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('server_version'), current_setting('synchronous_commit')")
+        version, sync = cursor.fetchone()
+    broker = str(settings.CELERY_BROKER_URL).split("://", 1)[0]
+    return {"cpus": os.cpu_count(), "cpu": cpu, "python": platform.python_version(),
+            "postgresql": version, "synchronous_commit": sync, "broker": broker}  # fmt: skip
+
+
+def run(options: Options) -> dict[str, Any]:
+    """Run every phase and return the results (see ``report.render`` for their meaning)."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    user_db = str(connection.settings_dict["NAME"])
+    bench_db, sandbox_db = options.database, f"{options.database}_sandbox"
+    for name in (bench_db, sandbox_db):
+        database.recreate_database(name, admin_db=user_db)
+    database.use_database(bench_db)
+    cluster: LocalCluster | None = None
+    try:
+        call_command("migrate", verbosity=0)
+        results: dict[str, Any] = {"options": options.__dict__, "machine": _machine()}
+        from operations.authentication import agent_create
+
+        _, token = agent_create(name="bench", tenant="acme")
+        _log("measuring the single-row commit ceiling")
+        results["ceiling"] = {
+            "one_client": database.commit_ceiling(bench_db, clients=1, seconds=options.ceiling_seconds),
+            "many_clients": database.commit_ceiling(
+                bench_db, clients=options.clients, seconds=options.ceiling_seconds
+            ),
+        }
+        results["pg_stat_statements"] = database.pg_stat_statements_available(bench_db)
+        cluster = LocalCluster(relay_period=2.0, reconcile_period=5.0)
+        sandbox_url = services.start_sandbox(cluster, dsn=database.server_dsn(sandbox_db))
+        settings.SANDBOX_PROVIDER_URL = sandbox_url
+        cluster.use_queue_here()
+        _, api_url = services.start_gunicorn(cluster, workers=options.api_workers)
+        workers = [cluster.start_worker(f"bench-w{i}") for i in range(options.workers)]
+        beat = cluster.start_beat()
+        target = e2e.Target(api_url, token, bench_db, sandbox_db, sandbox_url)
+        _log(
+            f"{options.workers} worker(s), gunicorn x{options.api_workers} at {api_url}, sandbox at {sandbox_url}"
+        )
+        e2e.run_half_load(target, intents=4 * options.clients, rate=20, clients=options.clients)  # warm-up
+        _log(f"bare Celery baseline: {options.intents} effects")
+        results["bare"] = e2e.run_bare(target, effects=options.intents, queue=cluster.queue)
+        _log(f"end to end at full load: {options.intents} intents, {options.clients} clients")
+        full = e2e.run_full_load(target, intents=options.intents, clients=options.clients)
+        results["full"] = full
+        half_rate = max(1.0, full["intents_per_second"] / 2)
+        _log(f"end to end at half load: {half_rate:.0f} intents/s")
+        results["half"] = e2e.run_half_load(
+            # at most a minute of it: latency at a steady rate needs time, not volume
+            target,
+            intents=max(20, min(options.intents // 2, int(half_rate * 60))),
+            rate=half_rate,
+            clients=options.clients,
+        )
+        for process in [*workers, beat]:
+            process.kill_group()
+        _log("API submit vs trivial view (workers stopped)")
+        results["api"] = e2e.run_api(target, clients=options.clients, seconds=options.api_seconds)
+        _log("statement profile of one happy-path intent (in-process)")
+        results["profile"] = profile.happy_path(token=token)
+        _log(f"bulk-loading {options.console_rows} intents (COPY)")
+        results["console"] = _console_and_reconciler(options, results)
+        results["ratios"] = _ratios(results)
+        return results
+    finally:
+        if cluster is not None:
+            cluster.stop()
+            _delete_queue(cluster.queue)
+        database.use_database(user_db)
+        if not options.keep:
+            for name in (bench_db, sandbox_db):
+                database.drop_database(name, admin_db=user_db)
+
+
+def _console_and_reconciler(options: Options, results: dict[str, Any]) -> dict[str, Any]:
+    dsn = database.server_dsn(options.database)
+    main = bulk.load_intents(dsn, count=options.console_rows - options.unknown_small, tag="bulk")
+    unknown = bulk.load_intents(dsn, count=options.unknown_small, status="UNKNOWN", tag="unk1")
+    vacuum = bulk.analyze(dsn)
+    _log(
+        f"loaded in {main['seconds'] + unknown['seconds']:.0f} s (+ VACUUM ANALYZE {vacuum:.0f} s); timing pages"
+    )
+    loaded = {"rows": options.console_rows, "copy_seconds": round(main["seconds"] + unknown["seconds"], 1),
+              "vacuum_analyze_seconds": vacuum}  # fmt: skip
+    pages = console_at_scale(
+        reference="bulk-order-1234", intent_id=str(main["ids_sample"][3]), repeat=options.page_repeat
+    )
+    _log(f"reconciler: {options.unknown_small} UNKNOWN rows")
+    passes = 2
+    small = reconciler.timed_passes(passes=passes, batch=options.reconcile_batch)
+    more = options.unknown_large - options.unknown_small
+    bulk.load_intents(dsn, count=more, status="UNKNOWN", tag="unk2")
+    bulk.analyze(dsn)
+    _log(f"reconciler: {options.unknown_large} UNKNOWN rows")
+    large = reconciler.timed_passes(passes=passes, batch=options.reconcile_batch)
+    results["reconciler"] = {
+        "batch": options.reconcile_batch,
+        "small": {"unknown_rows": options.unknown_small, **small},
+        "large": {"unknown_rows": options.unknown_large, **large},
+    }
+    return {"load": loaded, "pages": pages}
+
+
+def _ratios(results: dict[str, Any]) -> dict[str, Any]:
+    full, ceiling = results["full"], results["ceiling"]
+    best = max(ceiling["one_client"]["commits_per_second"], ceiling["many_clients"]["commits_per_second"])
+    commits = full["db"]["commits_per_intent"]
+    bound = best / commits if commits else None
+    rec = results["reconciler"]
+    return {
+        "ledger_over_bare": ratio(full["intents_per_second"], results["bare"]["effects_per_second"]),
+        "commit_ceiling_per_second": round(best, 1),
+        "intents_per_second_bound_by_commits": round(bound, 1) if bound else None,
+        "achieved_over_commit_bound": ratio(full["intents_per_second"], bound),
+        "reconciler_large_over_small": ratio(rec["large"]["pass_ms"], rec["small"]["pass_ms"]),
+        "reconciler_claim_large_over_small": ratio(rec["large"]["claim_ms"], rec["small"]["claim_ms"]),
+        "api_submit_over_trivial": ratio(
+            results["api"]["submit"]["requests_per_second"], results["api"]["trivial"]["requests_per_second"]
+        ),
+        "console_worst_p95_ms": max(page["p95_ms"] or 0 for page in results["console"]["pages"].values()),
+    }
+
+
+def _delete_queue(queue: str) -> None:
+    from console.celery import app
+
+    with contextlib.suppress(Exception), app.connection_for_write() as conn:
+        conn.default_channel.queue_delete(queue)  # type: ignore[attr-defined]

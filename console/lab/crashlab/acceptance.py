@@ -1,0 +1,375 @@
+"""The seven-check acceptance gate (shared/seeds/003), run against real worker processes and
+the sandbox provider, printing PASS/FAIL per check, ``result=PASS`` at the end, and metrics.
+
+The gate starts workers without beat and runs the reconciler's sweeps itself at the moments a
+check needs them, so each scenario is deterministic; the sweeps are the product's own code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+from django.conf import settings
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from console.lab.cluster import LocalCluster, require_real_broker, wait_until
+from console.lab.crashlab.runner import PROVIDER_TIMEOUT, arguments_for
+from console.lab.models import DrillRun, LabOperation
+from operations.models import TERMINAL_STATUSES, Attempt, Intent, OutboxMessage
+from operations.outbox import outbox_relay
+from operations.services import intent_submit
+
+TENANT = "acceptance"
+PRINCIPAL = "agent:acceptance-gate"
+CREDENTIAL_PATHS = (
+    ".ssh",
+    ".aws",
+    ".netrc",
+    ".pgpass",
+    ".docker/config.json",
+    "/etc/shadow",
+    ".config/gcloud",
+)
+
+
+class Writer(Protocol):
+    """Anything with ``write(str)`` (a file, ``sys.stdout``, a management command's stdout)."""
+
+    def write(self, text: str) -> Any: ...
+
+
+@dataclass
+class Check:
+    """One named check of the gate."""
+
+    name: str
+    passed: bool
+    detail: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+class NetworkWatch:
+    """Counts connections to anything but loopback or a Unix socket, and reads of credential
+    files: in this process through an audit hook (PEP 578), in the cluster's processes by
+    sampling their sockets with psutil."""
+
+    def __init__(self) -> None:
+        self.non_loopback: list[str] = []
+        self.credential_reads: list[str] = []
+        self.active = False
+
+    def hook(self, event: str, args: tuple[Any, ...]) -> None:
+        if not self.active:
+            return
+        if event == "socket.connect" and len(args) > 1:
+            self._address(args[1])
+        elif event == "open" and args and isinstance(args[0], str | bytes):
+            path = os.fsdecode(args[0])
+            if any(marker in path for marker in CREDENTIAL_PATHS):
+                self.credential_reads.append(path)
+
+    def _address(self, address: Any) -> None:
+        if isinstance(address, tuple) and address:
+            host = str(address[0])
+            if not (host.startswith("127.") or host in {"::1", "localhost"}):
+                self.non_loopback.append(host)
+
+    def sample(self, pids: list[int]) -> None:
+        """Record non-loopback remote addresses of the given processes' sockets."""
+        import psutil
+
+        for pid in pids:
+            try:
+                connections = psutil.Process(pid).net_connections(kind="inet")
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            for conn in connections:
+                if conn.raddr:
+                    self._address((conn.raddr.ip, conn.raddr.port))
+
+
+class Gate:
+    """Runs the seven checks on one cluster."""
+
+    def __init__(self, watch: NetworkWatch) -> None:
+        self.watch = watch
+        self.cluster = LocalCluster(lease_seconds=3, provider_timeout_seconds=PROVIDER_TIMEOUT)
+        self.provider: httpx.Client | None = None
+        self.intent_ids: list[Any] = []
+
+    def __enter__(self) -> Gate:
+        require_real_broker("the acceptance gate")
+        url = self.cluster.start_sandbox()
+        settings.SANDBOX_PROVIDER_URL = url
+        self.provider = httpx.Client(base_url=url, timeout=10)
+        self.cluster.use_queue_here()
+        self.worker_a = self.cluster.start_worker("gate-a")
+        self.worker_b = self.cluster.start_worker("gate-b")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.provider is not None:
+            self.provider.close()
+        self.cluster.stop()
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _sandbox(self) -> httpx.Client:
+        assert self.provider is not None
+        return self.provider
+
+    def _fault(self, product: str, mode: str, reference: str, delay: float | None = None) -> None:
+        body: dict[str, Any] = {"product": product, "mode": mode, "match": {"reference": reference}}
+        if delay is not None:
+            body["delay_seconds"] = delay
+        self._sandbox().post("/_sandbox/faults", json=body).raise_for_status()
+
+    def _effects(self, product: str, reference: str) -> list[dict[str, Any]]:
+        response = self._sandbox().get("/ledger", params={"product": product, "reference": reference})
+        response.raise_for_status()
+        effects: list[dict[str, Any]] = response.json()["effects"]
+        return effects
+
+    def _submit(self, provider: str, reference: str) -> Intent:
+        action = {"payments": "payments.charge", "reservations": "reservations.create"}[provider]
+        intent = intent_submit(
+            tenant=TENANT,
+            principal=PRINCIPAL,
+            client_key=reference,
+            action=action,
+            arguments=arguments_for(provider, reference, 1),
+            reference=reference,
+        ).intent
+        self.intent_ids.append(intent.id)
+        return intent
+
+    def _status(self, intent: Intent) -> str:
+        return Intent.objects.get(id=intent.id).status
+
+    def _wait_status(self, intent: Intent, statuses: set[str], timeout: float = 30) -> None:
+        wait_until(lambda: self._status(intent) in statuses, timeout, f"{intent.id} to reach {statuses}", 0.1)
+
+    def _pid_of(self, intent: Intent) -> int:
+        wait_until(
+            lambda: Intent.objects.filter(id=intent.id, status="RUNNING").exclude(lease_owner="").exists(),
+            30,
+            "the worker to claim",
+            0.02,
+        )
+        owner = Intent.objects.get(id=intent.id).lease_owner
+        return int(owner.rsplit(":", 1)[1])
+
+    def _counter(self, name: str) -> float:
+        from operations.metrics import render_metrics
+
+        body, _ = render_metrics()
+        total = 0.0
+        for line in body.decode().splitlines():
+            if line.startswith(name) and not line.startswith("#"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    # --- the seven checks -------------------------------------------------------------------------
+
+    def danger_window(self) -> Check:
+        """A naive executor that records completion after the call, killed right after the
+        provider applied the effect, repeats it on redelivery: 2 effects for 1 operation."""
+        from console.celery import app
+
+        reference = f"gate-naive-{uuid.uuid4().hex[:8]}"
+        self._fault("payments", "hold_after_effect", reference, delay=30)
+        op = LabOperation.objects.create(
+            run_key="acceptance", strategy="record-after", reference=reference, amount=101
+        )
+        app.send_task("crashlab.naive_execute", args=[op.id, "record-after", PROVIDER_TIMEOUT])
+        wait_until(lambda: bool(self._effects("payments", reference)), 30, "the naive effect", 0.02)
+        pid = LabOperation.objects.get(id=op.id).pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: LabOperation.objects.get(id=op.id).finished, 60, "the redelivery", 0.1)
+        effects = len(self._effects("payments", reference))
+        return Check("danger window reproduced by a naive path", effects == 2,
+                     f"{effects} effects for 1 operation after SIGKILL between effect and record",
+                     {"naive_effects": effects})  # fmt: skip
+
+    def two_deliveries(self) -> Check:
+        """The same execute message delivered twice (plus the outbox's own): one effect."""
+        from console.celery import app
+
+        reference = f"gate-dup-{uuid.uuid4().hex[:8]}"
+        intent = self._submit("payments", reference)
+        for _ in range(2):
+            app.send_task("operations.execute_intent", kwargs={"intent_id": str(intent.id)})
+        self._wait_status(intent, {"SUCCEEDED"})
+        time.sleep(0.5)  # let the extra deliveries arrive and be absorbed
+        effects = len(self._effects("payments", reference))
+        attempts = Attempt.objects.filter(intent=intent).count()
+        return Check("two deliveries, one effect", effects == 1 and attempts == 1,
+                     f"3 deliveries -> {attempts} attempt, {effects} effect", {"safe_effects": effects})  # fmt: skip
+
+    def stale_worker(self) -> Check:
+        """A worker frozen mid-call (SIGSTOP) loses its lease; a newer fence completes the
+        intent; the thawed worker's write is refused and the provider refuses its old fence."""
+        from reconciliation.services import take_over_expired_leases
+
+        reference = f"gate-stale-{uuid.uuid4().hex[:8]}"
+        self._fault("payments", "hold_before_effect", reference, delay=6)
+        stale_before = self._counter("effect_ledger_stale_fences_rejected_total")
+        intent = self._submit("payments", reference)
+        pid = self._pid_of(intent)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            wait_until(
+                lambda: Intent.objects.filter(id=intent.id, lease_expires_at__lt=Now()).exists(),
+                30,
+                "lease expiry",
+            )
+            take_over_expired_leases()
+            self._wait_status(intent, {"SUCCEEDED"})
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        wait_until(
+            lambda: self._counter("effect_ledger_stale_fences_rejected_total") > stale_before,
+            30,
+            "the stale write",
+        )
+        current = Intent.objects.get(id=intent.id)
+        replay = self._sandbox().post(
+            "/v1/charges",
+            json=arguments_for("payments", reference, 1),
+            headers={"Idempotency-Key": current.idempotency_key, "X-Fencing-Token": "1"},
+        )
+        provider_refused = replay.status_code == 409 and "stale_fence" in replay.text
+        effects = len(self._effects("payments", reference))
+        passed = current.status == "SUCCEEDED" and current.fence >= 2 and effects == 1 and provider_refused
+        return Check("stale worker fenced", passed,
+                     f"fence {current.fence} won; stale write refused by the ledger; provider answered "
+                     f"{replay.status_code} to fence 1; {effects} effect")  # fmt: skip
+
+    def outbox_redispatch(self) -> Check:
+        """One outbox message published three times (the dispatcher 'crashed' twice before
+        marking it sent): byte-identical bodies, one downstream effect."""
+        reference = f"gate-outbox-{uuid.uuid4().hex[:8]}"
+        intent = self._submit("payments", reference)
+        self._wait_status(intent, {"SUCCEEDED"})
+        message = OutboxMessage.objects.get(intent=intent)
+        bodies = {message.body}
+        for _ in range(2):
+            OutboxMessage.objects.filter(id=message.id).update(sent_at=None)
+            outbox_relay(message_ids=[message.id])
+            bodies.add(OutboxMessage.objects.get(id=message.id).body)
+        time.sleep(0.5)
+        message.refresh_from_db()
+        effects = len(self._effects("payments", reference))
+        passed = effects == 1 and len(bodies) == 1 and message.publish_count == 3
+        return Check("outbox re-dispatched twice, one downstream effect", passed,
+                     f"published {message.publish_count} times with one body; {effects} effect",
+                     {"downstream_effects": effects})  # fmt: skip
+
+    def compensation(self) -> Check:
+        """A reservation provider without keys: a blind retry (an operator accepting the
+        duplicate risk) books twice; reconciliation cancels the extra; one remains."""
+        from django.contrib.auth import get_user_model
+
+        from reconciliation.duplicates import run_duplicate_checks
+        from reconciliation.resolution import resolve_absent
+
+        reference = f"gate-resv-{uuid.uuid4().hex[:8]}"
+        self._fault("reservations", "crash_after_effect", reference)
+        intent = self._submit("reservations", reference)
+        self._wait_status(intent, {"UNKNOWN"})
+        operator, _ = get_user_model().objects.get_or_create(
+            username="acceptance-operator", defaults={"is_superuser": True}
+        )
+        resolve_absent(
+            intent_id=intent.id,
+            user=operator,
+            reason="acceptance gate: blind retry",
+            accept_duplicate_risk=True,
+        )
+        self._wait_status(intent, {"SUCCEEDED"})
+        run_duplicate_checks()
+        compensations = list(Intent.objects.filter(compensates=intent))
+        self.intent_ids.extend(c.id for c in compensations)
+        for compensation in compensations:
+            self._wait_status(compensation, {"SUCCEEDED", "FAILED"})
+        effects = self._effects("reservations", reference)
+        active = [e for e in effects if e.get("status") != "cancelled"]
+        passed = len(effects) == 2 and len(active) == 1 and len(compensations) == 1
+        return Check("compensation leaves one reservation", passed,
+                     f"{len(effects)} reservations booked, {len(compensations)} compensation, {len(active)} active")  # fmt: skip
+
+    def terminal(self) -> Check:
+        """Every intent the gate created ended (no RUNNING, READY or UNKNOWN left)."""
+        open_states = Intent.objects.filter(id__in=self.intent_ids).exclude(
+            status__in=[*TERMINAL_STATUSES, "SUCCEEDED"]
+        )
+        stuck = list(open_states.values_list("status", flat=True))
+        return Check(
+            "safe intents terminal", not stuck, f"{len(self.intent_ids)} intents, {len(stuck)} not terminal"
+        )
+
+    def network(self) -> Check:
+        """Nothing left loopback; no credential file was read."""
+        self.watch.sample([os.getpid(), *self.cluster.pids()])
+        calls = len(self.watch.non_loopback)
+        reads = len(self.watch.credential_reads)
+        return Check("no traffic outside loopback and no credentials read", calls == 0 and reads == 0,
+                     f"{calls} non-loopback connection(s), {reads} credential read(s)",
+                     {"non_loopback_network_calls": calls, "credential_reads": reads})  # fmt: skip
+
+
+def run_acceptance(*, stdout: Writer, json_path: str | None = None, requested_by: str = "cli") -> bool:
+    """Run the gate, print PASS/FAIL per check and ``result=...``, record a ``DrillRun``.
+
+    Returns True when all seven checks pass.
+    """
+    watch = NetworkWatch()
+    sys.addaudithook(watch.hook)
+    watch.active = True
+    drill = DrillRun.objects.create(
+        kind=DrillRun.Kind.ACCEPTANCE, started_at=timezone.now(), requested_by=requested_by
+    )
+    checks: list[Check] = []
+    with Gate(watch) as gate:
+        steps: list[Callable[[], Check]] = [
+            gate.danger_window, gate.two_deliveries, gate.stale_worker, gate.outbox_redispatch,
+            gate.compensation, gate.terminal, gate.network,
+        ]  # fmt: skip
+        for step in steps:
+            watch.sample(gate.cluster.pids())
+            try:
+                check = step()
+            except Exception as exc:  # a check that cannot finish fails, with its reason
+                check = Check((step.__doc__ or step.__name__).split(".")[0], False, f"error: {exc!r}"[:500])
+            checks.append(check)
+            stdout.write(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}\n")
+    watch.active = False
+    passed = all(c.passed for c in checks) and len(checks) == 7
+    metrics: dict[str, Any] = {}
+    for check in checks:
+        metrics.update(check.metrics)
+    stdout.write(json.dumps(metrics, sort_keys=True) + "\n")
+    stdout.write(f"result={'PASS' if passed else 'FAIL'}\n")
+    report = {
+        "passed": passed,
+        "checks": [c.__dict__ for c in checks],
+        "metrics": metrics,
+        "host": socket.gethostname(),
+    }
+    DrillRun.objects.filter(id=drill.id).update(finished_at=timezone.now(), passed=passed, result=report)
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2))
+    return passed

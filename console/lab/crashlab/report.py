@@ -1,0 +1,61 @@
+"""Render crash-lab results in the reference table's shape (effects / missing per cell)."""
+
+from __future__ import annotations
+
+from console.lab.crashlab.verdict import DRILL, Row
+
+LABELS = {
+    "retry": "retry, no deduplication (control)",
+    "record-after": "record completion after the call (control)",
+    "record-before": "record completion before the call (control)",
+    "ledger": "Effect Ledger (stable key, lease, fence, reconciler)",
+}
+
+
+DUPLICATES_HEADER = "duplicates: created / found / compensated / flagged / missed"
+
+
+def _label(row: Row) -> str:
+    label = LABELS.get(row.strategy, row.strategy)
+    if row.strategy == DRILL:
+        per = {name: (row.detail.get(name) or {}).get("intents", "?") for name in ("email", "reservations")}
+        return (
+            f"Effect Ledger, duplicate drill ({per['email']} email + {per['reservations']} reservations): "
+            "no keys, first send lost, operator absent"
+        )
+    if row.provider == "email":
+        return "Effect Ledger, email: no keys, lookup by Message-ID"
+    if row.provider == "reservations":
+        return "Effect Ledger, reservations: no keys, list by reference"
+    return label
+
+
+def markdown_table(rows: list[Row], ops: int) -> str:
+    """A Markdown table: one line per strategy, one column per boundary with
+    ``effects / missing``, then (when the duplicate drill ran) its duplicates column, then
+    requests and kills per line, then the verdict."""
+    boundaries = list(dict.fromkeys(row.boundary for row in rows))
+    lines: dict[str, dict[str, Row]] = {}
+    for row in rows:
+        lines.setdefault(_label(row), {})[row.boundary] = row
+    matrix = any(row.strategy != DRILL for row in rows)
+    first = f"strategy ({ops} ops per cell)" if matrix else "strategy"
+    header = [first, *[f"{b}: effects / missing" for b in boundaries]]
+    drill = any(row.strategy == DRILL for row in rows)
+    header += [DUPLICATES_HEADER] if drill else []
+    header += ["requests", "kills", "verdict"]
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for label, cells in lines.items():
+        values = [f"{c.effects} / {c.missing}" if (c := cells.get(b)) else "" for b in boundaries]
+        if drill:
+            values.append(
+                " / ".join(str(n) for n in (d.duplicates, d.found, d.compensated, d.flagged, d.missed))
+                if (d := cells.get("operator-absent")) and d.strategy == DRILL
+                else ""
+            )
+        requests = " + ".join(str(c.requests) for c in cells.values())
+        kills = " + ".join(str(c.kills) for c in cells.values())
+        problems = [p for c in cells.values() for p in c.problems]
+        verdict = "PASS" if not problems else "FAIL: " + "; ".join(problems)
+        out.append("| " + " | ".join([label, *values, requests, kills, verdict]) + " |")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,65 @@
+"""``manage.py bench``: measure Effect Ledger end to end, against a bare-Celery baseline, the
+database's commit ceiling, the console and the reconciler at scale, and the API (issue 7)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+import tempfile
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+# Counters of the benchmark's processes go to their own folder, never into a quickstart's.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="el-bench-metrics-"))
+
+
+class Command(BaseCommand):
+    """Run every phase against scratch databases (created and dropped on the same server)."""
+
+    help = "Benchmark Effect Ledger (see README, Performance)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        """Declare the options; defaults are issue 7's figures."""
+        parser.add_argument("--intents", type=int, default=5000, help="intents at full load (default 5000)")
+        parser.add_argument("--workers", type=int, default=2, help="Celery worker processes (default 2)")
+        parser.add_argument("--clients", type=int, default=8, help="concurrent HTTP clients (default 8)")
+        parser.add_argument("--api-workers", type=int, default=2, help="gunicorn sync workers (default 2)")
+        parser.add_argument("--api-seconds", type=float, default=8.0, help="seconds per API run (default 8)")
+        parser.add_argument("--console-rows", type=int, default=1_000_000, help="intents bulk-loaded")
+        parser.add_argument("--skip-console-scale", action="store_true",
+                            help="small data set instead of 1,000,000 rows (smoke test)")  # fmt: skip
+        parser.add_argument("--database", default="effect_ledger_bench", help="scratch database name")
+        parser.add_argument("--keep", action="store_true", help="keep the scratch databases")
+        parser.add_argument("--json", dest="json_path", help="write the results as JSON here")
+        parser.add_argument("--markdown", dest="markdown_path", help="write the Markdown report here")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """Run the benchmark, print the Markdown report, write the files asked for."""
+        from console.lab.bench import report, runner
+
+        bench = runner.Options(
+            intents=options["intents"],
+            workers=options["workers"],
+            clients=options["clients"],
+            api_workers=options["api_workers"],
+            api_seconds=options["api_seconds"],
+            console_rows=options["console_rows"],
+            database=options["database"],
+            keep=options["keep"],
+        )
+        if options["skip_console_scale"]:
+            bench.console_rows, bench.unknown_small, bench.unknown_large = 2000, 20, 200
+            bench.reconcile_batch, bench.page_repeat, bench.ceiling_seconds = 10, 3, 1.0
+        results = runner.run(bench)
+        command = "python manage.py bench " + " ".join(shlex.quote(a) for a in sys.argv[2:] if a)
+        markdown = report.render(results, command)
+        self.stdout.write(markdown)
+        if options["json_path"]:
+            with open(options["json_path"], "w") as out:
+                json.dump(results, out, indent=2, default=str)
+        if options["markdown_path"]:
+            with open(options["markdown_path"], "w") as out:
+                out.write(markdown)

@@ -1,0 +1,150 @@
+"""``manage.py crashlab``: reproduce the reference crash table against the real system.
+
+    python manage.py crashlab [--ops 100] [--boundaries none,before-effect,after-effect,timeout]
+                              [--strategies retry,record-after,record-before,ledger] [--no-variants]
+                              [--no-drill] [--drill-intents N] [--json PATH] [--markdown PATH]
+    python manage.py crashlab --drill-only [--drill-intents N]   # only the duplicate drill
+    python manage.py crashlab --acceptance [--json PATH]
+    python manage.py crashlab --judge PATH     # re-judge a saved --json report
+
+Exit status 0 when every check passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from console.lab.crashlab.report import markdown_table
+from console.lab.crashlab.runner import BOUNDARIES, STRATEGIES, CrashLab, LabConfig
+from console.lab.crashlab.verdict import judge, rows_from_json
+from console.lab.models import DrillRun
+
+
+def _csv(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    items = tuple(v.strip() for v in value.split(",") if v.strip())
+    unknown = [v for v in items if v not in allowed]
+    if unknown or not items:
+        raise CommandError(
+            f"unknown {what}: {', '.join(unknown) or '(none)'}; choose from {', '.join(allowed)}"
+        )
+    return items
+
+
+class Command(BaseCommand):
+    help = "Kill real workers at the worst moment and count effects at the sandbox provider."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--ops", type=int, default=100, help="operations per cell (multiple of 10)")
+        parser.add_argument("--boundaries", default=",".join(BOUNDARIES))
+        parser.add_argument("--strategies", default=",".join(STRATEGIES))
+        parser.add_argument(
+            "--no-variants",
+            action="store_true",
+            help="skip the email and reservations rows (the duplicate drill too)",
+        )
+        parser.add_argument("--no-drill", action="store_true", help="skip the duplicate drill")
+        parser.add_argument(
+            "--drill-only", action="store_true", help="run only the duplicate drill, not the matrix"
+        )
+        parser.add_argument(
+            "--drill-intents",
+            type=int,
+            default=None,
+            help="duplicate drill intents per provider (default: --ops / 10)",
+        )
+        parser.add_argument("--workers", type=int, default=2)
+        parser.add_argument("--acceptance", action="store_true", help="run the seven-check acceptance gate")
+        parser.add_argument("--judge", metavar="PATH", help="re-judge a saved --json report; runs nothing")
+        parser.add_argument("--json", metavar="PATH")
+        parser.add_argument("--markdown", metavar="PATH")
+        parser.add_argument("--requested-by", default="cli")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["judge"]:
+            self._judge(Path(options["judge"]))
+            return
+        from console.lab.cluster import HarnessError, require_real_broker
+
+        try:
+            require_real_broker("the crash lab")
+        except HarnessError as exc:
+            raise CommandError(str(exc)) from exc
+        if options["acceptance"]:
+            from console.lab.crashlab.acceptance import run_acceptance
+
+            passed = run_acceptance(
+                stdout=self.stdout, json_path=options["json"], requested_by=options["requested_by"]
+            )
+            if not passed:
+                raise SystemExit(1)
+            return
+        ops = options["ops"]
+        if ops < 10 or ops % 10:
+            raise CommandError(
+                "--ops must be a positive multiple of 10 (every tenth first attempt is interrupted)"
+            )
+        if options["drill_intents"] is not None and options["drill_intents"] < 1:
+            raise CommandError("--drill-intents must be at least 1")
+        only = options["drill_only"]
+        config = LabConfig(
+            ops=ops,
+            boundaries=() if only else _csv(options["boundaries"], BOUNDARIES, "boundary"),
+            strategies=() if only else _csv(options["strategies"], STRATEGIES, "strategy"),
+            variants=not options["no_variants"] and not only,
+            workers=options["workers"],
+            drill=only or not (options["no_drill"] or options["no_variants"]),
+            drill_intents=options["drill_intents"],
+        )
+        drill = DrillRun.objects.create(
+            kind=DrillRun.Kind.CRASHLAB,
+            started_at=timezone.now(),
+            requested_by=options["requested_by"],
+            parameters={
+                "ops": ops,
+                "boundaries": config.boundaries,
+                "strategies": config.strategies,
+                "duplicate_drill_intents": config.intents_per_drill_provider if config.drill else 0,
+            },
+        )
+        started = time.monotonic()
+        try:
+            with CrashLab(config) as lab:
+                rows = lab.run()
+        except Exception as exc:
+            DrillRun.objects.filter(id=drill.id).update(
+                finished_at=timezone.now(), passed=False, error=repr(exc)[:2000]
+            )
+            raise
+        passed = judge(rows)
+        seconds = round(time.monotonic() - started, 1)
+        table = markdown_table(rows, ops)
+        self.stdout.write(table)
+        self.stdout.write(f"took {seconds} s; result={'PASS' if passed else 'FAIL'}")
+        report = {"ops": ops, "seconds": seconds, "passed": passed, "rows": [row.as_dict() for row in rows]}
+        DrillRun.objects.filter(id=drill.id).update(
+            finished_at=timezone.now(), passed=passed, result=report, markdown=table
+        )
+        if options["json"]:
+            Path(options["json"]).write_text(json.dumps(report, indent=2))
+        if options["markdown"]:
+            Path(options["markdown"]).write_text(table)
+        if not passed:
+            raise SystemExit(1)
+
+    def _judge(self, path: Path) -> None:
+        try:
+            data = json.loads(path.read_text())
+            rows = rows_from_json(data)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CommandError(f"cannot read a crash-lab report from {path}: {exc}") from exc
+        passed = judge(rows)
+        self.stdout.write(markdown_table(rows, int(data.get("ops", 0))))
+        self.stdout.write(f"result={'PASS' if passed else 'FAIL'}")
+        if not passed:
+            raise SystemExit(1)

@@ -1,0 +1,173 @@
+"""``manage.py quickstart``: the whole product on its embedded defaults, as one supervised group.
+
+Starts (or reuses) the embedded PostgreSQL under ``./.data/pg`` when ``DATABASE_URL`` is unset,
+migrates, creates an operator account and a demo agent token on the first run (printing both
+once), then runs the web server, a Celery worker, Celery beat and the sandbox provider under
+supervisord, which restarts any of them that exits. Ctrl-C stops them all; a second run reuses
+the data.
+
+It lives in the lab, not the product: it runs the lab's sandbox provider and a worker that also
+registers the lab's tasks (so the console's Drills page can start a drill); production runs
+gunicorn, workers and beat itself, on the product's tasks only.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from console.lab import LAB_TASK_MODULES
+from operations.authentication import agent_create
+from operations.models import Agent
+
+
+class Command(BaseCommand):
+    help = "Run Effect Ledger locally: web, worker, beat and the sandbox provider."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, default=8000, help="console and API port (default 8000)")
+        parser.add_argument("--sandbox-port", type=int, default=8765)
+        parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+        parser.add_argument("--no-run", action="store_true", help="set up only; do not start the processes")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        self._create_accounts()
+        if options["no_run"]:
+            return
+        self._run(options)
+
+    def _create_accounts(self) -> None:
+        users = get_user_model()
+        if not users.objects.filter(username="operator").exists():
+            password = secrets.token_urlsafe(12)
+            user = users.objects.create_superuser("operator", "operator@localhost", password)
+            user.groups.set(Group.objects.filter(name__in=["viewer", "operator", "approver", "admin"]))
+            self.stdout.write(self.style.SUCCESS(f"operator account: operator / {password}  (shown once)"))
+        else:
+            self.stdout.write("operator account exists (reset: python manage.py changepassword operator)")
+        if not Agent.objects.filter(tenant="demo", name="demo-agent").exists():
+            _, token = agent_create(name="demo-agent", tenant="demo")
+            self.stdout.write(self.style.SUCCESS(f"demo agent token (tenant demo): {token}  (shown once)"))
+        else:
+            self.stdout.write(
+                "demo agent exists (new token: python manage.py create_agent NAME --tenant demo)"
+            )
+
+    def _run(self, options: dict[str, Any]) -> None:
+        data_dir = Path(settings.DATA_DIR)
+        metrics_dir = data_dir / "metrics"
+        shutil.rmtree(metrics_dir, ignore_errors=True)  # multiprocess counters start at zero
+        metrics_dir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "DATABASE_URL": settings.DATABASE_URL,
+            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            "SANDBOX_PROVIDER_URL": f"http://127.0.0.1:{options['sandbox_port']}",
+            "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
+            "PYTHONUNBUFFERED": "1",
+        }
+        running = _running_supervisor(data_dir)
+        if running:
+            raise CommandError(
+                f"a previous quickstart group is still running (supervisord pid {running}); "
+                f"stop it first: kill -TERM {running}"
+            )
+        config = data_dir / "supervisord.conf"
+        config.write_text(supervisor_config(data_dir, self._programs(options, data_dir)))
+        self.stdout.write(
+            self.style.SUCCESS(f"console: http://127.0.0.1:{options['port']}/  (Ctrl-C stops everything)")
+        )
+        self.stdout.write(f"API: http://127.0.0.1:{options['port']}/api/v1/intents  docs: /api/docs/")
+        supervisor = subprocess.Popen(
+            [sys.executable, "-m", "supervisor.supervisord", "-n", "-c", str(config)], env=env
+        )
+
+        def stop(signum: int, frame: Any) -> None:
+            supervisor.send_signal(signal.SIGTERM)  # supervisord stops every program, then exits
+
+        # Explicit handlers: Ctrl-C (SIGINT) and SIGTERM both stop the group, even where the
+        # shell started us with SIGINT ignored.
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        supervisor.wait()
+        sys.exit(supervisor.returncode or 0)
+
+    def _programs(self, options: dict[str, Any], data_dir: Path) -> dict[str, str]:
+        python = sys.executable
+        manage = str(Path(settings.BASE_DIR) / "manage.py")
+        # kombu's filesystem transport is not safe with prefork pool children killed mid-task (a
+        # dead child can leave the pool's queue lock held): use threads there; prefork with a
+        # real broker (RabbitMQ, Redis).
+        pool = "threads" if settings.CELERY_BROKER_URL.startswith("filesystem://") else "prefork"
+        return {
+            "web": f"{python} -m gunicorn console.wsgi -b 127.0.0.1:{options['port']} -w 2 --no-control-socket --access-logfile -",
+            "worker": f"{python} -m celery -A console worker -l INFO -P {pool} -c {max(2, options['workers'] * 2)}"
+            f" -n worker@%%h --include {','.join(LAB_TASK_MODULES)}",
+            "beat": f"{python} -m celery -A console beat -l INFO -s {data_dir / 'celerybeat-schedule'}",
+            "sandbox": f"{python} {manage} sandbox_provider --port {options['sandbox_port']}",
+        }
+
+
+def _running_supervisor(data_dir: Path) -> int | None:
+    """The pid of a supervisord still running from an earlier quickstart in ``data_dir``."""
+    import psutil
+
+    try:
+        pid = int((data_dir / "supervisord.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        return pid if "supervisord" in " ".join(psutil.Process(pid).cmdline()) else None
+    except psutil.Error:
+        return None
+
+
+def supervisor_config(data_dir: Path, programs: dict[str, str]) -> str:
+    """A supervisord configuration running ``programs`` in the foreground, each restarted when
+    it exits (a killed worker comes back; the others keep running)."""
+    sections = [
+        "[supervisord]",
+        "nodaemon=true",
+        f"logfile={data_dir / 'supervisord.log'}",
+        f"pidfile={data_dir / 'supervisord.pid'}",
+        f"childlogdir={data_dir}",
+        "",
+        "[unix_http_server]",
+        f"file={data_dir / 'supervisor.sock'}",
+        "",
+        "[rpcinterface:supervisor]",
+        "supervisor.rpcinterface_factory = supervisor.rpcinterface:make_main_rpcinterface",
+        "",
+        "[supervisorctl]",
+        f"serverurl=unix://{data_dir / 'supervisor.sock'}",
+    ]
+    for name, command in programs.items():
+        sections += [
+            "",
+            f"[program:{name}]",
+            f"command={command}",
+            f"directory={settings.BASE_DIR}",
+            "autorestart=true",
+            "startsecs=1",
+            "startretries=100",
+            "stopasgroup=true",
+            "killasgroup=true",
+            "stopwaitsecs=20",
+            "redirect_stderr=true",
+            "stdout_logfile=/dev/stdout",
+            "stdout_logfile_maxbytes=0",
+        ]
+    return "\n".join(sections) + "\n"

@@ -1,0 +1,66 @@
+"""``manage.py sandbox_provider``: run the sandbox provider HTTP process (see ``console.lab.sandbox_provider``)."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import connection
+
+from console.lab.sandbox_provider.server import run_provider
+from console.lab.sandbox_provider.store import dsn_from_settings_dict
+
+
+class Command(BaseCommand):
+    """Run the sandbox provider until SIGTERM or SIGINT.
+
+    Prints exactly one line ``sandbox provider listening on http://HOST:PORT`` to stdout when it
+    serves requests (``--port 0`` picks a free port and prints it).
+    """
+
+    help = "Run the sandbox provider: fake payments / email / reservations APIs with fault injection."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        """Declare ``--host``, ``--port``, ``--dsn`` and ``--email-lag-seconds``."""
+        parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+        parser.add_argument("--port", type=int, default=8765, help="port to listen on; 0 picks a free one")
+        parser.add_argument(
+            "--dsn",
+            default=None,
+            help="libpq DSN of the database for the 'sandbox' schema (default: Django's database)",
+        )
+        parser.add_argument(
+            "--email-lag-seconds",
+            type=float,
+            default=0.0,
+            help="seconds before a sent email shows up in GET /v1/emails?message_id= (default 0)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        """Start the server, print the readiness line, block until a stop signal."""
+        dsn = options["dsn"] or dsn_from_settings_dict(connection.settings_dict)
+        stop = threading.Event()
+
+        def request_stop(signum: int, frame: FrameType | None) -> None:
+            stop.set()
+
+        signal.signal(signal.SIGTERM, request_stop)
+        signal.signal(signal.SIGINT, request_stop)
+
+        def announce(url: str) -> None:
+            self.stdout.write(f"sandbox provider listening on {url}")
+            self.stdout.flush()
+            sys.stdout.flush()
+
+        run_provider(
+            host=options["host"],
+            port=options["port"],
+            dsn=dsn,
+            email_lag_seconds=options["email_lag_seconds"],
+            stop=stop,
+            on_ready=announce,
+        )

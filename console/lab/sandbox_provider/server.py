@@ -1,0 +1,384 @@
+"""The sandbox provider's HTTP server: routing, fault application and the control plane.
+
+Routes (all JSON; money in integer minor units):
+
+Products
+    ``POST /v1/charges``, ``POST /v1/refunds`` (``Idempotency-Key`` required, ``X-Fencing-Token``
+    optional), ``GET /v1/charges?idempotency_key=K``, ``GET /v1/charges/{id}``, same for refunds;
+    ``POST /v1/emails`` (header ``Message-ID``), ``GET /v1/emails?message_id=M``,
+    ``GET /v1/emails/{id}``; ``POST /v1/reservations``, ``GET /v1/reservations?reference=R``,
+    ``GET /v1/reservations/{id}``, ``POST /v1/reservations/{id}/cancel``.
+Control plane
+    ``POST /_sandbox/faults`` / ``GET`` / ``DELETE``, ``POST /_sandbox/withdraw``
+    ``{"product", "id"}``, ``POST /_sandbox/reset``, ``GET|POST /_sandbox/config``
+    ``{"email_lookup_lag_seconds"}``, ``GET /_sandbox/requests?since=ID&product=P``,
+    ``GET /ledger?product=P&reference=R``, ``GET /healthz``.
+
+Faults (``faults.FaultMode``) come from the queue or the per-request header ``X-Sandbox-Fault``
+(with ``X-Sandbox-Fault-Delay`` seconds). Before-effect faults act as soon as the request is
+read, so nothing reaches the product (no key is claimed); ``delay_after_effect`` sleeps after
+the key is claimed and before the effect; after-effect faults act on the product's reply.
+Malformed requests get a 400 with an error body; no request can take the server down.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from psycopg_pool import PoolTimeout
+
+from console.lab.sandbox_provider import messaging, payments, reservations, store
+from console.lab.sandbox_provider.faults import (
+    PRODUCTS,
+    Fault,
+    FaultBook,
+    FaultMode,
+    parse_fault,
+    parse_mode,
+    parse_seconds,
+)
+from console.lab.sandbox_provider.replies import BadRequest, Reply, RequestContext, error_reply
+from console.lab.sandbox_provider.store import Pool
+
+logger = logging.getLogger("console.lab.sandbox_provider")
+
+MAX_BODY_BYTES = 1024 * 1024
+
+
+class DropConnection(Exception):
+    """Close the connection without writing any response."""
+
+
+class SandboxApp:
+    """The provider's state: the database pool, the fault queue and the runtime settings."""
+
+    def __init__(self, pool: Pool, *, email_lag_seconds: float = 0.0) -> None:
+        self.pool = pool
+        self.faults = FaultBook()
+        self.initial_email_lag = email_lag_seconds
+        self.email = messaging.EmailSettings(email_lag_seconds)
+        self.stopping = threading.Event()
+
+    def wait(self, seconds: float) -> None:
+        """Sleep ``seconds``, cut short when the server stops."""
+        self.stopping.wait(seconds)
+
+    def reset(self) -> None:
+        """Truncate every sandbox table, clear the faults, restore the startup settings."""
+        store.truncate_all(self.pool)
+        self.faults.clear()
+        self.email.lookup_lag_seconds = self.initial_email_lag
+
+    def config(self) -> dict[str, Any]:
+        """The runtime settings as JSON."""
+        return {"email_lookup_lag_seconds": self.email.lookup_lag_seconds}
+
+
+ProductPost = Callable[[RequestContext, dict[str, Any], re.Match[str]], Reply]
+
+
+def _product_posts(app: SandboxApp) -> list[tuple[re.Pattern[str], str, ProductPost]]:
+    pool = app.pool
+    return [
+        (
+            re.compile(r"/v1/charges"),
+            "payments",
+            lambda ctx, body, m: payments.create_charge(pool, ctx, body),
+        ),
+        (
+            re.compile(r"/v1/refunds"),
+            "payments",
+            lambda ctx, body, m: payments.create_refund(pool, ctx, body),
+        ),
+        (re.compile(r"/v1/emails"), "email", lambda ctx, body, m: messaging.send_email(pool, ctx, body)),
+        (
+            re.compile(r"/v1/reservations"),
+            "reservations",
+            lambda ctx, body, m: reservations.create_reservation(pool, ctx, body),
+        ),
+        (
+            re.compile(r"/v1/reservations/(?P<id>[^/]+)/cancel"),
+            "reservations",
+            lambda ctx, body, m: reservations.cancel_reservation(pool, ctx, m["id"]),
+        ),
+    ]
+
+
+def _query(query: dict[str, list[str]], name: str) -> str | None:
+    values = query.get(name)
+    return values[0] if values else None
+
+
+def _get(app: SandboxApp, path: str, query: dict[str, list[str]]) -> Reply:
+    pool = app.pool
+    if path == "/healthz":
+        with pool.connection() as conn:
+            conn.execute("SELECT 1")
+        return Reply(200, {"status": "ok"})
+    if path == "/ledger":
+        return Reply(
+            200,
+            {
+                "effects": store.ledger(
+                    pool, product=_query(query, "product"), reference=_query(query, "reference")
+                )
+            },
+        )
+    if path == "/_sandbox/requests":
+        since = _query(query, "since") or "0"
+        if not since.isdigit():
+            raise BadRequest("since must be a request log id (a non-negative integer)", param="since")
+        return Reply(200, store.requests_since(pool, since=int(since), product=_query(query, "product")))
+    if path == "/_sandbox/faults":
+        return Reply(200, {"faults": app.faults.pending()})
+    if path == "/_sandbox/config":
+        return Reply(200, app.config())
+    if match := re.fullmatch(r"/v1/(charges|refunds)(?:/(?P<id>[^/]+))?", path):
+        if match["id"]:
+            return payments.get_item(pool, match[1], match["id"])
+        return payments.list_items(
+            pool,
+            match[1],
+            idempotency_key=_query(query, "idempotency_key"),
+            reference=_query(query, "reference"),
+        )
+    if match := re.fullmatch(r"/v1/emails(?:/(?P<id>[^/]+))?", path):
+        if match["id"]:
+            return messaging.get_email(pool, match["id"])
+        return messaging.list_emails(pool, app.email, message_id=_query(query, "message_id"))
+    if match := re.fullmatch(r"/v1/reservations(?:/(?P<id>[^/]+))?", path):
+        if match["id"]:
+            return reservations.get_reservation(pool, match["id"])
+        return reservations.list_reservations(pool, reference=_query(query, "reference"))
+    return error_reply(404, "route_not_found", f"No route GET {path}")
+
+
+def _control_post(app: SandboxApp, path: str, body: dict[str, Any]) -> Reply | None:
+    if path == "/_sandbox/faults":
+        fault = parse_fault(body)
+        app.faults.add(fault)
+        return Reply(200, {"fault": fault.as_json(), "faults": app.faults.pending()})
+    if path == "/_sandbox/reset":
+        app.reset()
+        return Reply(200, {"reset": True})
+    if path == "/_sandbox/config":
+        if "email_lookup_lag_seconds" in body:
+            lag = parse_seconds(body["email_lookup_lag_seconds"], param="email_lookup_lag_seconds")
+            app.email.lookup_lag_seconds = lag or 0.0
+        return Reply(200, app.config())
+    if path == "/_sandbox/withdraw":
+        product, item_id = body.get("product"), body.get("id")
+        if product not in PRODUCTS:
+            raise BadRequest(f"product must be one of {', '.join(PRODUCTS)}", param="product")
+        if not isinstance(item_id, str) or not item_id:
+            raise BadRequest("id must be a provider id", param="id")
+        if not store.withdraw(app.pool, product=product, item_id=item_id):
+            return error_reply(404, "resource_missing", f"No such {product} item: {item_id!r}")
+        return Reply(200, {"withdrawn": {"product": product, "id": item_id}})
+    return None
+
+
+class SandboxHandler(BaseHTTPRequestHandler):
+    """One request: parse, route, apply faults, answer (or drop the connection)."""
+
+    server: SandboxHTTPServer
+    protocol_version = "HTTP/1.0"
+    server_version = "EffectLedgerSandbox/1"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        """Serve a read route."""
+        self._serve(lambda path, query: _get(self.server.app, path, query))
+
+    def do_POST(self) -> None:  # noqa: N802
+        """Serve a product write or a control-plane command."""
+        self._serve(lambda path, query: self._post(path))
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        """``DELETE /_sandbox/faults`` clears the queued faults."""
+
+        def delete(path: str, query: dict[str, list[str]]) -> Reply:
+            if path == "/_sandbox/faults":
+                self.server.app.faults.clear()
+                return Reply(200, {"faults": []})
+            return error_reply(404, "route_not_found", f"No route DELETE {path}")
+
+        self._serve(delete)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (signature of the base class)
+        """Route http.server's access log to the ``console.lab.sandbox_provider`` logger at DEBUG."""
+        logger.debug("%s " + format, self.address_string(), *args)
+
+    def _serve(self, route: Callable[[str, dict[str, list[str]]], Reply]) -> None:
+        url = urlsplit(self.path)
+        try:
+            reply = route(url.path.rstrip("/") or "/", parse_qs(url.query))
+        except DropConnection:
+            self.close_connection = True
+            return
+        except BadRequest as exc:
+            reply = exc.reply()
+        except PoolTimeout:
+            reply = error_reply(503, "database_unavailable", "No database connection available; retry later.")
+        except Exception:
+            logger.exception("sandbox request failed: %s %s", self.command, self.path)
+            reply = error_reply(500, "internal_error", "The sandbox provider failed on this request.")
+        self._write(reply)
+
+    def _write(self, reply: Reply) -> None:
+        payload = json.dumps(reply.body, default=str).encode()
+        try:
+            self.send_response(reply.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.send_header("Connection", "close")
+            for name, value in reply.headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            logger.info("client went away before the answer to %s %s", self.command, self.path)
+
+    def _body(self) -> dict[str, Any]:
+        raw_length = self.headers.get("Content-Length") or "0"
+        if not raw_length.isdigit():
+            raise BadRequest("Content-Length must be a non-negative integer")
+        length = int(raw_length)
+        if length > MAX_BODY_BYTES:
+            raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes", code="body_too_large")
+        raw = self.rfile.read(length) if length else b""
+        if not raw.strip():
+            return {}
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            raise BadRequest("the body is not valid JSON", code="invalid_json") from None
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object", code="invalid_json")
+        return body
+
+    def _post(self, path: str) -> Reply:
+        app = self.server.app
+        body = self._body()
+        control = _control_post(app, path, body)
+        if control is not None:
+            return control
+        for pattern, product, handler in _product_posts(app):
+            if match := pattern.fullmatch(path):
+                return self._product_post(product, path, body, handler, match)
+        return error_reply(404, "route_not_found", f"No route POST {path}")
+
+    def _fault_for(self, product: str, reference: str | None) -> Fault | None:
+        header = self.headers.get("X-Sandbox-Fault")
+        if header:
+            delay = parse_seconds(
+                self.headers.get("X-Sandbox-Fault-Delay") or None, param="X-Sandbox-Fault-Delay"
+            )
+            return Fault(product, parse_mode(header.strip()), delay_seconds=delay)
+        return self.server.app.faults.take(product, reference)
+
+    def _product_post(
+        self, product: str, path: str, body: dict[str, Any], handler: ProductPost, match: re.Match[str]
+    ) -> Reply:
+        app = self.server.app
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        reference = body.get("reference") if isinstance(body.get("reference"), str) else None
+        fault = self._fault_for(product, reference)
+        fence = headers.get("x-fencing-token", "")
+        store.log_request(
+            app.pool,
+            product=product,
+            method="POST",
+            path=path,
+            idempotency_key=headers.get("idempotency-key"),
+            message_id=headers.get("message-id"),
+            reference=reference,
+            fence=int(fence) if fence.lstrip("-").isdigit() else None,
+            fault=str(fault.mode) if fault else None,
+        )
+        mode = fault.mode if fault else None
+        if fault is not None:
+            logger.info("sandbox fault %s on POST %s (reference %s)", mode, path, reference)
+        if mode is FaultMode.CRASH_BEFORE_EFFECT:
+            raise DropConnection
+        if mode is FaultMode.ERROR_500_BEFORE_EFFECT:
+            return error_reply(500, "internal_error", "Injected failure before the effect.")
+        if mode is FaultMode.IN_PROGRESS:
+            return error_reply(
+                409, "request_in_progress", "A request with this idempotency key is in progress."
+            )
+        if fault is not None and mode is FaultMode.HOLD_BEFORE_EFFECT:
+            app.wait(fault.seconds)
+            raise DropConnection
+        ctx = RequestContext(headers=headers)
+        if fault is not None and mode is FaultMode.DELAY_AFTER_EFFECT:
+            seconds = fault.seconds
+            ctx.before_apply = lambda: app.wait(seconds)
+        reply = handler(ctx, body, match)
+        if mode is FaultMode.CRASH_AFTER_EFFECT:
+            raise DropConnection
+        if mode is FaultMode.ERROR_500_AFTER_EFFECT:
+            return error_reply(500, "internal_error", "Injected failure after the effect.")
+        if fault is not None and mode is FaultMode.HOLD_AFTER_EFFECT:
+            app.wait(fault.seconds)
+            raise DropConnection
+        return reply
+
+
+class SandboxHTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server that carries the ``SandboxApp``."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+    def __init__(self, address: tuple[str, int], app: SandboxApp) -> None:
+        super().__init__(address, SandboxHandler)
+        self.app = app
+
+
+def run_provider(
+    *,
+    host: str,
+    port: int,
+    dsn: str,
+    email_lag_seconds: float,
+    stop: threading.Event,
+    on_ready: Callable[[str], None],
+) -> None:
+    """Run the provider until ``stop`` is set, then shut down cleanly.
+
+    Args:
+        host, port: where to listen; port 0 picks a free port (the URL passed to ``on_ready``
+            carries the real one).
+        dsn: libpq connection string of the database holding the ``sandbox`` schema.
+        email_lag_seconds: initial email lookup lag.
+        stop: set it (e.g. from a signal handler) to stop.
+        on_ready: called once with ``http://HOST:PORT`` when requests can be served.
+
+    Raises:
+        psycopg_pool.PoolTimeout: the database is unreachable at start.
+        OSError: the address is in use.
+    """
+    pool = store.open_pool(dsn)
+    try:
+        store.ensure_schema(pool)
+        app = SandboxApp(pool, email_lag_seconds=email_lag_seconds)
+        server = SandboxHTTPServer((host, port), app)
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+        thread.start()
+        url_host = host if host not in ("", "0.0.0.0") else "127.0.0.1"
+        on_ready(f"http://{url_host}:{server.server_address[1]}")
+        stop.wait()
+        app.stopping.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    finally:
+        pool.close(timeout=5)

@@ -1,1 +1,0 @@
-"""Local process harness shared by the crash lab and the benchmarks (sandbox only)."""

@@ -1,0 +1,123 @@
+"""The crash lab's verdict can fail: a control's measured row judged as the ledger's row is
+reported with its duplicates or losses, and the command's exit status turns non-zero."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from console.lab.crashlab.report import markdown_table
+from console.lab.crashlab.verdict import (
+    DRILL,
+    Row,
+    judge,
+    judge_control_row,
+    judge_drill_row,
+    judge_ledger_row,
+)
+from tests.support.workers import requires_real_broker
+
+
+def row(strategy: str, boundary: str, effects: int, missing: int, kills: int = 10) -> Row:
+    return Row(strategy=strategy, boundary=boundary, provider="payments", ops=100, interrupted=10,
+               effects=effects, missing=missing, duplicates=effects - (100 - missing), active=effects,
+               requests=effects, kills=kills)  # fmt: skip
+
+
+def test_ledger_judge_reports_a_controls_duplicates_and_losses() -> None:
+    # given the reference table's control rows, offered as if they were the ledger's
+    duplicated = row("ledger", "after-effect", effects=110, missing=0)
+    lost = row("ledger", "before-effect", effects=90, missing=10)
+    # then
+    assert judge_ledger_row(duplicated) == ["110 effects for 100 operations (10 duplicate(s))"]
+    assert "10 operation(s) missing" in judge_ledger_row(lost)
+    assert judge([duplicated, lost]) is False
+
+
+def test_ledger_judge_passes_the_clean_row_and_requires_the_kills() -> None:
+    assert judge_ledger_row(row("ledger", "after-effect", 100, 0)) == []
+    assert judge_ledger_row(row("ledger", "after-effect", 100, 0, kills=7)) == ["7 kill(s) for 10 planned"]
+
+
+def test_control_judge_demands_the_reference_failures() -> None:
+    # a control that did NOT duplicate proves the crash was not real
+    assert judge_control_row(row("retry", "after-effect", 100, 0)) == ["expected 10 duplicate(s), measured 0"]
+    assert judge_control_row(row("record-before", "before-effect", 100, 0)) == [
+        "expected 10 missing, measured 0"
+    ]
+    assert judge_control_row(row("record-after", "after-effect", 110, 0)) == []
+
+
+@pytest.mark.integration
+@requires_real_broker
+@pytest.mark.django_db(transaction=True)
+def test_measured_control_row_in_the_ledger_place_fails_the_command(tmp_path: Path) -> None:
+    # given: a real, reduced run (workers killed with SIGKILL, sandbox ledger as ground truth)
+    report = tmp_path / "lab.json"
+    call_command(
+        "crashlab", "--ops", "10", "--strategies", "retry,ledger", "--boundaries", "after-effect",
+        "--no-variants", "--json", str(report),
+    )  # fmt: skip
+    data: dict[str, Any] = json.loads(report.read_text())
+    control = next(r for r in data["rows"] if r["strategy"] == "retry")
+    ledger = next(r for r in data["rows"] if r["strategy"] == "ledger")
+    assert control["duplicates"] == 1 and ledger["duplicates"] == 0 and ledger["effects"] == 10
+    # when: the control's measured numbers are judged as the ledger's row
+    tampered = tmp_path / "tampered.json"
+    swapped = {**control, "strategy": "ledger"}
+    tampered.write_text(json.dumps({**data, "rows": [control, swapped]}))
+    # then: the verdict fails and the exit status is non-zero; the genuine report passes
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("crashlab", "--judge", str(tampered))
+    assert exit_info.value.code == 1
+    call_command("crashlab", "--judge", str(report))  # no SystemExit: PASS
+
+
+def drill_row(*, created: int, found: int, compensated: int, flagged: int, missed: int) -> Row:
+    # 4 email + 4 reservations intents, each sent twice; compensated duplicates are cancelled
+    return Row(strategy=DRILL, boundary="operator-absent", provider="email+reservations", ops=8,
+               interrupted=8, effects=8 + created, missing=0, duplicates=created,
+               active=8 + created - compensated, requests=8 + created, kills=0, found=found,
+               compensated=compensated, flagged=flagged, missed=missed)  # fmt: skip
+
+
+def test_c18_duplicate_drill_judge_fails_on_a_miss_and_on_an_empty_drill() -> None:
+    assert judge_drill_row(drill_row(created=8, found=8, compensated=4, flagged=4, missed=0)) == []
+    # one duplicate found but its compensation never ended, one never found at all
+    missed = drill_row(created=8, found=7, compensated=4, flagged=2, missed=2)
+    assert judge_drill_row(missed) == [
+        "2 of 8 duplicate(s) missed (neither compensated nor flagged)",
+        "7 finding(s), but 4 compensated + 2 flagged",
+    ]
+    assert judge_drill_row(drill_row(created=0, found=0, compensated=0, flagged=0, missed=0)) == [
+        "no duplicate was created: the drill exercised nothing"
+    ]
+    assert "| 8 / 8 / 4 / 4 / 0 |" in markdown_table(
+        [drill_row(created=8, found=8, compensated=4, flagged=4, missed=0)], 10
+    )
+
+
+@pytest.mark.integration
+@requires_real_broker
+@pytest.mark.django_db(transaction=True)
+def test_c18_duplicate_drill_flags_every_email_and_compensates_every_reservation(tmp_path: Path) -> None:
+    # given: real workers and beat, the sandbox provider process; per provider, two intents
+    # whose first send is lost with its effect (email: lookup lagging; reservations: a late
+    # booking), resent after an operator's `absent` accepting the duplicate risk
+    report = tmp_path / "drill.json"
+    # when
+    call_command("crashlab", "--drill-only", "--drill-intents", "2", "--json", str(report))
+    # then: duplicates were created and the reconciler's checks handled every one of them
+    (row,) = json.loads(report.read_text())["rows"]
+    assert row["strategy"] == DRILL and row["problems"] == []
+    assert row["duplicates"] > 0 and row["missed"] == 0
+    assert row["compensated"] + row["flagged"] == row["found"] == row["duplicates"]
+    email, reservations = row["detail"]["email"], row["detail"]["reservations"]
+    assert email["resolved_absent"] == email["intents"] == 2
+    assert email["flagged"] == email["created"] == 2 and email["compensated"] == 0
+    assert reservations["compensated"] == reservations["created"] == 2 and reservations["flagged"] == 0
+    assert reservations["active"] == reservations["intents"]  # one booking kept per intent
