@@ -17,6 +17,7 @@ from console.views.common import HtmxHttpRequest, page_or_partial
 from operations.exceptions import ApprovalRefused, IntentMoved, ValidationFailed
 from operations.idempotency import canonical_json
 from operations.models import Approval, Intent
+from operations.policies import Policy
 from operations.services import intent_approve, intent_preview, intent_reject, user_principal
 from operations.services.approvals import can_approve
 
@@ -33,9 +34,10 @@ def approvals_inbox(request: HtmxHttpRequest) -> HttpResponse:
 
 def _why_not(user: Any, intent: Intent) -> str:
     """Why ``user`` cannot decide on ``intent`` (empty when they can)."""
+    policy = Policy.from_snapshot(intent.policy)
     if not can_approve(user, intent):
-        return f"You are not in the '{intent.policy.get('approver_group', 'approver')}' group for {intent.action}."
-    if intent.policy.get("four_eyes", True) and intent.principal == user_principal(user):
+        return f"You are not in the '{policy.approver_group}' group for {intent.action}."
+    if policy.four_eyes and intent.principal == user_principal(user):
         return "You requested this intent; someone else must approve it (four eyes)."
     if intent.approvals.filter(approver=user).exists():
         return "You already decided on this intent; another approver is needed."
@@ -44,13 +46,15 @@ def _why_not(user: Any, intent: Intent) -> str:
 
 def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict[str, Any]:
     """Everything the approval page shows: preview, canonical payload, hash, diff, approvals."""
-    context: dict[str, Any] = {"intent": intent, "section": "approvals"}
+    policy = Policy.from_snapshot(intent.policy)  # the policy that governs this intent
+    context: dict[str, Any] = {"intent": intent, "policy": policy, "section": "approvals"}
     try:
         context["preview"] = intent_preview(
             tenant=intent.tenant,
             action=intent.action,
             arguments=intent.arguments,
             action_version=intent.action_version,
+            policy=policy,
         )
     except ValidationFailed as exc:
         context["preview_error"] = exc.detail
@@ -68,7 +72,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
     context["approvals_given"] = sum(
         1 for a in context["approvals"] if a.decision == Approval.Decision.APPROVED
     )
-    context["approvals_required"] = int(intent.policy.get("approvals_required", 1))
+    context["approvals_required"] = policy.approvals_required
     context["why_not"] = _why_not(request.user, intent)
     context["approve_form"] = DecisionForm(initial={"request_hash": intent.request_hash})
     context["reject_form"] = RejectForm(initial={"request_hash": intent.request_hash})

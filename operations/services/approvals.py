@@ -12,6 +12,7 @@ from django.db.models.functions import Now
 
 from operations.exceptions import ApprovalRefused, IntentMoved
 from operations.models import Approval, Intent
+from operations.policies import Policy
 from operations.services.transitions import transition
 
 
@@ -27,16 +28,15 @@ def can_approve(user: User, intent: Intent) -> bool:
         return False
     if getattr(user, "is_superuser", False):
         return True
-    group = intent.policy.get("approver_group", "approver")
+    group = Policy.from_snapshot(intent.policy).approver_group
     return user.groups.filter(name__in=[group, "admin"]).exists()
 
 
 def _check_decision(*, intent: Intent, user: User, shown_hash: str) -> None:
+    policy = Policy.from_snapshot(intent.policy)
     if not can_approve(user, intent):
-        raise ApprovalRefused(
-            f"you are not in the '{intent.policy.get('approver_group')}' group for {intent.action}"
-        )
-    if intent.policy.get("four_eyes", True) and intent.principal == user_principal(user):
+        raise ApprovalRefused(f"you are not in the '{policy.approver_group}' group for {intent.action}")
+    if policy.four_eyes and intent.principal == user_principal(user):
         raise ApprovalRefused("you requested this intent; someone else must approve it (four eyes)")
     if intent.status != Intent.Status.AWAITING_APPROVAL:
         raise IntentMoved(intent_id=intent.id, expected="AWAITING_APPROVAL", current=intent.status)
@@ -69,7 +69,8 @@ def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reaso
         _check_decision(intent=intent, user=user, shown_hash=request_hash)
         if Approval.objects.filter(intent=intent, approver=user).exists():
             raise ApprovalRefused("you already decided on this intent; a second approver is needed")
-        ttl = timedelta(seconds=intent.policy.get("approval_ttl_seconds", 600))
+        policy = Policy.from_snapshot(intent.policy)
+        ttl = timedelta(seconds=policy.approval_ttl_seconds)
         Approval.objects.create(
             intent=intent,
             request_hash=request_hash,
@@ -81,7 +82,7 @@ def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reaso
         approvals = Approval.objects.filter(
             intent=intent, request_hash=intent.request_hash, decision=Approval.Decision.APPROVED
         ).count()
-        required = int(intent.policy.get("approvals_required", 1))
+        required = policy.approvals_required
         actor = user_principal(user)
         if approvals >= required:
             moved = transition(

@@ -20,7 +20,7 @@ from operations import metrics
 from operations.adapters.base import ExecutionResult
 from operations.audit import audit_append
 from operations.models import Approval, Attempt, Intent, Outcome
-from operations.policies import needs_approval
+from operations.policies import Policy
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.resolution import complete_compensated_original
 from operations.services.transitions import outbox_enqueue, transition
@@ -102,23 +102,23 @@ def precheck_refusal(intent: Intent) -> str | None:
     were given on the intent's current request_hash and have not expired (C10); the policy's
     ceilings (max amount, effects and spend per tenant and action in the last 24 h).
     """
-    policy = intent.policy
-    if needs_approval(policy, intent.arguments):
+    policy = Policy.from_snapshot(intent.policy)
+    if policy.needs_approval(intent.arguments):
         valid = Approval.objects.filter(
             intent=intent,
             request_hash=intent.request_hash,
             decision=Approval.Decision.APPROVED,
             expires_at__gt=Now(),
         ).count()
-        if valid < int(policy.get("approvals_required", 1)):
+        if valid < policy.approvals_required:
             return "no valid approval for the current request_hash (expired, missing or for another payload)"
-    ceilings = policy.get("ceilings", {})
+    ceilings = policy.ceilings
     amount = intent.arguments.get("amount") if isinstance(intent.arguments, dict) else None
-    max_amount = ceilings.get("max_amount_minor")
+    max_amount = ceilings.max_amount_minor
     if max_amount is not None and isinstance(amount, int) and amount > max_amount:
         return f"amount {amount} exceeds the ceiling of {max_amount} minor units"
-    effects_cap = ceilings.get("effects_per_day")
-    spend_cap = ceilings.get("spend_per_day_minor")
+    effects_cap = ceilings.effects_per_day
+    spend_cap = ceilings.spend_per_day_minor
     if effects_cap is not None or spend_cap is not None:
         done = Intent.objects.filter(
             tenant=intent.tenant,
@@ -309,10 +309,10 @@ def backoff_seconds(*, attempt_no: int, base: float, cap: float) -> float:
 
 def retry_allowed(intent: Intent) -> bool:
     """True while the retry budget (attempts) and the overall deadline allow another attempt."""
-    retry = intent.policy.get("retry", {})
-    if intent.attempt_count >= int(retry.get("max_attempts", 5)):
+    retry = Policy.from_snapshot(intent.policy).retry
+    if intent.attempt_count >= retry.max_attempts:
         return False
-    deadline = retry.get("deadline_seconds")
+    deadline = retry.deadline_seconds
     if deadline is None:
         return True
     return Intent.objects.filter(id=intent.id, created_at__gt=Now() - timedelta(seconds=deadline)).exists()
@@ -321,12 +321,8 @@ def retry_allowed(intent: Intent) -> bool:
 def intent_schedule_retry(*, claim: Claim, error: str, detail: dict[str, Any] | None = None) -> bool:
     """RUNNING -> READY with backoff (``not_before`` by database time), the same key, and an
     outbox message so a worker picks it up when due. Conditional on the fence."""
-    retry = claim.intent.policy.get("retry", {})
-    delay = backoff_seconds(
-        attempt_no=claim.attempt.attempt_no,
-        base=float(retry.get("base_seconds", 0.25)),
-        cap=float(retry.get("cap_seconds", 8.0)),
-    )
+    retry = Policy.from_snapshot(claim.intent.policy).retry
+    delay = backoff_seconds(attempt_no=claim.attempt.attempt_no, base=retry.base_seconds, cap=retry.cap_seconds)
     with transaction.atomic():
         moved = _record(
             claim,
