@@ -18,8 +18,9 @@ from django.db.models.functions import Coalesce, Now
 
 from operations import metrics
 from operations.adapters.base import ExecutionResult
+from operations.approval_validity import approval_validity
 from operations.audit import audit_append
-from operations.models import Approval, Attempt, Intent, Outcome
+from operations.models import Attempt, Intent, Outcome
 from operations.policies import Policy
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.resolution import complete_compensated_original
@@ -98,21 +99,15 @@ def intent_claim(
 def precheck_refusal(intent: Intent) -> str | None:
     """Step 4: re-check, right before acting, what could have changed since submission.
 
-    Returns a reason to refuse, or None. Checks: the approvals (if the policy required them)
-    were given on the intent's current request_hash and have not expired (C10); the policy's
-    ceilings (max amount, effects and spend per tenant and action in the last 24 h).
+    Returns a reason to refuse, or None. Checks, under the intent's policy snapshot: the
+    approvals on record may be used (``approval_validity``: given on the intent's current
+    request_hash, unexpired, enough different approvers; C10); the ceilings (max amount,
+    effects and spend per tenant and action in the last 24 h).
     """
-    policy = Policy.from_snapshot(intent.policy)
-    if policy.needs_approval(intent.arguments):
-        valid = Approval.objects.filter(
-            intent=intent,
-            request_hash=intent.request_hash,
-            decision=Approval.Decision.APPROVED,
-            expires_at__gt=Now(),
-        ).count()
-        if valid < policy.approvals_required:
-            return "no valid approval for the current request_hash (expired, missing or for another payload)"
-    ceilings = policy.ceilings
+    validity = approval_validity(intent)
+    if not validity.usable:
+        return validity.reason
+    ceilings = Policy.from_snapshot(intent.policy).ceilings
     amount = intent.arguments.get("amount") if isinstance(intent.arguments, dict) else None
     max_amount = ceilings.max_amount_minor
     if max_amount is not None and isinstance(amount, int) and amount > max_amount:
