@@ -2,7 +2,7 @@
 
 * viewer: reads every page (dashboard, approvals, UNKNOWN queue, intents, audit).
 * approver: a viewer who may approve or reject intents whose policy names the ``approver``
-  group (``operations.services.approvals.can_approve`` decides, and the service re-checks).
+  group (``operations.approval_validity`` decides for the page and the service alike).
 * operator: a viewer who may resolve UNKNOWN intents (``confirmed``, ``absent``, ``compensate``).
 * admin: everything above.
 

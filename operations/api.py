@@ -132,7 +132,7 @@ class IntentPreviewView(APIView):
             "action": result.action,
             "request_hash": result.request_hash,
             "needs_approval": result.needs_approval,
-            "policy": result.policy,
+            "policy": result.policy.to_snapshot(),
             **result.preview.__dict__,
         }
         return Response(PreviewResponseSerializer(payload).data)

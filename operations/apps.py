@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
+
+from operations.policies import PolicyError, validate_configured_policies
 
 
 class OperationsConfig(AppConfig):
@@ -13,3 +16,11 @@ class OperationsConfig(AppConfig):
 
     def ready(self) -> None:
         from operations import checks  # noqa: F401  (registers the system checks)
+
+        # Every process (web, workers, beat, commands) resolves each configured policy once at
+        # start-up, so a malformed one stops it here, naming the action and the field, instead
+        # of failing the first intent that needs it.
+        try:
+            validate_configured_policies()
+        except PolicyError as exc:
+            raise ImproperlyConfigured(f"EFFECT_LEDGER_POLICIES: {exc}") from exc

@@ -1,99 +1,277 @@
 """Policies per action: risk tier, approval rule, retries, ceilings, reconciliation patience.
 
-``settings.EFFECT_LEDGER_POLICIES[action]`` overrides ``DEFAULT_POLICY`` key by key. The
-resolved policy is snapshotted onto the intent at submission (``Intent.policy``), so a later
-configuration change never alters an intent in flight. Defaults follow the risk decision table
-of shared/seeds/004: irreversible money movement above a threshold needs a human; a
-``critical`` tier always needs two different approvers.
+A policy is a frozen ``Policy`` whose field defaults are the only defaults there are.
+``settings.EFFECT_LEDGER_POLICIES[action]`` overrides them key by key (nested sections key by
+key too); every configured action is validated when the ``operations`` app starts, so a typo
+or a wrong type stops the process with the action and the field named.
+
+The resolved policy is snapshotted onto the intent at submission (``Intent.policy``, the JSON
+of ``Policy.to_snapshot()``), so a later configuration change never alters an intent in
+flight: everything that governs an intent reads ``Policy.from_snapshot(intent.policy)``.
+Defaults follow the risk decision table of shared/seeds/004: irreversible money movement above
+a threshold needs a human; a ``critical`` tier always needs two different approvers.
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
 
-DEFAULT_POLICY: dict[str, Any] = {
-    "risk_tier": "medium",  # low | medium | high | critical
-    "approval": "never",  # never | always | above_amount
-    "approval_threshold_minor": None,  # with above_amount: approval when amount > this (minor units)
-    "approval_ttl_seconds": 600,  # how long a request waits for a decision, and an approval stays valid
-    "approver_group": "approver",
-    "four_eyes": True,  # the requester never approves their own intent
-    "approvals_required": 1,  # raised to 2 for the critical tier
-    "retry": {
-        "max_attempts": 5,  # attempts in all, the first included
-        "base_seconds": 0.25,  # backoff: base * 2**(n-1), capped, with full jitter
-        "cap_seconds": 8.0,
-        "deadline_seconds": 600,  # no new attempt this long after submission
-    },
-    "ceilings": {
-        "max_amount_minor": None,  # refuse a single effect above this
-        "effects_per_day": None,  # accepted effects per tenant and action in 24 h
-        "spend_per_day_minor": None,  # sum of amounts per tenant and action in 24 h
-    },
-    "unknown_patience": {
-        "lookups": 5,  # lookups before an UNKNOWN intent is escalated to operators
-        "seconds": 300,  # or this age, whichever comes first
-    },
-}
-
 RISK_TIERS = ("low", "medium", "high", "critical")
-
-
-def risk_rank(policy: dict[str, Any]) -> int:
-    """The policy's risk tier as a number for ordering: 1 low, 2 medium, 3 high, 4 critical."""
-    tier = policy.get("risk_tier")
-    return RISK_TIERS.index(tier) + 1 if tier in RISK_TIERS else 0
-
-
 APPROVAL_RULES = ("never", "always", "above_amount")
 
 
 class PolicyError(ValueError):
-    """A configured policy is malformed (names the action and the field)."""
+    """A policy is malformed; ``action`` and ``field`` (dotted, e.g. ``retry.max_attempts``) name it."""
+
+    def __init__(self, *, action: str, field: str, problem: str) -> None:
+        super().__init__(f"policy for {action}: {field} {problem}")
+        self.action = action
+        self.field = field
 
 
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    merged = copy.deepcopy(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+class _Reader:
+    """Reads one section of a policy mapping, checking each value's type and range.
+
+    ``strict`` (configuration) refuses keys the policy does not have; a snapshot (not strict)
+    ignores them, and a key missing from either keeps the field's default.
+    """
+
+    def __init__(self, values: Any, *, action: str, prefix: str, strict: bool) -> None:
+        if not isinstance(values, Mapping):
+            raise PolicyError(action=action, field=prefix.rstrip(".") or "policy", problem="must be a mapping")
+        self.values = values
+        self.action = action
+        self.prefix = prefix
+        self.strict = strict
+
+    def error(self, name: str, problem: str) -> PolicyError:
+        return PolicyError(action=self.action, field=self.prefix + name, problem=problem)
+
+    def check_keys(self, known: Any) -> None:
+        names = {f.name for f in dataclasses.fields(known)}
+        unknown = sorted(str(key) for key in self.values if key not in names)
+        if self.strict and unknown:
+            raise self.error(unknown[0], f"is not a policy field (known: {', '.join(sorted(names))})")
+
+    def section(self, name: str) -> _Reader:
+        return _Reader(self.values.get(name, {}), action=self.action, prefix=f"{self.prefix}{name}.", strict=self.strict)
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.values.get(name, default)
+        if value not in choices:
+            raise self.error(name, f"must be one of {', '.join(choices)} (got {value!r})")
+        return str(value)
+
+    def text(self, name: str, default: str) -> str:
+        value = self.values.get(name, default)
+        if not isinstance(value, str) or not value:
+            raise self.error(name, f"must be a non-empty string (got {value!r})")
+        return value
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self.values.get(name, default)
+        if not isinstance(value, bool):
+            raise self.error(name, f"must be true or false (got {value!r})")
+        return value
+
+    def integer(self, name: str, default: int, *, minimum: int = 0) -> int:
+        return self._integer(name, self.values.get(name, default), minimum=minimum)
+
+    def optional_integer(self, name: str, default: int | None) -> int | None:
+        value = self.values.get(name, default)
+        return None if value is None else self._integer(name, value, minimum=0)
+
+    def seconds(self, name: str, default: float) -> float:
+        return self._seconds(name, self.values.get(name, default))
+
+    def optional_seconds(self, name: str, default: float | None) -> float | None:
+        value = self.values.get(name, default)
+        return None if value is None else self._seconds(name, value)
+
+    def _integer(self, name: str, value: Any, *, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.error(name, f"must be an integer >= {minimum} (got {value!r})")
+        return int(value)
+
+    def _seconds(self, name: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            raise self.error(name, f"must be a number of seconds >= 0 (got {value!r})")
+        return float(value)
 
 
-def policy_for(action: str) -> dict[str, Any]:
-    """Return the resolved policy for ``action`` (a fresh, JSON-safe dict).
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The attempt budget and the backoff between attempts (``execution.backoff_seconds``)."""
+
+    max_attempts: int = 5  # attempts in all, the first included
+    base_seconds: float = 0.25  # backoff: base * 2**(n-1), capped, with equal jitter
+    cap_seconds: float = 8.0
+    deadline_seconds: float | None = 600  # no new attempt this long after submission
+
+    @classmethod
+    def _read(cls, reader: _Reader) -> RetryPolicy:
+        reader.check_keys(cls)
+        defaults = cls()
+        base = reader.seconds("base_seconds", defaults.base_seconds)
+        cap = reader.seconds("cap_seconds", defaults.cap_seconds)
+        if reader.strict and cap < base:
+            raise reader.error("cap_seconds", f"must be >= base_seconds ({cap!r} < {base!r})")
+        return cls(
+            max_attempts=reader.integer("max_attempts", defaults.max_attempts, minimum=1),
+            base_seconds=base,
+            cap_seconds=cap,
+            deadline_seconds=reader.optional_seconds("deadline_seconds", defaults.deadline_seconds),
+        )
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """Limits re-checked right before each attempt (DESIGN.md, execution step 4); None: no limit."""
+
+    max_amount_minor: int | None = None  # refuse a single effect above this
+    effects_per_day: int | None = None  # accepted effects per tenant and action in 24 h
+    spend_per_day_minor: int | None = None  # sum of amounts per tenant and action in 24 h
+
+    @classmethod
+    def _read(cls, reader: _Reader) -> Ceilings:
+        reader.check_keys(cls)
+        return cls(
+            max_amount_minor=reader.optional_integer("max_amount_minor", None),
+            effects_per_day=reader.optional_integer("effects_per_day", None),
+            spend_per_day_minor=reader.optional_integer("spend_per_day_minor", None),
+        )
+
+
+@dataclass(frozen=True)
+class UnknownPatience:
+    """How long the reconciler looks an UNKNOWN intent up before operators see it."""
+
+    lookups: int = 5  # lookups before an UNKNOWN intent is escalated to operators
+    seconds: float | None = 300  # or this age, whichever comes first
+
+    @classmethod
+    def _read(cls, reader: _Reader) -> UnknownPatience:
+        reader.check_keys(cls)
+        defaults = cls()
+        return cls(
+            lookups=reader.integer("lookups", defaults.lookups),
+            seconds=reader.optional_seconds("seconds", defaults.seconds),
+        )
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The policy that governs one action (and, snapshotted, one intent)."""
+
+    risk_tier: str = "medium"  # low | medium | high | critical
+    approval: str = "never"  # never | always | above_amount
+    approval_threshold_minor: int | None = None  # with above_amount: approval when amount > this (minor units)
+    approval_ttl_seconds: int = 600  # how long a request waits for a decision, and an approval stays valid
+    approver_group: str = "approver"
+    four_eyes: bool = True  # the requester never approves their own intent
+    approvals_required: int = 1  # raised to 2 for the critical tier
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    ceilings: Ceilings = field(default_factory=Ceilings)
+    unknown_patience: UnknownPatience = field(default_factory=UnknownPatience)
+
+    @classmethod
+    def from_config(cls, action: str, configured: Mapping[str, Any]) -> Policy:
+        """The defaults overridden by ``configured`` (one entry of ``EFFECT_LEDGER_POLICIES``).
+
+        Unknown keys are refused; ``above_amount`` needs ``approval_threshold_minor``; the
+        ``critical`` tier forces ``approval = always`` and at least two approvers.
+
+        Raises:
+            PolicyError: naming ``action`` and the field.
+        """
+        return cls._read(_Reader(configured, action=action, prefix="", strict=True))
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Mapping[str, Any]) -> Policy:
+        """The policy stored on an intent at submission (``Intent.policy``).
+
+        Tolerant of snapshots written before a field existed (the default fills it) and of
+        keys this version no longer knows (ignored).
+
+        Raises:
+            PolicyError: a stored value has the wrong type (the action is named "snapshot").
+        """
+        return cls._read(_Reader(snapshot, action="snapshot", prefix="", strict=False))
+
+    @classmethod
+    def _read(cls, reader: _Reader) -> Policy:
+        reader.check_keys(cls)
+        defaults = cls()
+        tier = reader.choice("risk_tier", defaults.risk_tier, RISK_TIERS)
+        approval = reader.choice("approval", defaults.approval, APPROVAL_RULES)
+        threshold = reader.optional_integer("approval_threshold_minor", None)
+        if reader.strict and approval == "above_amount" and threshold is None:
+            raise reader.error("approval_threshold_minor", "is required when approval is above_amount")
+        ttl = reader.integer("approval_ttl_seconds", defaults.approval_ttl_seconds)
+        required = reader.integer("approvals_required", defaults.approvals_required, minimum=1)
+        if tier == "critical":  # seeds/004: a critical action always needs two different people
+            approval, required = "always", max(2, required)
+        return cls(
+            risk_tier=tier,
+            approval=approval,
+            approval_threshold_minor=threshold,
+            approval_ttl_seconds=ttl,
+            approver_group=reader.text("approver_group", defaults.approver_group),
+            four_eyes=reader.flag("four_eyes", defaults.four_eyes),
+            approvals_required=required,
+            retry=RetryPolicy._read(reader.section("retry")),
+            ceilings=Ceilings._read(reader.section("ceilings")),
+            unknown_patience=UnknownPatience._read(reader.section("unknown_patience")),
+        )
+
+    def to_snapshot(self) -> dict[str, Any]:
+        """The JSON-safe dict stored in ``Intent.policy`` (nested sections as nested dicts)."""
+        return dataclasses.asdict(self)
+
+    @property
+    def risk_rank(self) -> int:
+        """The risk tier as a number for ordering: 1 low, 2 medium, 3 high, 4 critical."""
+        return RISK_TIERS.index(self.risk_tier) + 1
+
+    def needs_approval(self, arguments: Any) -> bool:
+        """Whether an intent with ``arguments`` must wait for a human under this policy.
+
+        ``above_amount`` compares ``arguments["amount"]`` (integer minor units) with
+        ``approval_threshold_minor``: strictly above needs approval.
+        """
+        if self.approval == "always":
+            return True
+        if self.approval == "above_amount":
+            amount = arguments.get("amount") if isinstance(arguments, dict) else None
+            threshold = self.approval_threshold_minor
+            return isinstance(amount, int) and threshold is not None and amount > threshold
+        return False
+
+
+def configured_policies() -> dict[str, Any]:
+    """``settings.EFFECT_LEDGER_POLICIES``: action -> overrides (empty when unset)."""
+    return dict(getattr(settings, "EFFECT_LEDGER_POLICIES", {}) or {})
+
+
+def policy_for(action: str) -> Policy:
+    """The policy in force now for ``action``: the defaults with its configured overrides.
 
     Raises:
-        PolicyError: an unknown risk tier or approval rule is configured.
+        PolicyError: the configured overrides are malformed (names the action and the field).
     """
-    configured = getattr(settings, "EFFECT_LEDGER_POLICIES", {}).get(action, {})
-    policy = _merge(DEFAULT_POLICY, configured)
-    if policy["risk_tier"] not in RISK_TIERS:
-        raise PolicyError(f"{action}: risk_tier must be one of {RISK_TIERS}")
-    if policy["approval"] not in APPROVAL_RULES:
-        raise PolicyError(f"{action}: approval must be one of {APPROVAL_RULES}")
-    if policy["risk_tier"] == "critical":
-        policy["approvals_required"] = max(2, int(policy["approvals_required"]))
-        policy["approval"] = "always"
-    return policy
+    return Policy.from_config(action, configured_policies().get(action, {}))
 
 
-def needs_approval(policy: dict[str, Any], arguments: dict[str, Any]) -> bool:
-    """Whether an intent with ``arguments`` must wait for a human under ``policy``.
+def validate_configured_policies() -> None:
+    """Resolve every configured action's policy once (called when the app starts).
 
-    ``above_amount`` compares ``arguments["amount"]`` (integer minor units) with
-    ``approval_threshold_minor``: strictly above needs approval.
+    Raises:
+        PolicyError: the first malformed policy, naming the action and the field.
     """
-    rule = policy["approval"]
-    if rule == "always":
-        return True
-    if rule == "above_amount":
-        amount = arguments.get("amount")
-        threshold = policy.get("approval_threshold_minor")
-        return isinstance(amount, int) and threshold is not None and amount > threshold
-    return False
+    for action in configured_policies():
+        policy_for(action)

@@ -41,6 +41,7 @@ from operations.adapters.registry import capabilities_for, get_adapter
 from operations.calls import lookup_call
 from operations.exceptions import IntentMoved
 from operations.models import Intent, Outcome
+from operations.policies import Policy
 from reconciliation.duplicates import record_duplicates
 from reconciliation.models import Evidence
 from reconciliation.schedule import lookup_delay_seconds
@@ -65,10 +66,10 @@ def claim_unknown_batch(*, batch: int) -> list[uuid.UUID]:
 
 
 def _patience_spent(intent: Intent, lookups: int) -> bool:
-    patience = intent.policy.get("unknown_patience", {})
-    if lookups >= int(patience.get("lookups", 5)):
+    patience = Policy.from_snapshot(intent.policy).unknown_patience
+    if lookups >= patience.lookups:
         return True
-    seconds = patience.get("seconds")
+    seconds = patience.seconds
     return (
         seconds is not None
         and Intent.objects.filter(id=intent.id, updated_at__lte=Now() - timedelta(seconds=seconds)).exists()

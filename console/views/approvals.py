@@ -15,11 +15,12 @@ from console.permissions import console_role_required
 from console.presentation import payload_diff
 from console.views.common import HtmxHttpRequest, page_or_partial
 from operations import selectors
+from operations.approval_validity import approval_validity
 from operations.exceptions import ApprovalRefused, IntentMoved, ValidationFailed
 from operations.idempotency import canonical_json
-from operations.models import Approval, Intent
-from operations.services import intent_approve, intent_preview, intent_reject, user_principal
-from operations.services.approvals import can_approve
+from operations.models import Intent
+from operations.policies import Policy
+from operations.services import intent_approve, intent_preview, intent_reject
 
 DETAIL = "console/approval_detail.html"
 
@@ -32,26 +33,17 @@ def approvals_inbox(request: HtmxHttpRequest) -> HttpResponse:
     return page_or_partial(request, "console/approvals.html", "rows", context)
 
 
-def _why_not(user: Any, intent: Intent) -> str:
-    """Why ``user`` cannot decide on ``intent`` (empty when they can)."""
-    if not can_approve(user, intent):
-        return f"You are not in the '{intent.policy.get('approver_group', 'approver')}' group for {intent.action}."
-    if intent.policy.get("four_eyes", True) and intent.principal == user_principal(user):
-        return "You requested this intent; someone else must approve it (four eyes)."
-    if intent.approvals.filter(approver=user).exists():
-        return "You already decided on this intent; another approver is needed."
-    return ""
-
-
 def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict[str, Any]:
     """Everything the approval page shows: preview, canonical payload, hash, diff, approvals."""
-    context: dict[str, Any] = {"intent": intent, "section": "approvals"}
+    policy = Policy.from_snapshot(intent.policy)  # the policy that governs this intent
+    context: dict[str, Any] = {"intent": intent, "policy": policy, "section": "approvals"}
     try:
         context["preview"] = intent_preview(
             tenant=intent.tenant,
             action=intent.action,
             arguments=intent.arguments,
             action_version=intent.action_version,
+            policy=policy,
         )
     except ValidationFailed as exc:
         context["preview_error"] = exc.detail
@@ -66,11 +58,16 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
     context["previous"] = previous
     context["diff"] = payload_diff(previous.arguments, intent.arguments) if previous else []
     context["approvals"] = list(intent.approvals.select_related("approver").order_by("created_at"))
-    context["approvals_given"] = sum(
-        1 for a in context["approvals"] if a.decision == Approval.Decision.APPROVED
+    # The same answer the service enforces: approvals that count (unexpired, on this payload)
+    # against those required, and why this user cannot decide (empty when they can).
+    validity = approval_validity(
+        intent,
+        approver=request.user,  # type: ignore[arg-type]
+        request_hash=intent.request_hash,
     )
-    context["approvals_required"] = int(intent.policy.get("approvals_required", 1))
-    context["why_not"] = _why_not(request.user, intent)
+    context["approvals_given"] = validity.given
+    context["approvals_required"] = validity.required
+    context["why_not"] = validity.reason
     context["approve_form"] = DecisionForm(initial={"request_hash": intent.request_hash})
     context["reject_form"] = RejectForm(initial={"request_hash": intent.request_hash})
     context.update(extra)

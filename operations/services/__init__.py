@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from operations.approval_validity import user_principal
 from operations.services.approvals import (
     intent_approve,
     intent_expire_approval,
     intent_reject,
-    user_principal,
 )
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.execution import (

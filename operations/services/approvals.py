@@ -10,44 +10,21 @@ from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from operations.approval_validity import Verdict, approval_validity, user_principal
+from operations.audit import audit_append
 from operations.exceptions import ApprovalRefused, IntentMoved
 from operations.models import Approval, Intent
+from operations.policies import Policy
 from operations.services.transitions import transition
 
 
-def user_principal(user: User) -> str:
-    """The principal string of a console user, ``user:<username>``."""
-    return f"user:{user.get_username()}"
-
-
-def can_approve(user: User, intent: Intent) -> bool:
-    """Whether ``user`` holds the permission the intent's policy names (its approver group,
-    or the admin group, or superuser)."""
-    if not user.is_active:
-        return False
-    if getattr(user, "is_superuser", False):
-        return True
-    group = intent.policy.get("approver_group", "approver")
-    return user.groups.filter(name__in=[group, "admin"]).exists()
-
-
 def _check_decision(*, intent: Intent, user: User, shown_hash: str) -> None:
-    if not can_approve(user, intent):
-        raise ApprovalRefused(
-            f"you are not in the '{intent.policy.get('approver_group')}' group for {intent.action}"
-        )
-    if intent.policy.get("four_eyes", True) and intent.principal == user_principal(user):
-        raise ApprovalRefused("you requested this intent; someone else must approve it (four eyes)")
-    if intent.status != Intent.Status.AWAITING_APPROVAL:
+    """Refuse a decision ``approval_validity`` refuses (the intent row is locked by the caller)."""
+    validity = approval_validity(intent, approver=user, request_hash=shown_hash)
+    if validity.verdict == Verdict.NOT_AWAITING:
         raise IntentMoved(intent_id=intent.id, expected="AWAITING_APPROVAL", current=intent.status)
-    if shown_hash != intent.request_hash:
-        raise ApprovalRefused(
-            "the payload you reviewed is not this intent's current payload (request_hash differs); "
-            "reload and review it again"
-        )
-    expired = Intent.objects.filter(id=intent.id, approval_expires_at__lte=Now()).exists()
-    if expired:
-        raise ApprovalRefused("this approval request has expired; the agent must submit again")
+    if not validity.usable:
+        raise ApprovalRefused(validity.reason)
 
 
 def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reason: str = "") -> Intent:
@@ -67,9 +44,7 @@ def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reaso
         # Lock the intent so concurrent approvers are counted one after the other.
         intent = Intent.objects.select_for_update().get(id=intent_id)
         _check_decision(intent=intent, user=user, shown_hash=request_hash)
-        if Approval.objects.filter(intent=intent, approver=user).exists():
-            raise ApprovalRefused("you already decided on this intent; a second approver is needed")
-        ttl = timedelta(seconds=intent.policy.get("approval_ttl_seconds", 600))
+        ttl = timedelta(seconds=Policy.from_snapshot(intent.policy).approval_ttl_seconds)
         Approval.objects.create(
             intent=intent,
             request_hash=request_hash,
@@ -78,12 +53,10 @@ def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reaso
             reason=reason,
             expires_at=Now() + ttl,
         )
-        approvals = Approval.objects.filter(
-            intent=intent, request_hash=intent.request_hash, decision=Approval.Decision.APPROVED
-        ).count()
-        required = int(intent.policy.get("approvals_required", 1))
+        validity = approval_validity(intent)
+        approvals, required = validity.given, validity.required
         actor = user_principal(user)
-        if approvals >= required:
+        if validity.usable:
             moved = transition(
                 intent_id=intent.id,
                 from_status=Intent.Status.AWAITING_APPROVAL,
@@ -97,8 +70,6 @@ def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reaso
             if not moved:  # cannot happen under the row lock; never overwrite if it does
                 raise IntentMoved(intent_id=intent.id, expected="AWAITING_APPROVAL", current="changed")
         else:
-            from operations.audit import audit_append
-
             audit_append(
                 intent_id=intent.id,
                 event="approval_recorded",

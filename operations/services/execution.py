@@ -17,10 +17,11 @@ from django.db.models.functions import Coalesce, Now
 
 from operations import metrics
 from operations.adapters.base import ExecutionResult
+from operations.approval_validity import approval_validity
 from operations.audit import audit_append
 from operations.backoff import backoff_seconds
-from operations.models import Approval, Attempt, Intent, Outcome
-from operations.policies import needs_approval
+from operations.models import Attempt, Intent, Outcome
+from operations.policies import Policy
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.resolution import complete_compensated_original
 from operations.services.transitions import check_allowed, transition
@@ -100,27 +101,21 @@ def intent_claim(
 def precheck_refusal(intent: Intent) -> str | None:
     """Step 4: re-check, right before acting, what could have changed since submission.
 
-    Returns a reason to refuse, or None. Checks: the approvals (if the policy required them)
-    were given on the intent's current request_hash and have not expired (C10); the policy's
-    ceilings (max amount, effects and spend per tenant and action in the last 24 h).
+    Returns a reason to refuse, or None. Checks, under the intent's policy snapshot: the
+    approvals on record may be used (``approval_validity``: given on the intent's current
+    request_hash, unexpired, enough different approvers; C10); the ceilings (max amount,
+    effects and spend per tenant and action in the last 24 h).
     """
-    policy = intent.policy
-    if needs_approval(policy, intent.arguments):
-        valid = Approval.objects.filter(
-            intent=intent,
-            request_hash=intent.request_hash,
-            decision=Approval.Decision.APPROVED,
-            expires_at__gt=Now(),
-        ).count()
-        if valid < int(policy.get("approvals_required", 1)):
-            return "no valid approval for the current request_hash (expired, missing or for another payload)"
-    ceilings = policy.get("ceilings", {})
+    validity = approval_validity(intent)
+    if not validity.usable:
+        return validity.reason
+    ceilings = Policy.from_snapshot(intent.policy).ceilings
     amount = intent.arguments.get("amount") if isinstance(intent.arguments, dict) else None
-    max_amount = ceilings.get("max_amount_minor")
+    max_amount = ceilings.max_amount_minor
     if max_amount is not None and isinstance(amount, int) and amount > max_amount:
         return f"amount {amount} exceeds the ceiling of {max_amount} minor units"
-    effects_cap = ceilings.get("effects_per_day")
-    spend_cap = ceilings.get("spend_per_day_minor")
+    effects_cap = ceilings.effects_per_day
+    spend_cap = ceilings.spend_per_day_minor
     if effects_cap is not None or spend_cap is not None:
         done = Intent.objects.filter(
             tenant=intent.tenant,
@@ -302,10 +297,10 @@ def intent_record_failure(
 
 def retry_allowed(intent: Intent) -> bool:
     """True while the retry budget (attempts) and the overall deadline allow another attempt."""
-    retry = intent.policy.get("retry", {})
-    if intent.attempt_count >= int(retry.get("max_attempts", 5)):
+    retry = Policy.from_snapshot(intent.policy).retry
+    if intent.attempt_count >= retry.max_attempts:
         return False
-    deadline = retry.get("deadline_seconds")
+    deadline = retry.deadline_seconds
     if deadline is None:
         return True
     return Intent.objects.filter(id=intent.id, created_at__gt=Now() - timedelta(seconds=deadline)).exists()
@@ -314,12 +309,8 @@ def retry_allowed(intent: Intent) -> bool:
 def intent_schedule_retry(*, claim: Claim, error: str, detail: dict[str, Any] | None = None) -> bool:
     """RUNNING -> READY with backoff (``not_before`` by database time), the same key, and an
     outbox message so a worker picks it up when due. Conditional on the fence."""
-    retry = claim.intent.policy.get("retry", {})
-    delay = backoff_seconds(
-        attempt_no=claim.attempt.attempt_no,
-        base=float(retry.get("base_seconds", 0.25)),
-        cap=float(retry.get("cap_seconds", 8.0)),
-    )
+    retry = Policy.from_snapshot(claim.intent.policy).retry
+    delay = backoff_seconds(attempt_no=claim.attempt.attempt_no, base=retry.base_seconds, cap=retry.cap_seconds)
     with transaction.atomic():
         moved = _record(
             claim,

@@ -29,7 +29,7 @@ from operations.idempotency import (
     storage_problems,
 )
 from operations.models import Intent
-from operations.policies import needs_approval, policy_for, risk_rank
+from operations.policies import Policy, policy_for
 from operations.services.transitions import outbox_enqueue, transition
 
 SUPPORTED_ACTION_VERSIONS = (1,)
@@ -134,7 +134,7 @@ def intent_submit(
         return _replay_or_refuse(existing, digest)
 
     policy = policy_for(action)
-    gated = needs_approval(policy, arguments)
+    gated = policy.needs_approval(arguments)
     intent_id = uuid.uuid4()
     intent = Intent(
         id=intent_id,
@@ -151,10 +151,10 @@ def intent_submit(
         reference=reference,
         metadata=metadata or {},
         compensates=compensates,
-        policy=policy,
-        risk_rank=risk_rank(policy),
+        policy=policy.to_snapshot(),
+        risk_rank=policy.risk_rank,
         status=Intent.Status.AWAITING_APPROVAL if gated else Intent.Status.READY,
-        approval_expires_at=Now() + timedelta(seconds=policy["approval_ttl_seconds"]) if gated else None,
+        approval_expires_at=Now() + timedelta(seconds=policy.approval_ttl_seconds) if gated else None,
     )
     try:
         with transaction.atomic():
@@ -218,11 +218,18 @@ class PreviewResult:
     request_hash: str
     needs_approval: bool
     preview: Preview
-    policy: dict[str, Any]
+    policy: Policy
 
 
-def intent_preview(*, tenant: str, action: str, arguments: Any, action_version: int = 1) -> PreviewResult:
+def intent_preview(
+    *, tenant: str, action: str, arguments: Any, action_version: int = 1, policy: Policy | None = None
+) -> PreviewResult:
     """Validate and describe an intent without persisting anything or calling the provider.
+
+    Args:
+        policy: the policy to judge by: a submitted intent's snapshot
+            (``Policy.from_snapshot(intent.policy)``); by default the policy in force for
+            ``action`` now, which is what a new submission would get.
 
     Raises:
         ValidationFailed: unknown action or version, or arguments failing the schema.
@@ -235,15 +242,16 @@ def intent_preview(*, tenant: str, action: str, arguments: Any, action_version: 
         )
     except CanonicalizationError as exc:
         raise ValidationFailed(f"arguments cannot be canonicalised: {exc}") from exc
-    policy = policy_for(action)
+    if policy is None:
+        policy = policy_for(action)
     preview = get_adapter(action).preview(action, arguments)
-    gated = needs_approval(policy, arguments)
+    gated = policy.needs_approval(arguments)
     checks = [
         {"check": "schema", "ok": True, "detail": f"arguments match {action} v{action_version}"},
         {
             "check": "approval",
             "ok": True,
-            "detail": f"needs {policy['approvals_required']} approver(s) from '{policy['approver_group']}'"
+            "detail": f"needs {policy.approvals_required} approver(s) from '{policy.approver_group}'"
             if gated
             else "executes automatically under the policy",
         },

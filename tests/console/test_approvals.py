@@ -73,6 +73,23 @@ def test_detail_shows_preview_canonical_payload_hash_and_diff(approver_client: C
     assert f'name="request_hash" value="{intent.request_hash}"' in body
 
 
+def test_preview_follows_the_intent_policy_snapshot_after_the_policy_changes(
+    approver_client: Client, settings: Any
+) -> None:
+    # given: an intent submitted under the shipped policy (high tier, one approver)
+    intent = gated(25_000)
+    # when: the configured policy changes afterwards
+    settings.EFFECT_LEDGER_POLICIES = {
+        **settings.EFFECT_LEDGER_POLICIES,
+        "payments.charge": {"risk_tier": "critical", "approver_group": "finance"},
+    }
+    body = approver_client.get(reverse("approval-detail", args=[intent.id])).content.decode()
+    # then: the page judges the intent by the policy it was submitted under
+    assert "needs 1 approver(s) from &#x27;approver&#x27;" in body
+    assert "finance" not in body and "critical" not in body
+    assert 'class="risk risk-high"' in body and "approvals 0 of 1" in body
+    assert "Approve this payload" in body
+
 def test_approve_commits_the_decision_and_the_dispatch_together_c11(approver_client: Client) -> None:
     # given
     intent = gated()

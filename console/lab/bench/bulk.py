@@ -50,7 +50,7 @@ def load_intents(
     forces every row's state (else ``STATE_MIX``). Returns rows and seconds."""
     columns = _intent_columns()
     audit_columns = [str(f.column) for f in AuditEvent._meta.concrete_fields if f.column != "id"]
-    policy = json.dumps(policy_for("payments.charge"))
+    policy = json.dumps(policy_for("payments.charge").to_snapshot())
     statuses = _status_table()
     now = timezone.now()
     start = now - timedelta(days=span_days)

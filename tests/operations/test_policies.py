@@ -1,0 +1,167 @@
+"""The typed policy: defaults in one place, overrides merged key by key, validated at start-up,
+snapshotted onto the intent at submission and read back from old snapshots."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
+
+from operations.policies import Ceilings, Policy, PolicyError, RetryPolicy, UnknownPatience, policy_for
+from tests.factories import charge_arguments, submit
+
+#: The shape of ``Intent.policy`` that rows already in the database have (before the typed policy).
+SNAPSHOT_KEYS = {
+    "risk_tier",
+    "approval",
+    "approval_threshold_minor",
+    "approval_ttl_seconds",
+    "approver_group",
+    "four_eyes",
+    "approvals_required",
+    "retry",
+    "ceilings",
+    "unknown_patience",
+}
+
+
+def test_defaults_are_the_dataclass_defaults() -> None:
+    # when
+    policy = Policy()
+    # then
+    assert (policy.risk_tier, policy.approval, policy.approval_ttl_seconds) == ("medium", "never", 600)
+    assert (policy.approver_group, policy.four_eyes, policy.approvals_required) == ("approver", True, 1)
+    assert policy.retry == RetryPolicy(max_attempts=5, base_seconds=0.25, cap_seconds=8.0, deadline_seconds=600)
+    assert policy.ceilings == Ceilings(max_amount_minor=None, effects_per_day=None, spend_per_day_minor=None)
+    assert policy.unknown_patience == UnknownPatience(lookups=5, seconds=300)
+
+
+def test_an_unconfigured_action_gets_the_defaults(settings: Any) -> None:
+    settings.EFFECT_LEDGER_POLICIES = {}
+    assert policy_for("payments.charge") == Policy()
+
+
+def test_override_merges_key_by_key_into_nested_sections(settings: Any) -> None:
+    # given
+    settings.EFFECT_LEDGER_POLICIES = {
+        "payments.charge": {"risk_tier": "high", "retry": {"max_attempts": 2}, "ceilings": {"effects_per_day": 3}}
+    }
+    # when
+    policy = policy_for("payments.charge")
+    # then: the configured keys change, every other key (in the same section too) keeps its default
+    assert policy.risk_tier == "high" and policy.approval == "never"
+    assert policy.retry == RetryPolicy(max_attempts=2)
+    assert policy.ceilings == Ceilings(effects_per_day=3)
+    assert policy.unknown_patience == UnknownPatience()
+
+
+def test_critical_tier_always_needs_two_approvers() -> None:
+    policy = Policy.from_config("payments.refund", {"risk_tier": "critical", "approval": "never"})
+    assert (policy.approval, policy.approvals_required) == ("always", 2)
+    assert policy.risk_rank == 4 and policy.needs_approval({})
+
+
+def test_above_amount_needs_approval_strictly_above_the_threshold() -> None:
+    policy = Policy.from_config("payments.charge", {"approval": "above_amount", "approval_threshold_minor": 100})
+    assert not policy.needs_approval(charge_arguments(100))
+    assert policy.needs_approval(charge_arguments(101))
+    assert not policy.needs_approval({"to": "a@b.c"})  # no amount: nothing to compare
+
+
+@pytest.mark.parametrize(
+    ("configured", "field"),
+    [
+        ({"risk_tier": "extreme"}, "risk_tier"),
+        ({"approval": "sometimes"}, "approval"),
+        ({"approval": "above_amount"}, "approval_threshold_minor"),
+        ({"approval_ttl_seconds": "600"}, "approval_ttl_seconds"),
+        ({"approvals_required": 0}, "approvals_required"),
+        ({"four_eyes": "yes"}, "four_eyes"),
+        ({"approver_group": ""}, "approver_group"),
+        ({"aproval": "always"}, "aproval"),  # a typo is not silently ignored
+        ({"retry": "fast"}, "retry"),
+        ({"retry": {"max_attempts": 0}}, "retry.max_attempts"),
+        ({"retry": {"base_seconds": -1}}, "retry.base_seconds"),
+        ({"retry": {"base_seconds": 10, "cap_seconds": 1}}, "retry.cap_seconds"),
+        ({"retry": {"jitter": "full"}}, "retry.jitter"),
+        ({"ceilings": {"effects_per_day": "10"}}, "ceilings.effects_per_day"),
+        ({"unknown_patience": {"lookups": True}}, "unknown_patience.lookups"),
+    ],
+)
+def test_a_malformed_policy_is_refused_naming_action_and_field(configured: dict[str, Any], field: str) -> None:
+    # when
+    with pytest.raises(PolicyError) as refused:
+        Policy.from_config("payments.charge", configured)
+    # then
+    assert (refused.value.action, refused.value.field) == ("payments.charge", field)
+    assert str(refused.value).startswith(f"policy for payments.charge: {field} ")
+
+
+def test_start_up_validates_every_configured_policy(settings: Any) -> None:
+    # given: one good and one malformed action
+    settings.EFFECT_LEDGER_POLICIES = {
+        "email.send": {"approval": "never"},
+        "payments.charge": {"retry": {"max_attempts": "five"}},
+    }
+    # when / then: the app refuses to start and says where
+    with pytest.raises(ImproperlyConfigured, match=r"payments\.charge: retry\.max_attempts must be an integer"):
+        apps.get_app_config("operations").ready()
+
+
+def test_start_up_accepts_the_shipped_policies() -> None:
+    apps.get_app_config("operations").ready()  # console/settings.py as shipped
+
+
+def test_from_snapshot_fills_what_an_old_snapshot_misses() -> None:
+    # given: a snapshot written before some fields existed, with a key this version dropped
+    old = {"risk_tier": "high", "approval": "always", "retry": {"max_attempts": 2}, "legacy_flag": True}
+    # when
+    policy = Policy.from_snapshot(old)
+    # then
+    assert (policy.risk_tier, policy.approval, policy.approval_ttl_seconds) == ("high", "always", 600)
+    assert policy.retry == RetryPolicy(max_attempts=2)
+    assert policy.ceilings == Ceilings() and policy.unknown_patience == UnknownPatience()
+    assert Policy.from_snapshot({}) == Policy()
+
+
+def test_from_snapshot_keeps_what_the_snapshot_says_even_if_config_now_refuses_it() -> None:
+    # an above_amount snapshot without threshold (never gated) stays readable
+    assert Policy.from_snapshot({"approval": "above_amount"}).needs_approval(charge_arguments(10**9)) is False
+
+
+def test_from_snapshot_refuses_a_wrong_type_naming_the_field() -> None:
+    with pytest.raises(PolicyError, match=r"snapshot: unknown_patience\.seconds must be a number"):
+        Policy.from_snapshot({"unknown_patience": {"seconds": "soon"}})
+
+
+def test_snapshot_round_trip_is_json_safe_and_keeps_todays_shape(settings: Any) -> None:
+    for action in settings.EFFECT_LEDGER_POLICIES:
+        # given
+        policy = policy_for(action)
+        # when
+        stored = json.loads(json.dumps(policy.to_snapshot()))
+        # then
+        assert set(stored) == SNAPSHOT_KEYS
+        assert set(stored["retry"]) == {"max_attempts", "base_seconds", "cap_seconds", "deadline_seconds"}
+        assert set(stored["ceilings"]) == {"max_amount_minor", "effects_per_day", "spend_per_day_minor"}
+        assert set(stored["unknown_patience"]) == {"lookups", "seconds"}
+        assert Policy.from_snapshot(stored) == policy
+
+
+@pytest.mark.django_db
+def test_submission_snapshots_the_policy_in_force(settings: Any) -> None:
+    # given
+    settings.EFFECT_LEDGER_POLICIES = {
+        **settings.EFFECT_LEDGER_POLICIES,
+        "payments.charge": {"approval": "never", "retry": {"max_attempts": 3}},
+    }
+    # when
+    intent = submit(arguments=charge_arguments(5_000))
+    intent.refresh_from_db()
+    # then
+    assert intent.policy == policy_for("payments.charge").to_snapshot()
+    assert intent.policy["retry"]["max_attempts"] == 3
+    assert intent.risk_rank == Policy.from_snapshot(intent.policy).risk_rank == 2
