@@ -35,6 +35,7 @@ from operations.calls import provider_call
 from operations.idempotency import key_digest
 from operations.models import Intent
 from operations.services import execution as svc
+from operations.services.approvals import intent_mark_approvals_used
 from operations.services.recovery import intent_redispatch
 
 logger = logging.getLogger("operations.engine")
@@ -90,6 +91,7 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
         logger.warning("re-check refused the attempt", extra={**context, "reason": refusal})
         svc.intent_record_failure(claim=claim, error=refusal, sent=False)
         return "refused"
+    intent_mark_approvals_used(intent=claim.intent)
 
     intent = claim.intent
     adapter = get_adapter(intent.action)

@@ -127,3 +127,21 @@ def intent_expire_approval(*, intent_id: uuid.UUID) -> bool:
         event="approval_expired",
         where=Q(approval_expires_at__lte=Now()),
     )
+
+
+def intent_mark_approvals_used(*, intent: Intent) -> int:
+    """Stamp ``used_at`` on the approvals that let this attempt run (approved, on the intent's
+    current request_hash, unexpired by the database clock, not stamped yet), right after the
+    worker's re-check accepted them. An approval is used once: a later attempt of the same
+    intent (a retry) is the same use and stamps nothing new. Returns how many were stamped;
+    an intent whose policy needs no approval costs no statement.
+    """
+    if not Policy.from_snapshot(intent.policy).needs_approval(intent.arguments):
+        return 0
+    return Approval.objects.filter(
+        intent=intent,
+        decision=Approval.Decision.APPROVED,
+        request_hash=intent.request_hash,
+        expires_at__gt=Now(),
+        used_at__isnull=True,
+    ).update(used_at=Now())

@@ -9,6 +9,7 @@ import pytest
 from django.db.models.functions import Now
 
 from operations.approval_validity import Verdict, approval_validity
+from operations.engine import execute_intent
 from operations.models import Approval, Intent
 from operations.services import intent_approve, intent_claim, intent_reject
 from operations.services.execution import precheck_refusal
@@ -170,3 +171,14 @@ def test_a_decision_is_refused_with_the_reason(
     validity = approval_validity(intent, approver=user, request_hash=shown or intent.request_hash)
     # then
     assert validity.verdict == verdict and not validity.usable and words in validity.reason
+
+
+def test_approvals_are_stamped_used_when_the_worker_runs_the_intent(sandbox: Any, approver: Any) -> None:
+    # given: an approved gated charge, never run yet
+    intent = submit(arguments=charge_arguments(25_000))
+    intent_approve(intent_id=intent.id, user=approver, request_hash=intent.request_hash)
+    assert Approval.objects.get(intent=intent).used_at is None
+    # when
+    assert execute_intent(intent.id) == "succeeded"
+    # then
+    assert Approval.objects.get(intent=intent).used_at is not None
