@@ -306,3 +306,7 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 TERMINAL_STATUSES = frozenset(status for status, targets in ALLOWED_TRANSITIONS.items() if not targets)
+
+#: Terminal states in which the intent left no effect at the provider (by its own account): a
+#: compensation that ends here undid nothing, and an intent that ends here needs no duplicate check.
+ENDED_WITHOUT_EFFECT = frozenset({S.FAILED, S.REJECTED, S.EXPIRED, S.CANCELLED})

@@ -30,7 +30,7 @@ from operations import metrics, services
 from operations.adapters.base import LookupResult, LookupStatus
 from operations.adapters.registry import capabilities_for, get_adapter
 from operations.calls import lookup_call
-from operations.models import Intent
+from operations.models import ENDED_WITHOUT_EFFECT, Intent
 from reconciliation.models import DuplicateFinding, Evidence
 from reconciliation.schedule import lookup_delay_seconds
 
@@ -39,14 +39,6 @@ logger = logging.getLogger("reconciliation")
 
 #: States in which the effect an intent keeps is known, so extra effects can be told apart.
 ENDED_WITH_EFFECT = (Intent.Status.SUCCEEDED, Intent.Status.COMPENSATING, Intent.Status.COMPENSATED)
-
-#: States after which no later attempt will be made and no check can be useful.
-NOTHING_TO_CHECK = (
-    Intent.Status.FAILED,
-    Intent.Status.REJECTED,
-    Intent.Status.EXPIRED,
-    Intent.Status.CANCELLED,
-)
 
 
 @dataclass
@@ -137,7 +129,7 @@ def check_intent_for_duplicates(intent_id: uuid.UUID) -> int:
     is checked again later; one that ended without any effect needs no check.
     """
     intent = Intent.objects.get(id=intent_id)
-    if intent.status in NOTHING_TO_CHECK:
+    if intent.status in ENDED_WITHOUT_EFFECT:
         services.intent_end_duplicate_checks(intent_id=intent_id)
         return 0
     checks = (

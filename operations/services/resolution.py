@@ -17,7 +17,7 @@ from operations import metrics
 from operations.adapters.registry import capabilities_for, get_adapter
 from operations.audit import audit_append
 from operations.exceptions import IntentMoved, ResolutionRefused
-from operations.models import Intent, Outcome
+from operations.models import ENDED_WITHOUT_EFFECT, Intent, Outcome
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.submission import intent_submit
 from operations.services.transitions import transition, transition_or_raise
@@ -201,12 +201,7 @@ def complete_compensated_original(*, compensation: Intent) -> None:
 
 
 #: States in which a compensation intent can no longer undo anything.
-COMPENSATION_DEAD_ENDS = (
-    Intent.Status.FAILED,
-    Intent.Status.REJECTED,
-    Intent.Status.EXPIRED,
-    Intent.Status.CANCELLED,
-)
+COMPENSATION_DEAD_ENDS = ENDED_WITHOUT_EFFECT
 
 
 def own_live_compensations(original: Any) -> QuerySet[Intent]:
