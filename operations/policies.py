@@ -43,7 +43,9 @@ class _Reader:
 
     def __init__(self, values: Any, *, action: str, prefix: str, strict: bool) -> None:
         if not isinstance(values, Mapping):
-            raise PolicyError(action=action, field=prefix.rstrip(".") or "policy", problem="must be a mapping")
+            raise PolicyError(
+                action=action, field=prefix.rstrip(".") or "policy", problem="must be a mapping"
+            )
         self.values = values
         self.action = action
         self.prefix = prefix
@@ -59,7 +61,9 @@ class _Reader:
             raise self.error(unknown[0], f"is not a policy field (known: {', '.join(sorted(names))})")
 
     def section(self, name: str) -> _Reader:
-        return _Reader(self.values.get(name, {}), action=self.action, prefix=f"{self.prefix}{name}.", strict=self.strict)
+        return _Reader(
+            self.values.get(name, {}), action=self.action, prefix=f"{self.prefix}{name}.", strict=self.strict
+        )
 
     def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
         value = self.values.get(name, default)
@@ -170,7 +174,9 @@ class Policy:
 
     risk_tier: str = "medium"  # low | medium | high | critical
     approval: str = "never"  # never | always | above_amount
-    approval_threshold_minor: int | None = None  # with above_amount: approval when amount > this (minor units)
+    approval_threshold_minor: int | None = (
+        None  # with above_amount: approval when amount > this (minor units)
+    )
     approval_ttl_seconds: int = 600  # how long a request waits for a decision, and an approval stays valid
     approver_group: str = "approver"
     four_eyes: bool = True  # the requester never approves their own intent
@@ -212,7 +218,8 @@ class Policy:
         threshold = reader.optional_integer("approval_threshold_minor", None)
         if reader.strict and approval == "above_amount" and threshold is None:
             raise reader.error("approval_threshold_minor", "is required when approval is above_amount")
-        ttl = reader.integer("approval_ttl_seconds", defaults.approval_ttl_seconds)
+        # An approval request that expires at once could never be decided.
+        ttl = reader.integer("approval_ttl_seconds", defaults.approval_ttl_seconds, minimum=1)
         required = reader.integer("approvals_required", defaults.approvals_required, minimum=1)
         if tier == "critical":  # seeds/004: a critical action always needs two different people
             approval, required = "always", max(2, required)
@@ -271,7 +278,18 @@ def validate_configured_policies() -> None:
     """Resolve every configured action's policy once (called when the app starts).
 
     Raises:
-        PolicyError: the first malformed policy, naming the action and the field.
+        PolicyError: the first malformed policy, naming the action and the field, or a policy
+            configured for an action no adapter serves.
     """
+    from operations.adapters.registry import known_actions
+
+    known = set(known_actions())
     for action in configured_policies():
+        if action not in known:
+            # A misspelt action would leave the real one on the defaults without a word.
+            raise PolicyError(
+                action=action,
+                field="(action)",
+                problem=f"names no known action; known: {', '.join(sorted(known))}",
+            )
         policy_for(action)

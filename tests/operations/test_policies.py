@@ -79,6 +79,7 @@ def test_above_amount_needs_approval_strictly_above_the_threshold() -> None:
         ({"approval": "above_amount"}, "approval_threshold_minor"),
         ({"approval_ttl_seconds": "600"}, "approval_ttl_seconds"),
         ({"approvals_required": 0}, "approvals_required"),
+        ({"approval_ttl_seconds": 0}, "approval_ttl_seconds"),  # a request that expires at once
         ({"four_eyes": "yes"}, "four_eyes"),
         ({"approver_group": ""}, "approver_group"),
         ({"aproval": "always"}, "aproval"),  # a typo is not silently ignored
@@ -108,6 +109,14 @@ def test_start_up_validates_every_configured_policy(settings: Any) -> None:
     }
     # when / then: the app refuses to start and says where
     with pytest.raises(ImproperlyConfigured, match=r"payments\.charge: retry\.max_attempts must be an integer"):
+        apps.get_app_config("operations").ready()
+
+
+def test_start_up_refuses_a_policy_for_an_action_nobody_serves(settings: Any) -> None:
+    # given: a misspelt action, which would leave payments.charge on the defaults
+    settings.EFFECT_LEDGER_POLICIES = {"payment.charge": {"approval": "never"}}
+    # when / then
+    with pytest.raises(ImproperlyConfigured, match=r"payment\.charge: \(action\) names no known action"):
         apps.get_app_config("operations").ready()
 
 

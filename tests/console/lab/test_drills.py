@@ -60,13 +60,33 @@ def test_admin_starting_an_unknown_kind_is_refused(db: Any, django_capture_on_co
     assert callbacks == []
 
 
-def test_admin_start_queues_the_drill_after_commit(db: Any, django_capture_on_commit_callbacks: Any) -> None:
+def test_admin_start_queues_the_drill_after_commit(
+    db: Any, django_capture_on_commit_callbacks: Any, settings: Any
+) -> None:
+    settings.CELERY_BROKER_URL = "amqp://guest:guest@127.0.0.1:5672//"  # a broker drills survive
     client = Client()
     client.force_login(UserFactory(groups=["admin"]))
     with django_capture_on_commit_callbacks() as callbacks:
         response = client.post("/drills/start", {"kind": "crashlab"}, follow=True)
-    assert "queued" in response.content.decode()
+    assert response.content.decode().count("queued") == 1  # shown once, not twice
     assert len(callbacks) == 1  # the task is sent only once the request's transaction commits
+
+
+def test_a_drill_is_refused_on_the_filesystem_broker_before_anything_is_queued(
+    db: Any, django_capture_on_commit_callbacks: Any, settings: Any
+) -> None:
+    # given: quickstart's default broker, which a drill's killed workers do not survive
+    settings.CELERY_BROKER_URL = "filesystem://"
+    client = Client()
+    client.force_login(UserFactory(groups=["admin"]))
+    # when
+    with django_capture_on_commit_callbacks() as callbacks:
+        response = client.post("/drills/start", {"kind": "acceptance"}, follow=True)
+    # then: the reason is shown, nothing is queued, no run is recorded
+    body = response.content.decode()
+    assert "filesystem transport does not survive" in body and "CELERY_BROKER_URL" in body
+    assert callbacks == []
+    assert not DrillRun.objects.exists()
 
 
 def test_drill_commands_target_the_lab_only() -> None:
