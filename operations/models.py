@@ -26,6 +26,7 @@ STATUS_VALUES = [
     "REJECTED",
     "EXPIRED",
     "CANCELLED",
+    "HELD",
 ]
 
 
@@ -44,6 +45,7 @@ class Intent(models.Model):
         REJECTED = "REJECTED", "Rejected"
         EXPIRED = "EXPIRED", "Expired"
         CANCELLED = "CANCELLED", "Cancelled"
+        HELD = "HELD", "Held behind an earlier intent for the same business action"
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.CharField(max_length=100)
@@ -79,6 +81,20 @@ class Intent(models.Model):
         null=True, blank=True, help_text="duplicate checks go on until the lookup's consistency window ends"
     )
     last_error = models.TextField(blank=True, default="")
+    business_key = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="sha256 of (tenant, action, business identity); blank when the intent names none",
+    )
+    held_behind = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="held_intents",
+        help_text="the earlier intent for the same business action this one waits for",
+    )
     compensates = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="compensations"
     )
@@ -122,6 +138,13 @@ class Intent(models.Model):
                 name="intent_approvals_inbox",
             ),
             models.Index(fields=["tenant", "reference"], name="intent_reference"),
+            # One open intent per business action: the guard at submission looks here.
+            models.Index(
+                fields=["business_key", "created_at"],
+                condition=~Q(business_key=""),
+                name="intent_business_key",
+            ),
+            models.Index(fields=["created_at"], condition=Q(status="HELD"), name="intent_held_q"),
             # The console's search by reference has no tenant: (tenant, reference) cannot serve it.
             models.Index(fields=["reference"], name="intent_reference_any_tenant"),
             models.Index(fields=["-created_at", "id"], name="intent_created"),
@@ -292,6 +315,9 @@ S = Intent.Status
 #: consults this table before each compare-and-swap; anything else is ``InvalidTransition``.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.AWAITING_APPROVAL: frozenset({S.READY, S.REJECTED, S.EXPIRED, S.CANCELLED}),
+    # HELD: behind an earlier intent for the same business action; released when it ended
+    # without effect (or by a person accepting the duplicate risk), rejected by a person.
+    S.HELD: frozenset({S.READY, S.AWAITING_APPROVAL, S.REJECTED, S.CANCELLED}),
     S.READY: frozenset({S.RUNNING, S.CANCELLED}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.READY, S.UNKNOWN}),
     S.UNKNOWN: frozenset({S.SUCCEEDED, S.READY, S.COMPENSATING}),
@@ -306,6 +332,10 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 TERMINAL_STATUSES = frozenset(status for status, targets in ALLOWED_TRANSITIONS.items() if not targets)
+
+#: States in which an intent may still cause (or be) an effect: a second intent for the same
+#: business action waits (HELD) while one of these exists (issue "One business action").
+OPEN_STATUSES = frozenset({S.AWAITING_APPROVAL, S.READY, S.RUNNING, S.UNKNOWN, S.COMPENSATING, S.HELD})
 
 #: Terminal states in which the intent left no effect at the provider (by its own account): a
 #: compensation that ends here undid nothing, and an intent that ends here needs no duplicate check.

@@ -22,6 +22,7 @@ from typing import Any
 from django.conf import settings
 
 RISK_TIERS = ("low", "medium", "high", "critical")
+AFTER_SUCCESS_RULES = ("ask", "reject")
 APPROVAL_RULES = ("never", "always", "above_amount")
 
 
@@ -76,6 +77,12 @@ class _Reader:
         if not isinstance(value, str) or not value:
             raise self.error(name, f"must be a non-empty string (got {value!r})")
         return value
+
+    def names(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        value = self.values.get(name, default)
+        if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
+            raise self.error(name, f"must be a list of argument names (got {value!r})")
+        return tuple(value)
 
     def flag(self, name: str, default: bool) -> bool:
         value = self.values.get(name, default)
@@ -184,6 +191,14 @@ class Policy:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     ceilings: Ceilings = field(default_factory=Ceilings)
     unknown_patience: UnknownPatience = field(default_factory=UnknownPatience)
+    # One business action at a time (issue "One business action"): the identity of the business
+    # object is the intent's reference, or these argument fields when named; while an intent
+    # with the same identity is open, a new one is HELD behind it.
+    business_identity_fields: tuple[str, ...] = ()
+    reference_required: bool = False  # refuse (422) an intent that names no business identity
+    # When the earlier intent SUCCEEDED, a held one is a likely duplicate: "ask" a person (it
+    # stays HELD, escalated, until released or rejected) or "reject" it outright.
+    after_success: str = "ask"
 
     @classmethod
     def from_config(cls, action: str, configured: Mapping[str, Any]) -> Policy:
@@ -234,6 +249,11 @@ class Policy:
             retry=RetryPolicy._read(reader.section("retry")),
             ceilings=Ceilings._read(reader.section("ceilings")),
             unknown_patience=UnknownPatience._read(reader.section("unknown_patience")),
+            business_identity_fields=reader.names(
+                "business_identity_fields", defaults.business_identity_fields
+            ),
+            reference_required=reader.flag("reference_required", defaults.reference_required),
+            after_success=reader.choice("after_success", defaults.after_success, AFTER_SUCCESS_RULES),
         )
 
     def to_snapshot(self) -> dict[str, Any]:

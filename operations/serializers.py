@@ -74,6 +74,16 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
 
     intent_id = serializers.UUIDField(source="id", read_only=True)
     outcome = serializers.SerializerMethodField()
+    held_behind = serializers.UUIDField(
+        source="held_behind_id",
+        read_only=True,
+        allow_null=True,
+        help_text=(
+            "status HELD: the earlier intent for the same business action this one waits for. "
+            "Do not submit again: this intent proceeds if that one ends without effect, and goes to "
+            "a person if it succeeded."
+        ),
+    )
 
     class Meta:
         model = Intent
@@ -88,6 +98,7 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
             "reference",
             "metadata",
             "status",
+            "held_behind",
             "attempt_count",
             "approval_expires_at",
             "last_error",

@@ -274,3 +274,43 @@ def resolve_duplicate_finding(*, finding_id: int, user: User, verb: str, reason:
             raise ResolutionRefused(f"unknown decision {verb!r}: acknowledge or compensate")
         finding.save()
     return finding
+
+
+def release_held(*, intent_id: uuid.UUID, user: User, reason: str, accept_duplicate_risk: bool) -> Intent:
+    """An operator releases a HELD intent before the rule does: its earlier intent for the same
+    business action is still open (or SUCCEEDED: a likely duplicate). A second effect may follow,
+    so the duplicate risk must be accepted explicitly (recorded).
+
+    Raises:
+        ResolutionRefused: no permission, no reason, risk not accepted.
+        IntentMoved: the intent is not HELD any more.
+    """
+    intent = _load(intent_id, user, reason, status=Intent.Status.HELD)
+    if not accept_duplicate_risk:
+        raise ResolutionRefused(
+            "an earlier intent for the same business action is open or already succeeded: releasing this "
+            "one may create a second effect. Accept the duplicate risk explicitly to release it."
+        )
+    with transaction.atomic():
+        _record(intent, user, "release", reason, [], accepted_duplicate_risk=True)
+        released = services.intent_release_held(
+            intent_id=intent.id,
+            actor=f"user:{user.get_username()}",
+            reason=reason,
+            duplicate_risk_accepted=True,
+        )
+    return released
+
+
+def reject_held(*, intent_id: uuid.UUID, user: User, reason: str) -> Intent:
+    """An operator rejects a HELD intent: it must not run (e.g. the order was already charged).
+
+    Raises:
+        ResolutionRefused: no permission or no reason. IntentMoved: not HELD any more.
+    """
+    intent = _load(intent_id, user, reason, status=Intent.Status.HELD)
+    with transaction.atomic():
+        _record(intent, user, "reject", reason, [])
+        services.intent_reject_held(intent_id=intent.id, actor=f"user:{user.get_username()}", reason=reason)
+    intent.refresh_from_db()
+    return intent

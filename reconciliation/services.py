@@ -25,6 +25,7 @@ from operations.delivery import MAX_COUNTDOWN_SECONDS, stalled_ready_seconds
 from operations.models import Intent, OutboxMessage
 from operations.selectors import ledger_gauges
 from reconciliation.duplicates import run_duplicate_checks, sweep_compensations
+from reconciliation.held import decide_held
 from reconciliation.lookups import reconcile_unknown
 from reconciliation.models import ReconciliationRun
 
@@ -194,6 +195,14 @@ def reconcile_pass() -> dict[str, Any]:
             detail["compensations_escalated"] = compensations.escalated
             escalated += compensations.escalated
             errors.extend(compensations.errors)
+        held = sweep("held", decide_held)
+        if held is not None:
+            detail["held_released"] = held.released
+            detail["held_to_a_person"] = held.to_a_person
+            examined += held.examined
+            resolved += held.released + held.rejected
+            escalated += held.to_a_person
+            errors.extend(held.errors)
         lag = sweep("outbox_lag", outbox_lag_seconds)
         if lag is not None:
             detail["outbox_lag_seconds"] = round(lag, 3)

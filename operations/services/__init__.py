@@ -8,6 +8,12 @@ from operations.services.approvals import (
     intent_expire_approval,
     intent_reject,
 )
+from operations.services.business import (
+    business_key,
+    intent_hold_for_a_person,
+    intent_reject_held,
+    intent_release_held,
+)
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.execution import (
     Claim,
@@ -49,6 +55,10 @@ from operations.services.submission import (
 from operations.services.transitions import check_allowed, transition
 
 __all__ = [
+    "business_key",
+    "intent_hold_for_a_person",
+    "intent_reject_held",
+    "intent_release_held",
     "intent_end_duplicate_checks",
     "intent_note_duplicate",
     "intent_schedule_duplicate_check",

@@ -30,6 +30,7 @@ from operations.idempotency import (
 )
 from operations.models import Intent
 from operations.policies import Policy, policy_for
+from operations.services.business import business_key, open_intent_for
 from operations.services.transitions import outbox_enqueue, transition
 
 SUPPORTED_ACTION_VERSIONS = (1,)
@@ -134,6 +135,20 @@ def intent_submit(
         return _replay_or_refuse(existing, digest)
 
     policy = policy_for(action)
+    key = (
+        ""
+        if compensates is not None
+        else business_key(
+            tenant=tenant, action=action, reference=reference, arguments=arguments, policy=policy
+        )
+    )
+    if policy.reference_required and compensates is None and not key:
+        what = ", ".join(policy.business_identity_fields) or "reference"
+        raise ValidationFailed(
+            f"{action} must name the business object it acts on ({what}): one business action runs at a "
+            "time, and without it a retry under a new Idempotency-Key could not be recognised",
+            errors=[{"field": what, "message": "required by the action's policy"}],
+        )
     gated = policy.needs_approval(arguments)
     intent_id = uuid.uuid4()
     intent = Intent(
@@ -151,6 +166,7 @@ def intent_submit(
         reference=reference,
         metadata=metadata or {},
         compensates=compensates,
+        business_key=key,
         policy=policy.to_snapshot(),
         risk_rank=policy.risk_rank,
         status=Intent.Status.AWAITING_APPROVAL if gated else Intent.Status.READY,
@@ -158,6 +174,14 @@ def intent_submit(
     )
     try:
         with transaction.atomic():
+            earlier = open_intent_for(key) if key else None
+            if earlier is not None:
+                # A second intent for the same business action: it waits for the first one.
+                intent.status, intent.held_behind, intent.approval_expires_at = (
+                    Intent.Status.HELD,
+                    earlier,
+                    None,
+                )
             intent.save(force_insert=True)
             audit_append(
                 intent_id=intent_id,
@@ -165,9 +189,19 @@ def intent_submit(
                 first=True,
                 actor=principal,
                 to_status=intent.status,
-                data={"request_hash": digest, "client_key": client_key, "needs_approval": gated},
+                reason=(
+                    f"held: intent {earlier.id} for the same business action is {earlier.status}"
+                    if earlier
+                    else ""
+                ),
+                data={
+                    "request_hash": digest,
+                    "client_key": client_key,
+                    "needs_approval": gated,
+                    **({"held_behind": str(earlier.id)} if earlier else {}),
+                },
             )
-            if not gated:
+            if earlier is None and not gated:
                 outbox_enqueue(intent_id=intent_id)
     except IntegrityError:
         # The race this handles: a concurrent submission with the same client key committed
@@ -176,13 +210,13 @@ def intent_submit(
         if existing is None:
             raise
         return _replay_or_refuse(existing, digest)
-    if gated:  # approval_expires_at was computed by the database clock
+    if gated and intent.status == Intent.Status.AWAITING_APPROVAL:  # set by the database clock
         intent.refresh_from_db(fields=["approval_expires_at"])
     return SubmitResult(intent=intent, created=True)
 
 
 def intent_cancel(*, intent_id: uuid.UUID, actor: str, reason: str = "") -> Intent:
-    """Cancel an intent that has not started running (AWAITING_APPROVAL or READY).
+    """Cancel an intent that has not started running (AWAITING_APPROVAL, READY or HELD).
 
     Raises:
         IntentMoved: the intent is RUNNING or beyond (cancel is honoured only before RUNNING);
@@ -194,7 +228,7 @@ def intent_cancel(*, intent_id: uuid.UUID, actor: str, reason: str = "") -> Inte
         raise CancelRefused(
             "this is a compensation intent opened to undo another intent's effect; only an operator can cancel it"
         )
-    for from_status in (Intent.Status.AWAITING_APPROVAL, Intent.Status.READY):
+    for from_status in (Intent.Status.AWAITING_APPROVAL, Intent.Status.READY, Intent.Status.HELD):
         if transition(
             intent_id=intent_id,
             from_status=from_status,
@@ -207,7 +241,7 @@ def intent_cancel(*, intent_id: uuid.UUID, actor: str, reason: str = "") -> Inte
     current = Intent.objects.get(id=intent_id).status
     if current == Intent.Status.CANCELLED:
         return Intent.objects.get(id=intent_id)
-    raise IntentMoved(intent_id=intent_id, expected="AWAITING_APPROVAL or READY", current=current)
+    raise IntentMoved(intent_id=intent_id, expected="AWAITING_APPROVAL, READY or HELD", current=current)
 
 
 @dataclass(frozen=True)

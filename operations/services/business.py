@@ -1,0 +1,170 @@
+"""One business action at a time: a second intent for the same business object waits (HELD)
+while an earlier one may still cause or be an effect.
+
+The rule (seed 004: while an earlier action's outcome is unknown, do not execute a new one merely
+because it has a new key; Temporal's one open execution per workflow id and its reuse policy):
+
+* The **business identity** of an intent is ``(tenant, action, reference)``, or the argument
+  fields its policy names (``business_identity_fields``). Compensation intents have none (they
+  are opened by people and the reconciler, each for one provider effect).
+* At submission, under a transaction-scoped advisory lock on the identity (so concurrent
+  submissions queue, race-free), a new intent whose identity matches an open one
+  (``OPEN_STATUSES``) is inserted HELD, linked to the earliest open one (``held_behind``).
+* When the earlier one ends, ``reconciliation`` decides the held one by a rule: the earlier left
+  no effect (FAILED, REJECTED, EXPIRED, CANCELLED) or had it undone (COMPENSATED) → it is
+  released (READY, or AWAITING_APPROVAL when its own policy wants a person); the earlier
+  SUCCEEDED → a likely duplicate: a person decides (policy ``after_success = "ask"``, it stays
+  HELD and escalated) or it is rejected (``"reject"``). An operator may release it earlier,
+  accepting the duplicate risk. The others held for the same identity then wait behind the
+  released one, so only one proceeds at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models.functions import Now
+
+from operations.audit import audit_append
+from operations.exceptions import IntentMoved
+from operations.idempotency import canonical_json
+from operations.models import OPEN_STATUSES, Intent
+from operations.policies import Policy
+from operations.services.transitions import transition_or_raise
+
+
+def business_key(*, tenant: str, action: str, reference: str, arguments: Any, policy: Policy) -> str:
+    """sha256 hex of the canonical ``[tenant, action, identity]``; ``""`` when the intent names
+    no business identity (no reference, or none of the policy's identity fields).
+
+    ``identity`` is the reference, or ``{field: value}`` of ``policy.business_identity_fields``.
+    """
+    if policy.business_identity_fields:
+        values = {name: arguments.get(name) for name in policy.business_identity_fields}
+        if all(value is None for value in values.values()):
+            return ""
+        identity: Any = values
+    else:
+        if not reference:
+            return ""
+        identity = reference
+    return hashlib.sha256(canonical_json([tenant, action, identity])).hexdigest()
+
+
+def open_intent_for(key: str) -> Intent | None:
+    """The intent a new one with business identity ``key`` must wait behind, or None.
+
+    Takes a transaction-scoped advisory lock on the identity first: a concurrent submission for
+    the same identity waits here until this transaction commits, then sees its row. Call inside
+    the submission's transaction. The earliest open intent that is not itself held is chosen
+    (else the earliest held one, whose own earlier intent has just ended).
+    """
+    with connection.cursor() as cursor:
+        # The race this stops: two submissions with two keys for one order both seeing no open
+        # intent and both proceeding. hashtextextended gives the lock a 64-bit key.
+        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+    candidates = Intent.objects.filter(business_key=key, status__in=OPEN_STATUSES).order_by(
+        "created_at", "id"
+    )
+    return candidates.exclude(status=Intent.Status.HELD).first() or candidates.first()
+
+
+def intent_release_held(
+    *, intent_id: uuid.UUID, actor: str, reason: str, duplicate_risk_accepted: bool = False
+) -> Intent:
+    """HELD -> READY (with an outbox message), or -> AWAITING_APPROVAL when the intent's own
+    policy wants a person; the other intents held for the same business identity then wait
+    behind this one (audited ``held_behind_changed``).
+
+    Args:
+        duplicate_risk_accepted: an operator releases it while the earlier intent is still open
+            (or after it SUCCEEDED); recorded in the audit event.
+
+    Raises:
+        IntentMoved: the intent is not HELD any more.
+    """
+    with transaction.atomic():
+        intent = Intent.objects.select_for_update().get(id=intent_id)
+        if intent.status != Intent.Status.HELD:
+            raise IntentMoved(intent_id=intent_id, expected="HELD", current=intent.status)
+        policy = Policy.from_snapshot(intent.policy)
+        data = {"held_behind": str(intent.held_behind_id), "duplicate_risk_accepted": duplicate_risk_accepted}
+        if policy.needs_approval(intent.arguments):
+            transition_or_raise(
+                intent_id=intent_id,
+                from_status=Intent.Status.HELD,
+                to_status=Intent.Status.AWAITING_APPROVAL,
+                actor=actor,
+                event="released",
+                reason=reason,
+                data=data,
+                updates={
+                    "escalated_at": None,
+                    "approval_expires_at": Now() + timedelta(seconds=policy.approval_ttl_seconds),
+                },
+            )
+        else:
+            transition_or_raise(
+                intent_id=intent_id,
+                from_status=Intent.Status.HELD,
+                to_status=Intent.Status.READY,
+                actor=actor,
+                event="released",
+                reason=reason,
+                data=data,
+                updates={"escalated_at": None},
+                dispatch=True,
+            )
+        others = (
+            Intent.objects.select_for_update()
+            .filter(business_key=intent.business_key, status=Intent.Status.HELD)
+            .exclude(id=intent_id)
+        )
+        for other in others.order_by("created_at"):
+            Intent.objects.filter(id=other.id).update(held_behind_id=intent_id, updated_at=Now())
+            audit_append(
+                intent_id=other.id,
+                event="held_behind_changed",
+                actor=actor,
+                reason=f"an earlier intent for the same business action was released: {intent_id}",
+                data={"held_behind": str(intent_id)},
+            )
+    intent.refresh_from_db()
+    return intent
+
+
+def intent_reject_held(*, intent_id: uuid.UUID, actor: str, reason: str) -> None:
+    """HELD -> REJECTED: a person (or the ``after_success = "reject"`` rule) decided that this
+    second intent for the same business action must not run.
+
+    Raises:
+        IntentMoved: the intent is not HELD any more.
+    """
+    transition_or_raise(
+        intent_id=intent_id,
+        from_status=Intent.Status.HELD,
+        to_status=Intent.Status.REJECTED,
+        actor=actor,
+        event="rejected",
+        reason=reason,
+        updates={"escalated_at": None},
+    )
+
+
+def intent_hold_for_a_person(*, intent_id: uuid.UUID, reason: str, data: dict[str, Any]) -> bool:
+    """Put a HELD intent in front of an operator as a likely duplicate (its earlier intent
+    SUCCEEDED): ``escalated_at`` set once, audit event ``likely_duplicate``. Returns True if
+    newly escalated."""
+    with transaction.atomic():
+        updated = Intent.objects.filter(
+            id=intent_id, status=Intent.Status.HELD, escalated_at__isnull=True
+        ).update(escalated_at=Now())
+        if updated:
+            audit_append(
+                intent_id=intent_id, event="likely_duplicate", actor="reconciler", reason=reason, data=data
+            )
+    return bool(updated)

@@ -1,0 +1,103 @@
+"""Deciding held intents once the earlier intent for the same business action has ended
+(``operations.services.business`` states the rule).
+
+Each pass takes a bounded batch of HELD intents whose earlier intent is no longer open, oldest
+first, each in its own transaction: released when the earlier one left no effect or had it
+undone, put in front of a person (or rejected, by policy) when it SUCCEEDED.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from operations import metrics, services
+from operations.exceptions import IntentMoved
+from operations.models import ENDED_WITHOUT_EFFECT, OPEN_STATUSES, Intent
+from operations.policies import Policy
+
+logger = logging.getLogger("reconciliation")
+
+
+@dataclass
+class HeldCounts:
+    """What one pass over held intents did."""
+
+    examined: int = 0
+    released: int = 0
+    to_a_person: int = 0
+    rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def _describe(earlier: Intent) -> str:
+    outcome = earlier.outcomes.order_by("created_at").first()
+    amount = earlier.arguments.get("amount") if isinstance(earlier.arguments, dict) else None
+    currency = earlier.arguments.get("currency", "") if isinstance(earlier.arguments, dict) else ""
+    what = f" {amount} {currency}".rstrip() if isinstance(amount, int) else ""
+    ref = f" as {outcome.provider_reference}" if outcome and outcome.provider_reference else ""
+    when = earlier.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (
+        f"{earlier.reference or earlier.action} was already done{what} by intent {earlier.id}{ref} at {when}"
+    )
+
+
+def decide_one(intent_id: uuid.UUID) -> str:
+    """Decide one held intent. Returns ``released``, ``to_a_person``, ``rejected`` or
+    ``waiting`` (its earlier intent is still open, or it moved meanwhile)."""
+    intent = Intent.objects.select_related("held_behind").get(id=intent_id)
+    earlier = intent.held_behind
+    if intent.status != Intent.Status.HELD or earlier is None or earlier.status in OPEN_STATUSES:
+        return "waiting"
+    try:
+        if earlier.status in ENDED_WITHOUT_EFFECT or earlier.status == Intent.Status.COMPENSATED:
+            services.intent_release_held(
+                intent_id=intent.id,
+                actor="reconciler",
+                reason=f"the earlier intent {earlier.id} for the same business action ended {earlier.status}",
+            )
+            return "released"
+        reason = f"likely duplicate: {_describe(earlier)}"
+        if Policy.from_snapshot(intent.policy).after_success == "reject":
+            services.intent_reject_held(intent_id=intent.id, actor="reconciler", reason=reason)
+            return "rejected"
+        services.intent_hold_for_a_person(
+            intent_id=intent.id,
+            reason=reason,
+            data={"earlier": str(earlier.id), "earlier_status": earlier.status},
+        )
+        return "to_a_person"
+    except IntentMoved:
+        return "waiting"
+
+
+def decide_held(*, batch: int | None = None) -> HeldCounts:
+    """One pass over held intents whose earlier intent has ended (partial index
+    ``intent_held_q``), oldest first; one item's error never stops the pass."""
+    counts = HeldCounts()
+    size = batch or int(settings.EFFECT_LEDGER["RECONCILE_BATCH"])
+    ids = list(
+        Intent.objects.filter(status=Intent.Status.HELD, escalated_at__isnull=True)
+        .exclude(held_behind__status__in=OPEN_STATUSES)
+        .order_by("created_at", "id")
+        .values_list("id", flat=True)[:size]
+    )
+    for intent_id in ids:
+        counts.examined += 1
+        try:
+            outcome = decide_one(intent_id)
+        except Exception as exc:
+            logger.exception("deciding a held intent failed", extra={"intent_id": str(intent_id)})
+            metrics.RECONCILE_ITEM_ERRORS.labels(sweep="held").inc()
+            counts.errors.append(f"held {intent_id}: {exc!r}"[:300])
+            continue
+        if outcome == "released":
+            counts.released += 1
+        elif outcome == "to_a_person":
+            counts.to_a_person += 1
+        elif outcome == "rejected":
+            counts.rejected += 1
+    return counts
