@@ -85,6 +85,7 @@ class Intent(models.Model):
         max_length=64,
         blank=True,
         default="",
+        db_default="",
         help_text="sha256 of (tenant, action, business identity); blank when the intent names none",
     )
     held_behind = models.ForeignKey(

@@ -258,7 +258,9 @@ class Policy:
 
     def to_snapshot(self) -> dict[str, Any]:
         """The JSON-safe dict stored in ``Intent.policy`` (nested sections as nested dicts)."""
-        return dataclasses.asdict(self)
+        snapshot = dataclasses.asdict(self)
+        snapshot["business_identity_fields"] = list(self.business_identity_fields)  # JSON has no tuples
+        return snapshot
 
     @property
     def risk_rank(self) -> int:

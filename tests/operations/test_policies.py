@@ -25,6 +25,10 @@ SNAPSHOT_KEYS = {
     "retry",
     "ceilings",
     "unknown_patience",
+    # issue 20: one business action at a time
+    "business_identity_fields",
+    "reference_required",
+    "after_success",
 }
 
 

@@ -158,6 +158,8 @@ def _intent_row(
         "lookup_count": 0,
         "next_duplicate_check_at": None,
         "duplicate_check_until": None,
+        "business_key": "",
+        "held_behind_id": None,
         "last_error": "",
         "compensates_id": None,
         "created_at": created,

@@ -3,7 +3,8 @@
 UNKNOWN intents: ``confirmed`` (``--provider-reference``; ``--unverified`` when the provider
 cannot verify it), ``absent`` (``--accept-duplicate-risk`` at a provider without keys),
 ``compensate``. COMPENSATING intents whose compensation failed: ``reopen`` (a new compensation),
-``compensated`` (undone outside the ledger), ``kept`` (the effect stands).
+``compensated`` (undone outside the ledger), ``kept`` (the effect stands). HELD intents (a
+second intent for the same business action): ``release`` (``--accept-duplicate-risk``), ``reject``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from operations.exceptions import LedgerError
 from reconciliation.resolution import (
+    reject_held,
+    release_held,
     resolve_absent,
     resolve_compensate,
     resolve_confirmed,
@@ -23,6 +26,7 @@ from reconciliation.resolution import (
 )
 
 FAILED_COMPENSATION_VERBS = ("reopen", "compensated", "kept")
+HELD_VERBS = ("release", "reject")
 
 
 class Command(BaseCommand):
@@ -37,7 +41,7 @@ class Command(BaseCommand):
             "--as",
             dest="verb",
             required=True,
-            choices=["confirmed", "absent", "compensate", *FAILED_COMPENSATION_VERBS],
+            choices=["confirmed", "absent", "compensate", *FAILED_COMPENSATION_VERBS, *HELD_VERBS],
         )
         parser.add_argument("--reason", required=True)
         parser.add_argument("--provider-reference", default="", help="required for confirmed")
@@ -47,7 +51,9 @@ class Command(BaseCommand):
             help="confirmed although the provider cannot verify the reference (recorded as unverified)",
         )
         parser.add_argument(
-            "--accept-duplicate-risk", action="store_true", help="absent at a provider without keys"
+            "--accept-duplicate-risk",
+            action="store_true",
+            help="absent at a provider without keys, or release of a held intent",
         )
         parser.add_argument(
             "--user", default="operator", help="the operator account deciding (default: operator)"
@@ -70,6 +76,15 @@ class Command(BaseCommand):
                 intent = resolve_failed_compensation(
                     intent_id=options["intent_id"], user=user, verb=options["verb"], reason=options["reason"]
                 )
+            elif options["verb"] == "release":
+                intent = release_held(
+                    intent_id=options["intent_id"],
+                    user=user,
+                    reason=options["reason"],
+                    accept_duplicate_risk=options["accept_duplicate_risk"],
+                )
+            elif options["verb"] == "reject":
+                intent = reject_held(intent_id=options["intent_id"], user=user, reason=options["reason"])
             elif options["verb"] == "absent":
                 intent = resolve_absent(
                     intent_id=options["intent_id"],
