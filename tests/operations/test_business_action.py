@@ -117,7 +117,9 @@ def test_c23_sixteen_keys_while_the_first_is_unknown_all_held_behind_it() -> Non
 
 
 @pytest.mark.django_db
-def test_c23_reference_required_policy_refuses_an_intent_without_reference(api: APIClient, settings: Any) -> None:
+def test_c23_reference_required_policy_refuses_an_intent_without_reference(
+    api: APIClient, settings: Any
+) -> None:
     # given: high-risk charges must name the business object they act on
     settings.EFFECT_LEDGER_POLICIES = {
         **settings.EFFECT_LEDGER_POLICIES,
@@ -147,9 +149,7 @@ def test_c23_api_answers_held_with_the_link_and_the_agent_can_cancel_it(api: API
     assert body["status"] == "HELD" and body["held_behind"] == first["intent_id"]
     assert not OutboxMessage.objects.filter(intent_id=body["intent_id"]).exists()
     # when: the agent learns its retry is not needed and cancels it
-    cancelled = api.post(
-        f"{URL}/{body['intent_id']}/cancel", data={"reason": "not needed"}, format="json"
-    )
+    cancelled = api.post(f"{URL}/{body['intent_id']}/cancel", data={"reason": "not needed"}, format="json")
     # then
     assert cancelled.status_code == 200, cancelled.content
     assert cancelled.json()["status"] == "CANCELLED"
@@ -174,7 +174,9 @@ def test_c23_release_without_accepting_the_duplicate_risk_is_refused() -> None:
     assert Intent.objects.get(id=held.id).status == Intent.Status.HELD
     assert not OutboxMessage.objects.filter(intent=held).exists()
     # when: released with the risk accepted
-    released = release_held(intent_id=held.id, user=operator, reason="customer asked", accept_duplicate_risk=True)
+    released = release_held(
+        intent_id=held.id, user=operator, reason="customer asked", accept_duplicate_risk=True
+    )
     # then: READY, dispatched, audited with the risk accepted
     assert released.status == Intent.Status.READY
     assert OutboxMessage.objects.filter(intent=held).exists()
