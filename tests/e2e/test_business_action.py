@@ -26,6 +26,7 @@ from django.test import Client
 from operations.engine import execute_intent
 from operations.models import Attempt, AuditEvent, Intent
 from reconciliation.held import decide_held
+from reconciliation.resolution import reject_held
 from tests.e2e.test_unhappy_matrix import Kind, passes, unknown_intent
 from tests.factories import UserFactory, charge_arguments, submit
 from tests.support.workers import Cluster, requires_real_broker, wait_for
@@ -216,6 +217,30 @@ def test_c23_second_key_for_the_same_business_action(
 def c23_generic(sandbox: Any) -> dict[str, Any]:
     charges = f"{sandbox.url}/v1/charges"
     return {"acme.transfer": {"url": charges, "lookup_url": charges + "?idempotency_key={idempotency_key}"}}
+
+
+def test_c23_a_third_key_while_the_duplicate_waits_for_a_person_is_not_run(
+    sandbox: Any, c23: Any, settings: Any
+) -> None:
+    # given: order-77 charged (K1); the re-plan (K2) in front of a person as a likely duplicate
+    operator = UserFactory(username="olga", groups=["operator"])
+    first = submit(arguments=_charge("order-77", False), reference="order-77")
+    second = submit(arguments=_charge("order-77", True), reference="order-77")
+    assert execute_intent(first.id) == "succeeded"
+    assert decide_held().to_a_person == 1
+    # and: the agent re-plans once more (K3) while the person has not decided yet
+    third = submit(arguments=_charge("order-77", True), reference="order-77")
+    assert third.status == Intent.Status.HELD
+    # when: the person rejects K2 (the order was already charged), and the rule runs
+    reject_held(intent_id=second.id, user=operator, reason="order-77 was already charged")
+    decide_held()
+    # then: K3 is not released on K2's "no effect": the order was charged, a person decides
+    third.refresh_from_db()
+    assert third.status == Intent.Status.HELD and third.escalated_at is not None
+    assert str(first.id) in AuditEvent.objects.get(intent=third, event="likely_duplicate").reason
+    assert execute_intent(third.id) == "duplicate"
+    assert len(sandbox.ledger("payments", reference="order-77")) == 1
+    assert_pages_render(c23["viewer"], third)
 
 
 def test_c23_after_success_reject_rejects_the_held_one(sandbox: Any, c23: Any, settings: Any) -> None:
