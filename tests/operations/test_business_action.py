@@ -203,3 +203,24 @@ def test_c23_same_key_same_request_while_held_is_a_replay(api: APIClient) -> Non
     # and: the same key with another request is still refused
     assert post(api, charge(6990), key="K2").status_code == 422
     assert counts() == before
+
+
+@pytest.mark.django_db
+def test_c23_a_held_one_cancelled_before_the_rule_ran_does_not_block_the_next() -> None:
+    # given: order-79's first charge declined (FAILED) before the rule released K2, and K3
+    # submitted meanwhile (held behind K2, the only open intent)
+    from operations.services import intent_cancel, intent_claim, intent_record_failure
+
+    first = submit(reference="order-79")
+    second = submit(reference="order-79")
+    claim = intent_claim(intent_id=first.id, worker="w", lease_seconds=30)
+    assert claim is not None and intent_record_failure(claim=claim, error="card_declined")
+    third = submit(reference="order-79")
+    assert (third.status, third.held_behind_id) == (Intent.Status.HELD, second.id)
+    # when: the agent cancels K2, then the rule runs
+    intent_cancel(intent_id=second.id, actor="agent:agent-1", reason="superseded")
+    counts_ = decide_held()
+    # then: K3 is decided on the first's ending (no effect): released, and only K3 is dispatched
+    third.refresh_from_db()
+    assert counts_.released == 1 and third.status == Intent.Status.READY
+    assert list(OutboxMessage.objects.exclude(intent=first).values_list("intent_id", flat=True)) == [third.id]
