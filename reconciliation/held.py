@@ -45,12 +45,31 @@ def _describe(earlier: Intent) -> str:
     )
 
 
+def _deciding(earlier: Intent) -> Intent:
+    """The intent whose ending decides a held one: ``earlier``, or, when ``earlier`` was itself a
+    held intent that ended without ever running (rejected or cancelled while it waited), the one
+    it waited behind, and so on. A re-plan held behind a likely duplicate must not be released
+    because a person rejected that duplicate: the business action did succeed before it."""
+    seen = {earlier.id}
+    while (
+        earlier.held_behind_id is not None
+        and earlier.attempt_count == 0
+        and earlier.status in ENDED_WITHOUT_EFFECT
+        and earlier.held_behind_id not in seen
+    ):
+        earlier = Intent.objects.get(id=earlier.held_behind_id)
+        seen.add(earlier.id)
+    return earlier
+
+
 def decide_one(intent_id: uuid.UUID) -> str:
     """Decide one held intent. Returns ``released``, ``to_a_person``, ``rejected`` or
     ``waiting`` (its earlier intent is still open, or it moved meanwhile)."""
     intent = Intent.objects.select_related("held_behind").get(id=intent_id)
-    earlier = intent.held_behind
-    if intent.status != Intent.Status.HELD or earlier is None or earlier.status in OPEN_STATUSES:
+    if intent.status != Intent.Status.HELD or intent.held_behind is None:
+        return "waiting"
+    earlier = _deciding(intent.held_behind)
+    if earlier.status in OPEN_STATUSES:
         return "waiting"
     try:
         if earlier.status in ENDED_WITHOUT_EFFECT or earlier.status == Intent.Status.COMPENSATED:
