@@ -126,7 +126,8 @@ def build(kind: str, state: str, *, settings: Any, approver: Any) -> Intent:
             **settings.EFFECT_LEDGER_POLICIES,
             action: {"approval": "always", "approval_ttl_seconds": 600},
         }
-    intent = submit(action=action, arguments=arguments, reference=f"ref-{kind}")
+    # One reference per (kind, state): two open intents for one business object would be held.
+    intent = submit(action=action, arguments=arguments, reference=f"ref-{kind}-{state}")
     if state == S.REJECTED:
         intent_reject(intent_id=intent.id, user=approver, request_hash=intent.request_hash, reason="no")
     elif state == S.EXPIRED:

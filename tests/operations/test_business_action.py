@@ -224,3 +224,14 @@ def test_c23_a_held_one_cancelled_before_the_rule_ran_does_not_block_the_next() 
     third.refresh_from_db()
     assert counts_.released == 1 and third.status == Intent.Status.READY
     assert list(OutboxMessage.objects.exclude(intent=first).values_list("intent_id", flat=True)) == [third.id]
+
+
+def test_c23_a_reference_only_in_the_arguments_is_the_business_identity(db: Any) -> None:
+    # given: an email whose reference travels only inside its arguments
+    arguments = {"to": "ann@example.test", "subject": "Welcome", "body": "Hi", "reference": "welcome-42"}
+    first = submit(action="email.send", arguments=arguments)
+    # when: the agent re-plans under a new key, again without a top-level reference
+    second = submit(action="email.send", arguments=arguments)
+    # then
+    assert first.status == "READY"
+    assert (second.status, second.held_behind_id) == ("HELD", first.id)
