@@ -9,6 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from operations.models import Approval, Intent, OutboxMessage
+from operations.services import intent_cancel
 from tests.console.conftest import gated, signed_in
 from tests.factories import UserFactory, charge_arguments, submit
 
@@ -57,8 +58,10 @@ def test_inbox_poll_returns_only_the_rows(approver_client: Client) -> None:
 
 
 def test_detail_shows_preview_canonical_payload_hash_and_diff(approver_client: Client) -> None:
-    # given: an earlier intent with the same reference and a different amount
-    submit(arguments=charge_arguments(4990), reference="order-7")
+    # given: an earlier intent with the same reference and a different amount, ended (an open
+    # one would hold the second)
+    earlier = submit(arguments=charge_arguments(4990), reference="order-7")
+    intent_cancel(intent_id=earlier.id, actor="agent:agent-1", reason="re-planned")
     intent = gated(49_900, reference="order-7")
     # when
     body = approver_client.get(reverse("approval-detail", args=[intent.id])).content.decode()
