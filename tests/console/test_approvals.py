@@ -93,6 +93,7 @@ def test_preview_follows_the_intent_policy_snapshot_after_the_policy_changes(
     assert 'class="risk risk-high"' in body and "approvals 0 of 1" in body
     assert "Approve this payload" in body
 
+
 def test_approve_commits_the_decision_and_the_dispatch_together_c11(approver_client: Client) -> None:
     # given
     intent = gated()
