@@ -69,6 +69,18 @@ class ReasonForm(forms.Form):
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
 
 
+class ReleaseHeldForm(forms.Form):
+    """Release a HELD intent before the rule does: a reason, and the duplicate risk accepted
+    (``reconciliation.resolution.release_held`` refuses without it)."""
+
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
+    accept_duplicate_risk = forms.BooleanField(
+        required=False,
+        label="I accept the duplicate risk: the earlier intent for the same business action is open or "
+        "already succeeded, so releasing this one may apply the effect twice",
+    )
+
+
 class IntentSearchForm(forms.Form):
     """The intents search; every field optional."""
 

@@ -51,6 +51,8 @@ urlpatterns = [
         name="unknown-resolve",
     ),
     path("unknown/<uuid:intent_id>/lookup", views.unknown_lookup, name="unknown-lookup"),
+    path("held/<uuid:intent_id>/", views.held_detail, name="held-detail"),
+    path("held/<uuid:intent_id>/resolve/<str:verb>", views.held_resolve, name="held-resolve"),
     path("duplicates/<int:finding_id>/", views.duplicate_detail, name="duplicate-detail"),
     path(
         "duplicates/<int:finding_id>/resolve/<str:verb>",

@@ -29,7 +29,7 @@ from prometheus_client import (  # noqa: E402
 from prometheus_client.core import GaugeMetricFamily  # noqa: E402
 from prometheus_client.exposition import CONTENT_TYPE_LATEST  # noqa: E402
 
-from operations.selectors import ledger_gauges, unknown_age_buckets  # noqa: E402
+from operations.selectors import held_age_buckets, ledger_gauges, unknown_age_buckets  # noqa: E402
 
 DELIVERIES = Counter("effect_ledger_deliveries_total", "execute_intent deliveries received")
 DUPLICATE_DELIVERIES = Counter(
@@ -123,6 +123,24 @@ def render_metrics() -> tuple[bytes, str]:
                 "effect_ledger_unknown_oldest_seconds",
                 "Age of the oldest UNKNOWN intent (reconciliation wait; 0 when none)",
                 value=gauges["unknown_oldest_seconds"],
+            )
+            held_by_age = GaugeMetricFamily(
+                "effect_ledger_held_by_age",
+                "HELD intents (waiting behind an earlier intent for the same business action) by age bucket",
+                labels=["age"],
+            )
+            for label, count in held_age_buckets().items():
+                held_by_age.add_metric([label], count)
+            yield held_by_age
+            yield GaugeMetricFamily(
+                "effect_ledger_held_oldest_seconds",
+                "Age of the oldest HELD intent, since submission (0 when none)",
+                value=gauges["held_oldest_seconds"],
+            )
+            yield GaugeMetricFamily(
+                "effect_ledger_held_likely_duplicates",
+                "HELD intents whose earlier intent SUCCEEDED: likely duplicates waiting for a person",
+                value=gauges["held_likely_duplicates"],
             )
 
     registry.register(LedgerCollector())

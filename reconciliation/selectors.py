@@ -1,5 +1,6 @@
-"""Reads for the operators' queue (UNKNOWN intents, compensations that need a decision,
-duplicate findings, unverified confirmations), evidence pages and reconciliation history."""
+"""Reads for the operators' queue (UNKNOWN intents, held intents, compensations that need a
+decision, duplicate findings, unverified confirmations), evidence pages and reconciliation
+history."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import F, Prefetch, QuerySet
+from django.db.models import Case, Count, F, IntegerField, Prefetch, Q, QuerySet, Value, When
 from django.db.models.functions import Now
 
-from operations.models import Intent, Outcome
+from operations.models import AuditEvent, Intent, Outcome
 from reconciliation.models import DuplicateFinding, Evidence, ReconciliationRun
 
 #: How far back the queue lists operator confirmations the provider could not verify.
@@ -89,14 +90,56 @@ def unverified_outcome(intent: Intent) -> Outcome | None:
     )
 
 
+def held_queue() -> QuerySet[Intent]:
+    """HELD intents, each with the earlier intent for the same business action it waits behind
+    (``held_behind``, selected): likely duplicates (escalated by ``reconciliation.held``: the
+    earlier one SUCCEEDED) first, then the rest, oldest first in each group.
+
+    Annotated with ``age`` (since submission: an intent is HELD from its insertion) and
+    ``earlier_age`` (since the earlier intent last changed state), both intervals by the
+    database clock.
+    """
+    return (
+        Intent.objects.filter(status=Intent.Status.HELD)
+        .select_related("held_behind")
+        .annotate(
+            age=Now() - F("created_at"),
+            earlier_age=Now() - F("held_behind__updated_at"),
+            waits_for_a_person=Case(
+                When(escalated_at__isnull=False, then=Value(0)), default=Value(1), output_field=IntegerField()
+            ),
+        )
+        .order_by("waits_for_a_person", "created_at", "id")
+    )
+
+
+def intents_held_behind(intent: Intent) -> list[Intent]:
+    """Every intent that is or was held behind ``intent`` (``held_behind``), oldest first; those
+    released or rejected keep the link, so the list is the business action's history."""
+    return list(Intent.objects.filter(held_behind=intent).order_by("created_at", "id"))
+
+
+def likely_duplicate_event(intent: Intent) -> AuditEvent | None:
+    """The newest ``likely_duplicate`` audit event of a held intent (its reason names what the
+    earlier intent already did), or None."""
+    return intent.audit_events.filter(event="likely_duplicate").order_by("-seq").first()
+
+
 def decision_counts() -> dict[str, int]:
     """How many items wait for an operator's decision besides UNKNOWN intents:
-    ``{"escalated_compensations": n, "open_duplicate_findings": n}``."""
+    ``{"escalated_compensations": n, "open_duplicate_findings": n, "held": n,
+    "held_likely_duplicates": n}`` (``held`` counts every HELD intent; the likely duplicates
+    among them wait for a person, the others for their earlier intent to end)."""
+    held = Intent.objects.filter(status=Intent.Status.HELD).aggregate(
+        held=Count("id"), likely_duplicates=Count("id", filter=Q(escalated_at__isnull=False))
+    )
     return {
         "escalated_compensations": Intent.objects.filter(
             status=Intent.Status.COMPENSATING, escalated_at__isnull=False
         ).count(),
         "open_duplicate_findings": DuplicateFinding.objects.filter(state=DuplicateFinding.State.OPEN).count(),
+        "held": held["held"],
+        "held_likely_duplicates": held["likely_duplicates"],
     }
 
 

@@ -24,9 +24,10 @@ def metrics(request: HttpRequest) -> HttpResponse:
 @require_GET
 @console_role_required
 def dashboard(request: HtmxHttpRequest) -> HttpResponse:
-    """Counts by state, approvals waiting, UNKNOWN by age, compensations and duplicate findings
-    waiting for an operator, absorbed duplicates, stale fences,
-    outbox backlog and the last hour's throughput; htmx refreshes the figures."""
+    """Counts by state, approvals waiting, UNKNOWN by age, compensations, duplicate findings and
+    held intents (likely duplicates among them) waiting for an operator, the oldest held age,
+    absorbed duplicates, stale fences, outbox backlog and the last hour's throughput; htmx
+    refreshes the figures."""
     minutes = selectors.throughput_last_hour()
     context = {
         "gauges": ledger_gauges(),

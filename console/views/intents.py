@@ -13,7 +13,7 @@ from console.permissions import console_role_required
 from console.views.common import HtmxHttpRequest, page_or_partial
 from operations import selectors
 from operations.models import TERMINAL_STATUSES, Intent
-from reconciliation.selectors import intent_timeline, unverified_outcome
+from reconciliation.selectors import intent_timeline, intents_held_behind, unverified_outcome
 
 
 @require_GET
@@ -36,15 +36,17 @@ def intent_list(request: HtmxHttpRequest) -> HttpResponse:
 @console_role_required
 def intent_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
     """The timeline of every audit event, approval, attempt and outcome, the key digest, the
-    policy snapshot and compensations, and "unverified" when an operator confirmed it with a
-    reference the provider could not check; htmx polls the status while the intent is not final."""
-    intent = get_object_or_404(Intent.objects.select_related("compensates"), id=intent_id)
+    policy snapshot and compensations, "unverified" when an operator confirmed it with a
+    reference the provider could not check, the earlier intent it is held behind and the intents
+    held behind it; htmx polls the status while the intent is not final."""
+    intent = get_object_or_404(Intent.objects.select_related("compensates", "held_behind"), id=intent_id)
     context = {
         "intent": intent,
         "timeline": intent_timeline(intent),
         "compensations": list(intent.compensations.order_by("created_at")),
         "terminal": intent.status in TERMINAL_STATUSES,
         "unverified": unverified_outcome(intent),
+        "held_intents": intents_held_behind(intent),
         "section": "intents",
     }
     return page_or_partial(request, "console/intent_detail.html", "status", context)

@@ -1,5 +1,6 @@
-"""The operators' queue (UNKNOWN intents, compensations that need a decision, duplicate
-findings, unverified confirmations), the evidence page and the operator's resolutions."""
+"""The operators' queue (UNKNOWN intents, held intents, compensations that need a decision,
+duplicate findings, unverified confirmations), the evidence page and the operator's
+resolutions."""
 
 from __future__ import annotations
 
@@ -78,6 +79,7 @@ def unknown_queue(request: HtmxHttpRequest) -> HttpResponse:
     the console marks stale), never an empty section."""
     context = {
         "intents": list(queue.unknown_queue()[:QUEUE_LIMIT]),
+        "held": list(queue.held_queue()[:QUEUE_LIMIT]),
         "compensations": list(queue.escalated_compensations()[:QUEUE_LIMIT]),
         "findings": list(queue.open_duplicate_findings()[:QUEUE_LIMIT]),
         "unverified": list(queue.recently_unverified()[:QUEUE_LIMIT]),

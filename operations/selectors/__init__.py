@@ -7,6 +7,7 @@ from __future__ import annotations
 from operations.selectors.audit import AuditFilters, audit_queryset, audit_search, throughput_last_hour
 from operations.selectors.gauges import (
     UNKNOWN_AGE_BUCKETS,
+    held_age_buckets,
     ledger_gauges,
     unknown_age_buckets,
     unknown_by_age,
@@ -38,6 +39,7 @@ __all__ = [
     "audit_search",
     "decode_cursor",
     "encode_cursor",
+    "held_age_buckets",
     "intent_get",
     "intent_latest_outcome",
     "intent_list",

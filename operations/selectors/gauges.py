@@ -10,7 +10,8 @@ from operations.models import Intent
 
 
 def ledger_gauges() -> dict[str, Any]:
-    """Counts by state, outbox backlog and the oldest UNKNOWN age, in seconds (database clock).
+    """Counts by state, outbox backlog, the oldest UNKNOWN age and the oldest HELD age, in
+    seconds (database clock), and how many HELD intents are likely duplicates waiting for a person.
 
     ``outbox_pending`` and ``outbox_oldest_pending_seconds`` (how long the oldest unsent row has
     been due) are the relay's lag; ``outbox_scheduled`` counts rows whose due time has not come.
@@ -38,16 +39,26 @@ def ledger_gauges() -> dict[str, Any]:
             " FROM operations_intent WHERE status = 'UNKNOWN'"
         )
         (unknown_oldest,) = cursor.fetchone()
+        # HELD from insertion (a second intent for an open business action): its age is since
+        # created_at; escalated ones are likely duplicates (reconciliation.held).
+        cursor.execute(
+            "SELECT COALESCE(EXTRACT(EPOCH FROM statement_timestamp() - min(created_at)), 0),"
+            " count(*) FILTER (WHERE escalated_at IS NOT NULL)"
+            " FROM operations_intent WHERE status = 'HELD'"
+        )
+        held_oldest, held_likely_duplicates = cursor.fetchone()
     return {
         "by_status": by_status,
         "outbox_pending": int(pending),
         "outbox_scheduled": int(scheduled),
         "outbox_oldest_pending_seconds": float(oldest),
         "unknown_oldest_seconds": float(unknown_oldest),
+        "held_oldest_seconds": float(held_oldest),
+        "held_likely_duplicates": int(held_likely_duplicates),
     }
 
 
-#: UNKNOWN age buckets, the one definition for ``/metrics`` and the dashboard:
+#: Age buckets (UNKNOWN and HELD intents), the one definition for ``/metrics`` and the dashboard:
 #: (metric label, label for people, lower bound, upper bound or None), bounds in seconds.
 UNKNOWN_AGE_BUCKETS: tuple[tuple[str, str, int, int | None], ...] = (
     ("lt_1m", "under 1 minute", 0, 60),
@@ -58,21 +69,34 @@ UNKNOWN_AGE_BUCKETS: tuple[tuple[str, str, int, int | None], ...] = (
 )
 
 
-def unknown_age_buckets() -> dict[str, int]:
-    """UNKNOWN intents counted by how long they have been UNKNOWN (database clock), by metric
-    label (``UNKNOWN_AGE_BUCKETS``); one query over the partial index ``intent_unknown_age``."""
+def _age_buckets(status: str, since: str) -> dict[str, int]:
+    """Intents in ``status`` counted by seconds since their ``since`` column (database clock),
+    by metric label (``UNKNOWN_AGE_BUCKETS``); one query over that status's partial index."""
     filters = ", ".join(
         f"count(*) FILTER (WHERE age >= {low}" + (f" AND age < {high})" if high is not None else ")")
         for _, _, low, high in UNKNOWN_AGE_BUCKETS
     )
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {filters} FROM ("  # noqa: S608 - the bounds are constants of this module
-            " SELECT EXTRACT(EPOCH FROM statement_timestamp() - updated_at) AS age"
-            " FROM operations_intent WHERE status = 'UNKNOWN') AS unknown"
+            f"SELECT {filters} FROM ("  # noqa: S608 - the bounds and the column are constants of this module
+            f" SELECT EXTRACT(EPOCH FROM statement_timestamp() - {since}) AS age"
+            " FROM operations_intent WHERE status = %s) AS aged",
+            [status],
         )
         row = cursor.fetchone()
     return {label: int(count) for (label, _, _, _), count in zip(UNKNOWN_AGE_BUCKETS, row, strict=True)}
+
+
+def unknown_age_buckets() -> dict[str, int]:
+    """UNKNOWN intents counted by how long they have been UNKNOWN (database clock), by metric
+    label (``UNKNOWN_AGE_BUCKETS``); one query over the partial index ``intent_unknown_age``."""
+    return _age_buckets("UNKNOWN", "updated_at")
+
+
+def held_age_buckets() -> dict[str, int]:
+    """HELD intents counted by how long they have been held, since submission (database clock),
+    by metric label (``UNKNOWN_AGE_BUCKETS``); one query over the partial index ``intent_held_q``."""
+    return _age_buckets("HELD", "created_at")
 
 
 def unknown_by_age() -> list[tuple[str, int]]:

@@ -58,10 +58,10 @@ def test_inbox_poll_returns_only_the_rows(approver_client: Client) -> None:
 
 
 def test_detail_shows_preview_canonical_payload_hash_and_diff(approver_client: Client) -> None:
-    # given: an earlier intent with the same reference and a different amount, which ended
-    # (while it was open, the second would wait behind it: one business action at a time)
+    # given: an earlier intent with the same reference and a different amount, ended (an open
+    # one would hold the second)
     earlier = submit(arguments=charge_arguments(4990), reference="order-7")
-    intent_cancel(intent_id=earlier.id, actor="agent:agent-1", reason="customer changed the order")
+    intent_cancel(intent_id=earlier.id, actor="agent:agent-1", reason="re-planned")
     intent = gated(49_900, reference="order-7")
     # when
     body = approver_client.get(reverse("approval-detail", args=[intent.id])).content.decode()
@@ -92,6 +92,7 @@ def test_preview_follows_the_intent_policy_snapshot_after_the_policy_changes(
     assert "finance" not in body and "critical" not in body
     assert 'class="risk risk-high"' in body and "approvals 0 of 1" in body
     assert "Approve this payload" in body
+
 
 def test_approve_commits_the_decision_and_the_dispatch_together_c11(approver_client: Client) -> None:
     # given

@@ -17,6 +17,7 @@ import pytest
 
 from operations.engine import execute_intent
 from operations.models import Intent
+from operations.services import intent_cancel
 from tests.console.conftest import gated, make_unknown, unknown_with_effect
 from tests.factories import UserFactory, charge_arguments, submit
 
@@ -79,7 +80,10 @@ def shot(page: Any, name: str) -> None:
 def test_sign_in_approve_a_high_risk_payment_and_watch_it_succeed(page: Any, sandbox: Any) -> None:
     # given: an agent's 250.00 EUR charge waiting for approval, and an approver
     UserFactory(username="alice", groups=["approver"])
-    submit(arguments=charge_arguments(4_990), reference="order-1001")
+    earlier = submit(arguments=charge_arguments(4_990), reference="order-1001")
+    intent_cancel(
+        intent_id=earlier.id, actor="agent:agent-1", reason="re-planned"
+    )  # an open one would hold the next
     intent = gated(25_000, reference="order-1001")
     sign_in(page, "alice")
     # when: she opens the inbox and the intent
@@ -296,3 +300,28 @@ def test_operator_acknowledges_an_open_duplicate_finding_from_the_queue(page: An
     assert DuplicateFinding.objects.get(id=finding.id).state == "resolved"
     page.goto("/unknown/")
     expect(page.locator("#duplicates").get_by_text("No duplicate finding is open.")).to_be_visible()
+
+
+def test_operator_releases_a_held_charge_from_the_queue(page: Any) -> None:
+    # given: a second charge for order-77 (new client key, changed amount) held behind the first
+    UserFactory(username="otto", groups=["operator"])
+    earlier = submit(arguments=charge_arguments(4_990), reference="order-77")
+    held = submit(arguments=charge_arguments(5_990), reference="order-77")
+    assert held.status == Intent.Status.HELD
+    sign_in(page, "otto")
+    # when: the operator opens it from the queue's Held section
+    page.get_by_role("link", name="Held behind an earlier intent for the same business action").click()
+    expect(page.locator("#held")).to_contain_text("59.90 EUR")
+    page.locator("#held").get_by_role("link", name="payments.charge").first.click()
+    expect(page.locator("#earlier-status")).to_have_text("READY")
+    expect(page.get_by_text(str(earlier.id)).first).to_be_visible()
+    shot(page, "held-detail.png")
+    page.locator("#release-reason").fill("customer asked for a second delivery")
+    page.get_by_role("button", name="Release (I accept the duplicate risk)").click()
+    # then: refused in place without the acknowledgement, released with it
+    expect(page.locator("#decision")).to_contain_text("Accept the duplicate risk explicitly")
+    page.locator("#release-reason").fill("customer asked for a second delivery")
+    page.locator("#release-ack").check()
+    page.get_by_role("button", name="Release (I accept the duplicate risk)").click()
+    expect(page.locator("#decision")).to_contain_text("Released. The intent is READY")
+    assert Intent.objects.get(id=held.id).status == Intent.Status.READY

@@ -79,6 +79,7 @@ STATES = [
     S.REJECTED,
     S.EXPIRED,
     S.CANCELLED,
+    S.HELD,
 ]
 GATED_STATES = {S.AWAITING_APPROVAL, S.REJECTED, S.EXPIRED}
 
@@ -126,12 +127,16 @@ def build(kind: str, state: str, *, settings: Any, approver: Any) -> Intent:
             **settings.EFFECT_LEDGER_POLICIES,
             action: {"approval": "always", "approval_ttl_seconds": 600},
         }
-    # One reference per (kind, state): two open intents for one business object would be held.
-    intent = submit(action=action, arguments=arguments, reference=f"ref-{kind}-{state}")
+    # One reference per (kind, state): intents of one kind built side by side are not one
+    # business action (a second one would be HELD behind the first).
+    reference = f"ref-{kind}-{state}"
+    earlier = submit(action=action, arguments=arguments, reference=reference) if state == S.HELD else None
+    intent = submit(action=action, arguments=arguments, reference=reference)
     if state == S.REJECTED:
         intent_reject(intent_id=intent.id, user=approver, request_hash=intent.request_hash, reason="no")
     elif state == S.EXPIRED:
-        Intent.objects.filter(id=intent.id).update(approval_expires_at=Now())  # its TTL has passed
+        # A TTL of 0 is refused by policy validation: the expiry is moved to now instead.
+        Intent.objects.filter(id=intent.id).update(approval_expires_at=Now())
         assert intent_expire_approval(intent_id=intent.id)
     elif state == S.CANCELLED:
         intent_cancel(intent_id=intent.id, actor="user:vera", reason="not needed")
@@ -156,6 +161,7 @@ def build(kind: str, state: str, *, settings: Any, approver: Any) -> Intent:
         if state == UNKNOWN_ESCALATED:
             assert intent_escalate(intent_id=intent.id, reason="patience exhausted")
     intent.refresh_from_db()
+    assert intent.held_behind_id == (earlier.id if earlier else None)
     expected = S.UNKNOWN if state == UNKNOWN_ESCALATED else state
     assert intent.status == expected
     assert (intent.escalated_at is not None) == (state == UNKNOWN_ESCALATED)
@@ -184,7 +190,7 @@ def test_every_page_renders_for_every_kind_and_state(
     the_id, detail_link = str(intent.id), reverse("intent-detail", args=[intent.id])
     # when / then: the queues list it exactly when it is theirs
     assert status_count(page(viewer_client, reverse("dashboard")), intent.status) >= 1
-    assert (the_id in page(viewer_client, reverse("unknown"))) == (intent.status == S.UNKNOWN)
+    assert (the_id in page(viewer_client, reverse("unknown"))) == (intent.status in (S.UNKNOWN, S.HELD))
     in_inbox = the_id in page(viewer_client, reverse("approvals"))
     assert in_inbox == (intent.status == S.AWAITING_APPROVAL)
     # and every page about it renders and names it
@@ -192,6 +198,7 @@ def test_every_page_renders_for_every_kind_and_state(
     assert the_id in page(viewer_client, detail_link)
     assert the_id in page(viewer_client, reverse("unknown-detail", args=[intent.id]))
     assert the_id in page(viewer_client, reverse("approval-detail", args=[intent.id]))
+    assert the_id in page(viewer_client, reverse("held-detail", args=[intent.id]))
     assert detail_link in page(viewer_client, reverse("audit"))
 
 
@@ -209,15 +216,18 @@ def test_htmx_partials_render_for_every_kind_and_state(
     status_line = page(viewer_client, detail_link, **HTMX)
     results = page(viewer_client, reverse("intents"), **HTMX)
     audit_rows = page(viewer_client, reverse("audit"), **HTMX)
+    held_decision = page(viewer_client, reverse("held-detail", args=[intent.id]), **HTMX)
     # then: fragments, not pages, each with what it should list
-    for fragment in (stats, unknown_rows, approval_rows, status_line, results, audit_rows):
+    for fragment in (stats, unknown_rows, approval_rows, status_line, results, audit_rows, held_decision):
         assert "<html" not in fragment
     assert status_count(stats, intent.status) >= 1
     assert unknown_rows.lstrip().startswith('<div id="unknown-rows"')
-    assert (the_id in unknown_rows) == (intent.status == S.UNKNOWN)
+    assert (the_id in unknown_rows) == (intent.status in (S.UNKNOWN, S.HELD))
     assert approval_rows.lstrip().startswith('<div id="approval-rows"')
     assert (the_id in approval_rows) == (intent.status == S.AWAITING_APPROVAL)
     assert f">{intent.status}</strong>" in status_line
+    assert ('id="held-behind"' in status_line) == (intent.status == S.HELD)
+    assert held_decision.lstrip().startswith('<section id="decision"')
     assert detail_link in results
     assert detail_link in audit_rows
 

@@ -161,6 +161,9 @@ def _intent_row(
         "business_key": "",
         "held_behind_id": None,
         "last_error": "",
+        # Synthetic rows name no business identity: the submission guard (HELD) is not benched here.
+        "business_key": "",
+        "held_behind_id": None,
         "compensates_id": None,
         "created_at": created,
         "updated_at": created + timedelta(seconds=1),
