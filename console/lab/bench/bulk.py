@@ -158,8 +158,6 @@ def _intent_row(
         "lookup_count": 0,
         "next_duplicate_check_at": None,
         "duplicate_check_until": None,
-        "business_key": "",
-        "held_behind_id": None,
         "last_error": "",
         # Synthetic rows name no business identity: the submission guard (HELD) is not benched here.
         "business_key": "",
