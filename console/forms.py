@@ -8,6 +8,18 @@ from django import forms
 
 from operations.models import Intent
 
+
+class Acknowledgement(forms.CheckboxInput):
+    """A checkbox that counts as ticked only for what a browser or a careful client sends for a
+    ticked box (``on``, ``true``, ``1``, ``yes``): Django's default reads any other non-empty
+    value, ``off`` included, as True, and an acknowledgement of risk must never be implied."""
+
+    TICKED = frozenset({"on", "true", "1", "yes"})
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> bool:
+        return str(data.get(name, "")).strip().lower() in self.TICKED
+
+
 HASH_FIELD = {"min_length": 64, "max_length": 64, "label": "request_hash you reviewed"}
 
 
@@ -33,6 +45,7 @@ class ResolveConfirmedForm(forms.Form):
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
     accept_unverified = forms.BooleanField(
         required=False,
+        widget=Acknowledgement,
         label="I confirm without provider verification: the provider cannot check this reference, "
         "and the intent will show as unverified",
     )
@@ -45,6 +58,7 @@ class ResolveAbsentForm(forms.Form):
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
     accept_duplicate_risk = forms.BooleanField(
         required=False,
+        widget=Acknowledgement,
         label="I accept the duplicate risk: this provider has no idempotency keys, so a retry may "
         "apply the effect twice if it did happen",
     )
@@ -76,6 +90,7 @@ class ReleaseHeldForm(forms.Form):
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
     accept_duplicate_risk = forms.BooleanField(
         required=False,
+        widget=Acknowledgement,
         label="I accept the duplicate risk: the earlier intent for the same business action is open or "
         "already succeeded, so releasing this one may apply the effect twice",
     )

@@ -40,9 +40,11 @@ def _describe(earlier: Intent) -> str:
     what = f" {amount} {currency}".rstrip() if isinstance(amount, int) else ""
     ref = f" as {outcome.provider_reference}" if outcome and outcome.provider_reference else ""
     when = earlier.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC")
-    return (
-        f"{earlier.reference or earlier.action} was already done{what} by intent {earlier.id}{ref} at {when}"
-    )
+    done = Intent.objects.filter(
+        business_key=earlier.business_key, status__in=[Intent.Status.SUCCEEDED, Intent.Status.COMPENSATING]
+    ).count()
+    others = f"; {done} effects already exist for this business action" if done > 1 else ""
+    return f"{earlier.reference or earlier.action} was already done{what} by intent {earlier.id}{ref} at {when}{others}"
 
 
 def _deciding(earlier: Intent) -> Intent:

@@ -41,8 +41,8 @@ def business_key(*, tenant: str, action: str, reference: str, arguments: Any, po
     """sha256 hex of the canonical ``[tenant, action, identity]``; ``""`` when the intent names
     no business identity (no reference, or none of the policy's identity fields).
 
-    ``identity`` is the reference (the intent's, else ``arguments["reference"]``), or
-    ``{field: value}`` of ``policy.business_identity_fields``.
+    ``identity`` is the reference (``intent_submit`` stores ``arguments["reference"]`` there
+    when the caller gave none), or ``{field: value}`` of ``policy.business_identity_fields``.
     """
     if policy.business_identity_fields:
         values = {name: arguments.get(name) for name in policy.business_identity_fields}
@@ -50,12 +50,11 @@ def business_key(*, tenant: str, action: str, reference: str, arguments: Any, po
             return ""
         identity: Any = values
     else:
-        # The same business reference the adapters send to providers: the intent's, else the one
-        # in its arguments (so leaving the top-level reference out does not dodge the rule).
-        in_arguments = arguments.get("reference") if isinstance(arguments, dict) else None
-        identity = reference or (in_arguments if isinstance(in_arguments, str) else "")
-        if not identity:
+        # intent_submit has already made ``reference`` the one business reference (the intent's,
+        # else the one in its arguments, which is what the adapters send to providers).
+        if not reference:
             return ""
+        identity = reference
     return hashlib.sha256(canonical_json([tenant, action, identity])).hexdigest()
 
 

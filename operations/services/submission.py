@@ -34,6 +34,7 @@ from operations.services.business import business_key, open_intent_for
 from operations.services.transitions import outbox_enqueue, transition
 
 SUPPORTED_ACTION_VERSIONS = (1,)
+REFERENCE_MAX_LENGTH = Intent._meta.get_field("reference").max_length or 200
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,32 @@ def _check_storable(**values: Any) -> None:
     if problems:
         detail = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
         raise ValidationFailed(f"the request cannot be stored: {detail}", errors=problems)
+
+
+def _business_reference(reference: str, arguments: Any) -> str:
+    """The intent's one business reference: the top-level ``reference``, else the one in the
+    arguments (which the adapters send to the provider). Both present and different is refused:
+    the ledger would guard one business object while the provider acts on another.
+
+    Raises:
+        ValidationFailed: ``reference`` and ``arguments["reference"]`` differ.
+    """
+    in_arguments = arguments.get("reference") if isinstance(arguments, dict) else None
+    if not isinstance(in_arguments, str) or not in_arguments:
+        return reference
+    if len(in_arguments) > REFERENCE_MAX_LENGTH:
+        raise ValidationFailed(
+            f"arguments.reference is longer than {REFERENCE_MAX_LENGTH} characters",
+            errors=[
+                {"field": "arguments.reference", "message": f"at most {REFERENCE_MAX_LENGTH} characters"}
+            ],
+        )
+    if reference and reference != in_arguments:
+        raise ValidationFailed(
+            f"reference {reference!r} and arguments.reference {in_arguments!r} differ: name one business object",
+            errors=[{"field": "reference", "message": "differs from arguments.reference"}],
+        )
+    return in_arguments
 
 
 def _validate(action: str, action_version: int, arguments: Any) -> None:
@@ -118,6 +145,8 @@ def intent_submit(
         ValidationFailed: unknown action or version, or arguments failing the schema.
         IdempotencyKeyReused: the key was used for a different request.
     """
+    if compensates is None:  # a compensation's reference names the intent it undoes
+        reference = _business_reference(reference, arguments)
     if not is_valid_client_key(client_key):
         raise ClientKeyInvalid("send an Idempotency-Key header of 1-255 printable ASCII characters")
     assert client_key is not None

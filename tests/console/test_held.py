@@ -338,3 +338,14 @@ def test_metrics_show_held_intents_by_age(db: Any) -> None:
     assert "effect_ledger_held_likely_duplicates 1.0" in text
     oldest = next(line for line in text.splitlines() if line.startswith("effect_ledger_held_oldest_seconds "))
     assert 3660 <= float(oldest.split()[1]) < 3700
+
+
+@pytest.mark.parametrize("sent", ["off", "false", "0", "no", "maybe"])
+def test_a_box_sent_as_anything_but_ticked_is_no_acknowledgement(operator_client: Client, sent: str) -> None:
+    # given: a hand-made form post whose box value is not what a ticked box sends
+    _, held = held_pair()
+    # when
+    response = decide(operator_client, held, "release", reason="x", accept_duplicate_risk=sent, **HTMX)
+    # then: refused, nothing released
+    assert response.status_code == 409
+    assert Intent.objects.get(id=held.id).status == Intent.Status.HELD

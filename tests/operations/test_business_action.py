@@ -235,3 +235,42 @@ def test_c23_a_reference_only_in_the_arguments_is_the_business_identity(db: Any)
     # then
     assert first.status == "READY"
     assert (second.status, second.held_behind_id) == ("HELD", first.id)
+
+
+def test_c23_two_different_references_in_one_request_are_refused(api: APIClient) -> None:
+    # given: the top-level reference names one order, the arguments (what the provider gets) another
+    body = charge(reference="order-97")
+    body["arguments"]["reference"] = "order-98"
+    before = counts()
+    # when
+    response = post(api, body, "two-refs")
+    # then: refused, nothing stored, so the guard never watches another order than the one charged
+    assert response.status_code == 422
+    assert "differ" in response.json()["detail"]
+    assert counts() == before
+
+
+def test_c23_a_reference_only_in_the_arguments_is_stored_and_searchable(api: APIClient) -> None:
+    # given: two charges for order-99, the reference only inside the arguments
+    body = {"action": "payments.charge", "arguments": charge_arguments(4990, reference="order-99")}
+    # when
+    first, second = post(api, body, "arg-ref-1").json(), post(api, body, "arg-ref-2").json()
+    # then: the intent's reference is the one the provider gets; the second is held; both are found
+    assert (first["reference"], second["status"], second["held_behind"]) == (
+        "order-99",
+        "HELD",
+        first["intent_id"],
+    )
+    found = api.get(URL, {"reference": "order-99"}).json()["results"]
+    assert {row["intent_id"] for row in found} == {first["intent_id"], second["intent_id"]}
+
+
+def test_c23_an_over_long_reference_in_the_arguments_is_a_422_not_a_500(
+    api: APIClient, settings: Any
+) -> None:
+    # given: a generic action whose schema lets any object through
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {"acme.notify": {"url": "http://127.0.0.1:9/v1/notify"}}
+    body = {"action": "acme.notify", "arguments": {"reference": "x" * 201}}
+    # when / then
+    response = post(api, body, "long-ref")
+    assert response.status_code == 422 and "arguments.reference" in response.json()["detail"]
