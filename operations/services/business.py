@@ -41,8 +41,9 @@ def business_key(*, tenant: str, action: str, reference: str, arguments: Any, po
     """sha256 hex of the canonical ``[tenant, action, identity]``; ``""`` when the intent names
     no business identity (no reference, or none of the policy's identity fields).
 
-    ``identity`` is the reference (``intent_submit`` stores ``arguments["reference"]`` there
-    when the caller gave none), or ``{field: value}`` of ``policy.business_identity_fields``.
+    ``identity`` is ``arguments["reference"]`` when present (what the adapters send to the
+    provider), else the request's reference, or ``{field: value}`` of
+    ``policy.business_identity_fields``.
     """
     if policy.business_identity_fields:
         values = {name: arguments.get(name) for name in policy.business_identity_fields}
@@ -50,11 +51,12 @@ def business_key(*, tenant: str, action: str, reference: str, arguments: Any, po
             return ""
         identity: Any = values
     else:
-        # intent_submit has already made ``reference`` the one business reference (the intent's,
-        # else the one in its arguments, which is what the adapters send to providers).
-        if not reference:
+        # The business object is the one the provider acts on: the adapters send the arguments'
+        # reference when there is one (else the request's), so the guard watches the same one.
+        in_arguments = arguments.get("reference") if isinstance(arguments, dict) else None
+        identity = in_arguments if isinstance(in_arguments, str) and in_arguments else reference
+        if not identity:
             return ""
-        identity = reference
     return hashlib.sha256(canonical_json([tenant, action, identity])).hexdigest()
 
 

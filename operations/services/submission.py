@@ -64,12 +64,11 @@ def _check_storable(**values: Any) -> None:
 
 
 def _business_reference(reference: str, arguments: Any) -> str:
-    """The intent's one business reference: the top-level ``reference``, else the one in the
-    arguments (which the adapters send to the provider). Both present and different is refused:
-    the ledger would guard one business object while the provider acts on another.
+    """The reference stored on the intent: the request's, else the one in its arguments (so an
+    intent whose reference travels only in its arguments can still be searched).
 
     Raises:
-        ValidationFailed: ``reference`` and ``arguments["reference"]`` differ.
+        ValidationFailed: ``arguments["reference"]`` is longer than the stored reference can be.
     """
     in_arguments = arguments.get("reference") if isinstance(arguments, dict) else None
     if not isinstance(in_arguments, str) or not in_arguments:
@@ -81,12 +80,7 @@ def _business_reference(reference: str, arguments: Any) -> str:
                 {"field": "arguments.reference", "message": f"at most {REFERENCE_MAX_LENGTH} characters"}
             ],
         )
-    if reference and reference != in_arguments:
-        raise ValidationFailed(
-            f"reference {reference!r} and arguments.reference {in_arguments!r} differ: name one business object",
-            errors=[{"field": "reference", "message": "differs from arguments.reference"}],
-        )
-    return in_arguments
+    return reference or in_arguments
 
 
 def _validate(action: str, action_version: int, arguments: Any) -> None:

@@ -130,6 +130,8 @@ def build(kind: str, state: str, *, settings: Any, approver: Any) -> Intent:
     # One reference per (kind, state): intents of one kind built side by side are not one
     # business action (a second one would be HELD behind the first).
     reference = f"ref-{kind}-{state}"
+    if "reference" in arguments:  # the provider's reference is the business identity when present
+        arguments = {**arguments, "reference": reference}
     earlier = submit(action=action, arguments=arguments, reference=reference) if state == S.HELD else None
     intent = submit(action=action, arguments=arguments, reference=reference)
     if state == S.REJECTED:

@@ -237,17 +237,16 @@ def test_c23_a_reference_only_in_the_arguments_is_the_business_identity(db: Any)
     assert (second.status, second.held_behind_id) == ("HELD", first.id)
 
 
-def test_c23_two_different_references_in_one_request_are_refused(api: APIClient) -> None:
-    # given: the top-level reference names one order, the arguments (what the provider gets) another
-    body = charge(reference="order-97")
-    body["arguments"]["reference"] = "order-98"
-    before = counts()
-    # when
-    response = post(api, body, "two-refs")
-    # then: refused, nothing stored, so the guard never watches another order than the one charged
-    assert response.status_code == 422
-    assert "differ" in response.json()["detail"]
-    assert counts() == before
+def test_c23_the_identity_is_the_reference_the_provider_gets(api: APIClient) -> None:
+    # given: the first charge names order-97 at the top but order-98 in its arguments, which is
+    # the reference the provider records
+    first = charge(reference="order-97")
+    first["arguments"]["reference"] = "order-98"
+    first_id = post(api, first, "mm-1").json()["intent_id"]
+    # when: a re-plan charges order-98
+    second = post(api, charge(reference="order-98"), "mm-2").json()
+    # then: it waits behind the first: both act on order-98 at the provider
+    assert (second["status"], second["held_behind"]) == ("HELD", first_id)
 
 
 def test_c23_a_reference_only_in_the_arguments_is_stored_and_searchable(api: APIClient) -> None:
