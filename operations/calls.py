@@ -3,10 +3,16 @@ lookup; the two differ only in the arguments named here."""
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 
-from operations.adapters.base import ExecutionCall
+from operations.adapters.base import ExecutionCall, LookupResult, LookupStatus
+from operations.adapters.registry import get_adapter
+from operations.bounds import clean_text, storable_lookup
 from operations.models import Intent
+
+logger = logging.getLogger("operations.calls")
 
 
 def provider_call(intent: Intent, *, fence: int, attempt_no: int, deadline_seconds: float) -> ExecutionCall:
@@ -40,3 +46,18 @@ def lookup_call(intent: Intent) -> ExecutionCall:
         attempt_no=intent.attempt_count,
         deadline_seconds=float(settings.EFFECT_LEDGER["PROVIDER_TIMEOUT_SECONDS"]),
     )
+
+
+def provider_lookup(intent: Intent) -> LookupResult:
+    """Ask ``intent``'s provider whether its effect exists; never raises.
+
+    The one way the reconciler and operators' resolutions look an intent up: the answer is
+    made storable (``operations.bounds.storable_lookup``); an adapter that raises (or an action
+    whose adapter cannot be loaded) yields INCONCLUSIVE with the error in the detail.
+    """
+    try:
+        result = get_adapter(intent.action).lookup(lookup_call(intent))
+    except Exception as exc:  # a lookup error is evidence of nothing
+        logger.warning("lookup failed", extra={"intent_id": str(intent.id), "error": repr(exc)[:200]})
+        return LookupResult(status=LookupStatus.INCONCLUSIVE, detail={"error": clean_text(repr(exc), 500)})
+    return storable_lookup(result)

@@ -7,7 +7,10 @@ act (adapter call, outside any transaction, deadline shorter than the lease) -> 
 ==========================  ==============================================================
 adapter outcome             next state
 ==========================  ==============================================================
-ExecutionResult             SUCCEEDED (outcome source ``provider``)
+ExecutionResult             SUCCEEDED (outcome source ``provider``); UNKNOWN, escalated at
+                            once with its sha256, length and prefix, when its provider
+                            reference cannot be stored faithfully (over 200 characters,
+                            NUL, not text: ``operations.bounds.reference_problem``)
 TerminalError               FAILED, stored, never retried
 RetryableError              READY with backoff and the same key, within the retry budget;
                             FAILED when the budget or deadline is spent (nothing was applied)
@@ -15,6 +18,24 @@ AmbiguousOutcome            READY with the same key when the provider deduplicat
                             the budget allows; otherwise UNKNOWN
 any other exception         UNKNOWN (an adapter bug must never be read as "did not happen")
 ==========================  ==============================================================
+
+Our own errors (issue 21, item 6): no intent stays RUNNING because of them.
+
+==========================  ==============================================================
+where it fails              next state
+==========================  ==============================================================
+before the call, database   READY with backoff within the attempt budget (nothing was
+or network (transient)      sent); FAILED when the budget is spent
+before the call, anything   FAILED, named "programming error before the provider call";
+else                        attempt ``skipped`` (nothing was sent; no retry can fix it)
+after the call (classifying UNKNOWN with the evidence (the provider's answer, the error),
+or recording)               escalated, in a fresh transaction
+the fallback write fails    database unreachable: the task retries the delivery; otherwise
+                            the lease lapses and the takeover moves it (attempt budget)
+==========================  ==============================================================
+
+Every text and JSON value a provider sends is made storable before it is recorded
+(``operations.bounds``): NUL characters and lone surrogates, length, nesting, ``NaN``.
 """
 
 from __future__ import annotations
@@ -24,14 +45,25 @@ import os
 import socket
 import time
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db.models.functions import Now
 
 from operations import metrics
-from operations.adapters.base import AmbiguousOutcome, RetryableError, TerminalError
+from operations.adapters.base import (
+    Adapter,
+    AmbiguousOutcome,
+    ExecutionCall,
+    ExecutionResult,
+    RetryableError,
+    TerminalError,
+)
 from operations.adapters.registry import get_adapter
+from operations.bounds import reference_problem
 from operations.calls import provider_call
+from operations.delivery import database_unavailable
+from operations.engine_errors import answer_evidence, describe, transient_error
 from operations.idempotency import key_digest
 from operations.models import Intent
 from operations.services import execution as svc
@@ -69,9 +101,17 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
     ``delivery_retries`` is how often this message was re-delivered because the database was
     unreachable (``operations.tasks.execute_intent``); the claim's audit event records it.
 
+    No intent stays RUNNING because of our own error: an unexpected error before the provider
+    call ends the attempt READY with backoff (the database or network failed; within the
+    attempt budget) or FAILED (a programming error no retry can fix, named as such; nothing was
+    sent); one after the call (while classifying or recording the answer) ends it UNKNOWN with
+    the evidence, in a fresh transaction. Only when the database itself is unreachable does the
+    error propagate (the task retries the delivery; the lease takeover is the last net).
+
     Returns a label of what happened: ``duplicate`` (nothing to claim), ``refused`` (re-check
-    failed, nothing sent), ``succeeded``, ``failed``, ``retry``, ``unknown``, or ``stale`` (a
-    newer fence took over while we were calling; our write was refused).
+    failed, nothing sent), ``succeeded``, ``failed``, ``retry``, ``unknown``, ``stale`` (a
+    newer fence took over while we were calling; our write was refused), or ``unrecorded``
+    (even the fallback could not be written; the lease takeover moves the intent on).
     """
     metrics.DELIVERIES.inc()
     worker = worker or worker_identity()
@@ -86,66 +126,171 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
         _redispatch_if_early(intent_id, worker)
         return "duplicate"
     context = _log_context(claim)
+    try:
+        prepared = _prepare(claim, context)
+    except Exception as exc:
+        return _error_before_call(claim, exc, context)
+    if isinstance(prepared, str):
+        return prepared
+    adapter, call = prepared
+    logger.info("calling provider", extra=context)
+    answer = _call(adapter, call)
+    try:
+        outcome = _classify(claim, adapter, answer, context)
+    except Exception as exc:
+        outcome = _error_after_call(claim, answer, exc, context)
+    logger.info("attempt recorded", extra={**context, "outcome": outcome})
+    return outcome
+
+
+def _prepare(claim: svc.Claim, context: dict[str, object]) -> tuple[Adapter, ExecutionCall] | str:
+    """Step 4 (re-check) and the call to make; ``refused`` when the re-check refused it."""
     refusal = svc.precheck_refusal(claim.intent)
     if refusal:
         logger.warning("re-check refused the attempt", extra={**context, "reason": refusal})
         svc.intent_record_failure(claim=claim, error=refusal, sent=False)
         return "refused"
     intent_mark_approvals_used(intent=claim.intent)
-
-    intent = claim.intent
-    adapter = get_adapter(intent.action)
+    adapter = get_adapter(claim.intent.action)
     call = provider_call(
-        intent,
+        claim.intent,
         fence=claim.fence,
         attempt_no=claim.attempt.attempt_no,
         deadline_seconds=provider_deadline_seconds(),
     )
-    logger.info("calling provider", extra=context)
+    return adapter, call
+
+
+def _call(adapter: Adapter, call: ExecutionCall) -> ExecutionResult | Exception:
+    """Step 5: the adapter call, outside any transaction. What it raises is returned, not
+    raised; a return value that is not an ``ExecutionResult`` is an adapter bug (a TypeError)."""
     started = time.monotonic()
     try:
         result = adapter.execute(call)
-    except TerminalError as exc:
-        outcome = (
-            "failed" if svc.intent_record_failure(claim=claim, error=str(exc), detail=exc.detail) else "stale"
-        )
-    except RetryableError as exc:
-        if svc.retry_allowed(intent):
-            outcome = (
-                "retry"
-                if svc.intent_schedule_retry(claim=claim, error=str(exc), detail=exc.detail)
-                else "stale"
-            )
-        else:
-            error = f"retry budget spent; last error before the provider's commit point: {exc}"
-            outcome = (
-                "failed"
-                if svc.intent_record_failure(claim=claim, error=error, detail=exc.detail)
-                else "stale"
-            )
-    except AmbiguousOutcome as exc:
-        if adapter.capabilities_for(intent.action).same_key_retry_safe and svc.retry_allowed(intent):
-            # Safe: the provider deduplicates on the key, so a same-key retry cannot double-apply.
-            outcome = (
-                "retry"
-                if svc.intent_schedule_retry(claim=claim, error=str(exc), detail=exc.detail)
-                else "stale"
-            )
-        else:
-            marked = svc.intent_mark_unknown(
-                claim=claim, error=str(exc), cause="ambiguous", detail=exc.detail
-            )
-            outcome = "unknown" if marked else "stale"
     except Exception as exc:
-        logger.exception("adapter raised an unexpected error; treating the outcome as unknown", extra=context)
-        marked = svc.intent_mark_unknown(claim=claim, error=repr(exc)[:500], cause="adapter_error")
-        outcome = "unknown" if marked else "stale"
-    else:
-        outcome = "succeeded" if svc.intent_record_success(claim=claim, result=result) else "stale"
+        return exc
     finally:
         metrics.PROVIDER_SECONDS.observe(time.monotonic() - started)
-    logger.info("attempt recorded", extra={**context, "outcome": outcome})
-    return outcome
+    if not isinstance(result, ExecutionResult):
+        return TypeError(f"the adapter returned {type(result).__name__}, not an ExecutionResult")
+    return result
+
+
+def _classify(
+    claim: svc.Claim, adapter: Adapter, answer: ExecutionResult | Exception, context: dict[str, object]
+) -> str:
+    """Steps 6-7: record the answer under the claim's fence; the label of what happened."""
+    intent = claim.intent
+    if isinstance(answer, TerminalError):
+        failed = svc.intent_record_failure(claim=claim, error=describe(answer), detail=answer.detail)
+        return "failed" if failed else "stale"
+    if isinstance(answer, RetryableError):
+        if svc.retry_allowed(intent):
+            return (
+                "retry"
+                if svc.intent_schedule_retry(claim=claim, error=describe(answer), detail=answer.detail)
+                else "stale"
+            )
+        error = f"retry budget spent; last error before the provider's commit point: {describe(answer)}"
+        return (
+            "failed" if svc.intent_record_failure(claim=claim, error=error, detail=answer.detail) else "stale"
+        )
+    if isinstance(answer, AmbiguousOutcome):
+        if adapter.capabilities_for(intent.action).same_key_retry_safe and svc.retry_allowed(intent):
+            # Safe: the provider deduplicates on the key, so a same-key retry cannot double-apply.
+            return (
+                "retry"
+                if svc.intent_schedule_retry(claim=claim, error=describe(answer), detail=answer.detail)
+                else "stale"
+            )
+        marked = svc.intent_mark_unknown(
+            claim=claim, error=describe(answer), cause="ambiguous", detail=answer.detail
+        )
+        return "unknown" if marked else "stale"
+    if isinstance(answer, Exception):
+        logger.error(
+            "adapter raised an unexpected error; treating the outcome as unknown",
+            extra=context,
+            exc_info=answer,
+        )
+        marked = svc.intent_mark_unknown(claim=claim, error=repr(answer), cause="adapter_error")
+        return "unknown" if marked else "stale"
+    problem = reference_problem(answer.provider_reference)
+    if problem:
+        # The effect happened, but its id cannot be stored faithfully (too long, NUL, not text):
+        # UNKNOWN with the evidence (sha256, length, prefix), at once in front of operators.
+        logger.warning("provider reference cannot be stored", extra={**context, "problem": problem})
+        marked = svc.intent_mark_unknown(
+            claim=claim,
+            error=f"the provider accepted the effect but {problem}",
+            cause="reference_unstorable",
+            detail={"provider_answer": answer_evidence(answer)},
+            escalate=(
+                f"the provider accepted the effect but {problem}: confirm it with the provider "
+                "(its sha256 and prefix are in the evidence)"
+            ),
+        )
+        return "unknown" if marked else "stale"
+    return "succeeded" if svc.intent_record_success(claim=claim, result=answer) else "stale"
+
+
+def _error_before_call(claim: svc.Claim, exc: Exception, context: dict[str, object]) -> str:
+    """Our own error after the claim and before anything was sent: READY with backoff (within
+    the attempt budget) when the database or the network failed, else FAILED, named a
+    programming error (nothing was sent; no retry can fix it)."""
+    logger.error("error before the provider call; nothing was sent", extra=context, exc_info=exc)
+    detail = {"sent": False, "error_type": type(exc).__name__}
+    try:
+        if transient_error(exc) and svc.retry_allowed(claim.intent):
+            error = f"error before the provider call (nothing was sent; retried): {describe(exc)}"
+            return "retry" if svc.intent_schedule_retry(claim=claim, error=error, detail=detail) else "stale"
+        kind = "transient error, attempt budget spent" if transient_error(exc) else "programming error"
+        error = f"{kind} before the provider call (nothing was sent; no retry can fix it): {exc!r}"
+        failed = svc.intent_record_failure(
+            claim=claim, error=error, detail={**detail, "cause": kind}, sent=False
+        )
+        return "failed" if failed else "stale"
+    except Exception as again:
+        return _unrecorded(again, context)
+
+
+def _error_after_call(
+    claim: svc.Claim, answer: ExecutionResult | Exception, exc: Exception, context: dict[str, object]
+) -> str:
+    """Our own error while classifying or recording the provider's answer: UNKNOWN with the
+    evidence (what the provider answered, what failed), escalated to operators, in a fresh
+    transaction; then without the answer, should that be what cannot be written."""
+    logger.error("recording the provider's answer failed; recording UNKNOWN", extra=context, exc_info=exc)
+    error = f"our own error while recording the provider's answer: {exc!r}"
+    escalate = (
+        "our own error while recording the provider's answer; the effect may exist: look it up or confirm"
+    )
+    tries: list[dict[str, Any]] = [
+        {"recording_error": repr(exc), "provider_answer": answer_evidence(answer)},
+        {"recording_error": type(exc).__name__},
+    ]
+    for detail in tries:
+        try:
+            marked = svc.intent_mark_unknown(
+                claim=claim, error=error, cause="recording_error", detail=detail, escalate=escalate
+            )
+        except Exception as again:
+            last: Exception = again
+            continue
+        return "unknown" if marked else "stale"
+    return _unrecorded(last, context)
+
+
+def _unrecorded(exc: Exception, context: dict[str, object]) -> str:
+    # Even the fallback failed. With the database unreachable the task retries the delivery;
+    # otherwise the intent stays RUNNING until its lease lapses and the takeover (which spends
+    # the same attempt budget) moves it on.
+    if database_unavailable(exc):
+        raise exc
+    logger.critical(
+        "could not record the attempt's outcome; the lease takeover will", extra=context, exc_info=exc
+    )
+    return "unrecorded"
 
 
 def _redispatch_if_early(intent_id: uuid.UUID, worker: str) -> None:

@@ -27,9 +27,9 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 
 from operations import metrics, services
-from operations.adapters.base import LookupResult, LookupStatus
-from operations.adapters.registry import capabilities_for, get_adapter
-from operations.calls import lookup_call
+from operations.adapters.base import LookupStatus
+from operations.adapters.registry import capabilities_for
+from operations.calls import provider_lookup
 from operations.models import ENDED_WITHOUT_EFFECT, Intent
 from reconciliation.models import DuplicateFinding, Evidence
 from reconciliation.schedule import lookup_delay_seconds
@@ -141,10 +141,7 @@ def check_intent_for_duplicates(intent_id: uuid.UUID) -> int:
     if intent.status not in ENDED_WITH_EFFECT:
         _next_check(intent_id, checks, conclusive=True)
         return 0
-    try:
-        result = get_adapter(intent.action).lookup(lookup_call(intent))
-    except Exception as exc:  # a lookup error is evidence of nothing
-        result = LookupResult(status=LookupStatus.INCONCLUSIVE, detail={"error": repr(exc)[:500]})
+    result = provider_lookup(intent)  # never raises; storable (operations.bounds)
     Evidence.objects.create(
         intent=intent,
         kind=Evidence.Kind.LOOKUP,

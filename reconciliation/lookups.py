@@ -37,8 +37,8 @@ from django.db.models.functions import Now
 
 from operations import metrics, services
 from operations.adapters.base import LookupResult, LookupStatus
-from operations.adapters.registry import capabilities_for, get_adapter
-from operations.calls import lookup_call
+from operations.adapters.registry import capabilities_for
+from operations.calls import provider_lookup
 from operations.exceptions import IntentMoved
 from operations.models import Intent, Outcome
 from operations.policies import Policy
@@ -89,11 +89,8 @@ def _record(intent: Intent, result: LookupResult, actor: str) -> None:
 
 
 def _lookup(intent: Intent) -> LookupResult:
-    try:
-        return get_adapter(intent.action).lookup(lookup_call(intent))
-    except Exception as exc:  # a lookup error is evidence of nothing
-        logger.warning("lookup failed", extra={"intent_id": str(intent.id), "error": repr(exc)[:200]})
-        return LookupResult(status=LookupStatus.INCONCLUSIVE, detail={"error": repr(exc)[:500]})
+    # Never raises; the answer is storable (NUL characters, over-long ids: operations.bounds).
+    return provider_lookup(intent)
 
 
 def _apply(intent: Intent, result: LookupResult, actor: str) -> str | None:

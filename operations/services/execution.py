@@ -20,10 +20,11 @@ from operations.adapters.base import ExecutionResult
 from operations.approval_validity import approval_validity
 from operations.audit import audit_append
 from operations.backoff import backoff_seconds
+from operations.bounds import clean_detail, clean_text, reference_problem, unstorable_evidence
 from operations.models import Attempt, Intent, Outcome
 from operations.policies import Policy
 from operations.services.duplicates import duplicate_check_updates
-from operations.services.resolution import complete_compensated_original
+from operations.services.resolution import complete_compensated_original, intent_escalate
 from operations.services.transitions import check_allowed, transition
 
 
@@ -142,8 +143,9 @@ def _close_attempt(
     claim: Claim, result: str, *, error: str = "", detail: dict[str, Any] | None = None
 ) -> None:
     # An attempt row is inserted at claim and closed exactly once (finished_at IS NULL guard).
+    # ``_record`` hands it text and JSON already made storable (``operations.bounds``).
     Attempt.objects.filter(id=claim.attempt.id, finished_at__isnull=True).update(
-        finished_at=Now(), result=result, error=error[:2000], detail=detail or {}
+        finished_at=Now(), result=result, error=error, detail=detail or {}
     )
 
 
@@ -169,7 +171,13 @@ def _record(
 
     A refused write is recorded too (``_record_fenced_out``): the attempt row says it was
     fenced out and what the provider answered, and the intent's chain gets an audit event.
+
+    ``error`` and ``detail`` usually carry what a provider sent: they are made storable here
+    (``operations.bounds``: NUL characters, lone surrogates, length, depth, NaN), so nothing a
+    provider sends can make this write fail.
     """
+    error = clean_text(error)
+    detail = clean_detail(detail) if detail else None
     moved = transition(
         intent_id=claim.intent.id,
         from_status=Intent.Status.RUNNING,
@@ -179,7 +187,7 @@ def _record(
         event=event,
         reason=error[:500],
         data={"fence": claim.fence, **(data or {}), **(detail or {})},
-        updates={**release_lease(), "last_error": error[:2000], **(updates or {})},
+        updates={**release_lease(), "last_error": error, **(updates or {})},
         dispatch=dispatch,
     )
     if moved:
@@ -244,10 +252,26 @@ def intent_record_success(*, claim: Claim, result: ExecutionResult) -> bool:
     """RUNNING -> SUCCEEDED with the provider's receipt, conditional on the claim's fence.
 
     An intent sent more than once to a provider that cannot deduplicate gets duplicate checks
-    scheduled over its lookup's consistency window (``duplicate_check_updates``).
+    scheduled over its lookup's consistency window (``duplicate_check_updates``). The receipt's
+    detail is made storable (``operations.bounds.clean_detail``); a response digest that is not
+    64 hex characters is kept as evidence in the detail instead.
 
     Returns False (and counts ``stale_fences_rejected``) when a newer fence took over.
+
+    Raises:
+        ValueError: the provider reference cannot be stored faithfully
+            (``operations.bounds.reference_problem``); the engine records such an answer with
+            ``intent_mark_unknown`` instead, so this guards other callers.
     """
+    problem = reference_problem(result.provider_reference)
+    if problem:
+        raise ValueError(problem)
+    detail = clean_detail({**result.detail, "replayed": result.replayed})
+    digest = result.response_digest if isinstance(result.response_digest, str) else ""
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        if digest:
+            detail["response_digest_unstorable"] = unstorable_evidence(result.response_digest)
+        digest = ""
     with transaction.atomic():
         moved = _record(
             claim,
@@ -255,7 +279,7 @@ def intent_record_success(*, claim: Claim, result: ExecutionResult) -> bool:
             event="succeeded",
             attempt_result=Attempt.Result.SUCCEEDED,
             detail={"provider_reference": result.provider_reference},
-            data={"replayed": result.replayed},
+            data={"replayed": bool(result.replayed)},
             updates=duplicate_check_updates(action=claim.intent.action, attempts=claim.attempt.attempt_no),
         )
         if moved:
@@ -265,8 +289,8 @@ def intent_record_success(*, claim: Claim, result: ExecutionResult) -> bool:
                 attempt=claim.attempt,
                 source=Outcome.Source.PROVIDER,
                 provider_reference=result.provider_reference,
-                response_digest=result.response_digest,
-                detail={**result.detail, "replayed": result.replayed},
+                response_digest=digest,
+                detail=detail,
             )
     if moved:
         metrics.ACCEPTED_EFFECTS.labels(source="provider").inc()
@@ -310,7 +334,9 @@ def intent_schedule_retry(*, claim: Claim, error: str, detail: dict[str, Any] | 
     """RUNNING -> READY with backoff (``not_before`` by database time), the same key, and an
     outbox message so a worker picks it up when due. Conditional on the fence."""
     retry = Policy.from_snapshot(claim.intent.policy).retry
-    delay = backoff_seconds(attempt_no=claim.attempt.attempt_no, base=retry.base_seconds, cap=retry.cap_seconds)
+    delay = backoff_seconds(
+        attempt_no=claim.attempt.attempt_no, base=retry.base_seconds, cap=retry.cap_seconds
+    )
     with transaction.atomic():
         moved = _record(
             claim,
@@ -329,10 +355,21 @@ def intent_schedule_retry(*, claim: Claim, error: str, detail: dict[str, Any] | 
 
 
 def intent_mark_unknown(
-    *, claim: Claim, error: str, cause: str, detail: dict[str, Any] | None = None
+    *, claim: Claim, error: str, cause: str, detail: dict[str, Any] | None = None, escalate: str = ""
 ) -> bool:
     """RUNNING -> UNKNOWN: the effect may or may not have happened. Conditional on the fence;
-    the reconciler takes it from here."""
+    the reconciler takes it from here.
+
+    ``lookup_count`` is kept, not reset: the reconciler's patience counts every lookup in the
+    intent's life, so an intent that comes back to UNKNOWN again and again reaches operators
+    instead of starting over (issue 21, item 7).
+
+    Args:
+        cause: why (``ambiguous``, ``adapter_error``, ``recording_error``,
+            ``reference_unstorable``), recorded in the audit event and the metric's label.
+        escalate: when given, the reason to hand the intent to operators at once, in the same
+            transaction (a lookup cannot settle it, e.g. a reference we cannot store).
+    """
     with transaction.atomic():
         moved = _record(
             claim,
@@ -342,8 +379,10 @@ def intent_mark_unknown(
             error=error,
             detail=detail,
             data={"cause": cause},
-            updates={"next_lookup_at": Now(), "lookup_count": 0},
+            updates={"next_lookup_at": Now()},
         )
+        if moved and escalate:
+            intent_escalate(intent_id=claim.intent.id, reason=escalate, actor=f"worker:{claim.worker}")
     if moved:
         metrics.UNKNOWN_OUTCOMES.labels(cause=cause).inc()
     return moved

@@ -84,7 +84,7 @@ def intent_resolve_absent(
 
 def intent_escalate(
     *, intent_id: uuid.UUID, reason: str, status: str = Intent.Status.UNKNOWN, event: str = "escalated",
-    data: dict[str, Any] | None = None,
+    data: dict[str, Any] | None = None, actor: str = "reconciler",
 ) -> bool:  # fmt: skip
     """Hand an intent to the operators' queue (once). Returns True if newly escalated.
 
@@ -98,7 +98,7 @@ def intent_escalate(
             escalated_at=Now()
         )
         if updated:
-            audit_append(intent_id=intent_id, event=event, actor="reconciler", reason=reason, data=data)
+            audit_append(intent_id=intent_id, event=event, actor=actor, reason=reason, data=data)
     if updated:
         metrics.ESCALATIONS.inc()
     return bool(updated)
