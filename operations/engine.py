@@ -59,7 +59,7 @@ from operations.adapters.base import (
     RetryableError,
     TerminalError,
 )
-from operations.adapters.registry import get_adapter
+from operations.adapters.registry import get_adapter, serving_problem
 from operations.bounds import reference_problem
 from operations.calls import provider_call
 from operations.delivery import database_unavailable
@@ -68,6 +68,7 @@ from operations.idempotency import key_digest
 from operations.models import Intent
 from operations.services import execution as svc
 from operations.services.approvals import intent_mark_approvals_used
+from operations.services.business import intent_hold_unserved
 from operations.services.recovery import intent_redispatch
 
 logger = logging.getLogger("operations.engine")
@@ -108,13 +109,19 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
     the evidence, in a fresh transaction. Only when the database itself is unreachable does the
     error propagate (the task retries the delivery; the lease takeover is the last net).
 
-    Returns a label of what happened: ``duplicate`` (nothing to claim), ``refused`` (re-check
-    failed, nothing sent), ``succeeded``, ``failed``, ``retry``, ``unknown``, ``stale`` (a
+    Before the claim, an intent this deployment cannot run (its action is not registered, its
+    adapter cannot be loaded, or its ``action_version`` is no longer served: ``serving_problem``)
+    is HELD for a person with that reason; nothing is sent and no attempt is spent.
+
+    Returns a label of what happened: ``held`` (not served here; a person decides),
+    ``duplicate`` (nothing to claim), ``refused`` (re-check failed, nothing sent), ``succeeded``, ``failed``, ``retry``, ``unknown``, ``stale`` (a
     newer fence took over while we were calling; our write was refused), or ``unrecorded``
     (even the fallback could not be written; the lease takeover moves the intent on).
     """
     metrics.DELIVERIES.inc()
     worker = worker or worker_identity()
+    if _hold_if_unserved(intent_id, worker):
+        return "held"
     claim = svc.intent_claim(
         intent_id=intent_id,
         worker=worker,
@@ -291,6 +298,24 @@ def _unrecorded(exc: Exception, context: dict[str, object]) -> str:
         "could not record the attempt's outcome; the lease takeover will", extra=context, exc_info=exc
     )
     return "unrecorded"
+
+
+def _hold_if_unserved(intent_id: uuid.UUID, worker: str) -> bool:
+    # Versioned actions survive upgrades (issue 21, item 7): an intent runs with the version it
+    # was submitted under, or not at all. One primary-key read per delivery.
+    row = Intent.objects.filter(id=intent_id, status=Intent.Status.READY).values_list(
+        "action", "action_version"
+    )
+    found = row.first()
+    if found is None:
+        return False
+    problem = serving_problem(*found)
+    if problem is None:
+        return False
+    held = intent_hold_unserved(intent_id=intent_id, reason=problem, actor=f"worker:{worker}")
+    if held:
+        logger.warning("intent held: not served here", extra={"intent_id": str(intent_id), "reason": problem})
+    return held
 
 
 def _redispatch_if_early(intent_id: uuid.UUID, worker: str) -> None:

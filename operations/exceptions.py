@@ -89,6 +89,18 @@ class ResolutionRefused(LedgerError):
     title = "Resolution refused"
 
 
+class ResendRefused(ResolutionRefused):
+    """An UNKNOWN intent shown to be absent must not be sent again: its attempt budget is spent
+    or this deployment does not serve its action or version (``why``, for operators)."""
+
+    code = "resend-refused"
+    title = "Not sent again"
+
+    def __init__(self, detail: str, *, why: str) -> None:
+        super().__init__(detail, why=why)
+        self.why = why
+
+
 class CancelRefused(LedgerError):
     """A cancel was refused for who asked (an agent cannot cancel a compensation intent, which
     operators and the reconciler open to undo an effect)."""

@@ -96,6 +96,13 @@ class Intent(models.Model):
         related_name="held_intents",
         help_text="the earlier intent for the same business action this one waits for",
     )
+    hold_reason = models.TextField(
+        blank=True,
+        default="",
+        db_default="",
+        help_text="why a HELD intent waits for a person rather than for an earlier intent "
+        "(e.g. its action version is no longer served); blank for a business-action hold",
+    )
     compensates = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="compensations"
     )
@@ -319,9 +326,13 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     # HELD: behind an earlier intent for the same business action; released when it ended
     # without effect (or by a person accepting the duplicate risk), rejected by a person.
     S.HELD: frozenset({S.READY, S.AWAITING_APPROVAL, S.REJECTED, S.CANCELLED}),
-    S.READY: frozenset({S.RUNNING, S.CANCELLED}),
+    # READY -> HELD: this deployment cannot run it (its action or version is not served); a
+    # person decides (issue 21). Nothing was sent.
+    S.READY: frozenset({S.RUNNING, S.CANCELLED, S.HELD}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.READY, S.UNKNOWN}),
-    S.UNKNOWN: frozenset({S.SUCCEEDED, S.READY, S.COMPENSATING}),
+    # UNKNOWN -> FAILED: an operator says "absent" for an intent that cannot be sent again
+    # (attempt budget spent, action or version not served): it ends without effect (issue 21).
+    S.UNKNOWN: frozenset({S.SUCCEEDED, S.READY, S.COMPENSATING, S.FAILED}),
     S.SUCCEEDED: frozenset({S.COMPENSATING}),
     # COMPENSATING -> SUCCEEDED: an operator keeps the effect after its compensation failed.
     S.COMPENSATING: frozenset({S.COMPENSATED, S.SUCCEEDED}),

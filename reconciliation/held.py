@@ -68,7 +68,9 @@ def decide_one(intent_id: uuid.UUID) -> str:
     """Decide one held intent. Returns ``released``, ``to_a_person``, ``rejected`` or
     ``waiting`` (its earlier intent is still open, or it moved meanwhile)."""
     intent = Intent.objects.select_related("held_behind").get(id=intent_id)
-    if intent.status != Intent.Status.HELD or intent.held_behind is None:
+    # Held for a person (hold_reason: its action or version is not served here), not behind an
+    # earlier intent: no rule decides it, whatever its held_behind says.
+    if intent.status != Intent.Status.HELD or intent.held_behind is None or intent.hold_reason:
         return "waiting"
     earlier = _deciding(intent.held_behind)
     if earlier.status in OPEN_STATUSES:
@@ -101,7 +103,9 @@ def decide_held(*, batch: int | None = None) -> HeldCounts:
     counts = HeldCounts()
     size = batch or int(settings.EFFECT_LEDGER["RECONCILE_BATCH"])
     ids = list(
-        Intent.objects.filter(status=Intent.Status.HELD, escalated_at__isnull=True)
+        Intent.objects.filter(
+            status=Intent.Status.HELD, escalated_at__isnull=True, held_behind__isnull=False, hold_reason=""
+        )
         .exclude(held_behind__status__in=OPEN_STATUSES)
         .order_by("created_at", "id")
         .values_list("id", flat=True)[:size]

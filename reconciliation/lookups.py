@@ -37,9 +37,9 @@ from django.db.models.functions import Now
 
 from operations import metrics, services
 from operations.adapters.base import LookupResult, LookupStatus
-from operations.adapters.registry import capabilities_for
+from operations.adapters.registry import ActionUnavailable, capabilities_for, get_adapter, serving_problem
 from operations.calls import provider_lookup
-from operations.exceptions import IntentMoved
+from operations.exceptions import IntentMoved, ResendRefused
 from operations.models import Intent, Outcome
 from operations.policies import Policy
 from reconciliation.duplicates import record_duplicates
@@ -133,6 +133,15 @@ def _wait_or_escalate(intent: Intent, status: str) -> str:
     return "waiting"
 
 
+def _escalate_now(intent: Intent, reason: str) -> str:
+    """No lookup can settle it: escalate at once with ``reason`` (looking again, rarely)."""
+    lookups = intent.lookup_count + 1
+    services.intent_schedule_lookup(
+        intent_id=intent.id, lookups=lookups, delay_seconds=lookup_delay_seconds(lookups)
+    )
+    return "escalated" if services.intent_escalate(intent_id=intent.id, reason=reason) else "waiting"
+
+
 def reconcile_intent(intent_id: uuid.UUID, *, actor: str = "reconciler") -> str:
     """Look one UNKNOWN intent up at its provider and act on the evidence.
 
@@ -142,16 +151,32 @@ def reconcile_intent(intent_id: uuid.UUID, *, actor: str = "reconciler") -> str:
     Returns ``resolved``, ``retry`` (authoritative absence), ``waiting``, ``escalated`` or
     ``moved`` (someone else resolved it first). An error while acting on the evidence is
     recorded as inconclusive evidence and the intent waits (and escalates) like any other.
+    Escalated at once, with the reason (issue 21): an intent whose action this deployment
+    cannot serve (no lookup is possible), and one the provider shows absent that must not be
+    sent again (``operations.services.resend_refusal``: attempt budget spent, version not
+    served).
     """
     intent = Intent.objects.get(id=intent_id)
     if intent.status != Intent.Status.UNKNOWN:
         return "moved"
+    try:
+        get_adapter(intent.action)
+    except ActionUnavailable as exc:
+        _record(intent, LookupResult(status=LookupStatus.INCONCLUSIVE, detail={"error": str(exc)}), actor)
+        return _escalate_now(
+            intent, f"no lookup is possible: {serving_problem(intent.action, intent.action_version)}"
+        )
     result = _lookup(intent)
     _record(intent, result, actor)
     try:
         applied = _apply(intent, result, actor)
     except IntentMoved:
         return "moved"
+    except ResendRefused as refused:
+        return _escalate_now(
+            intent,
+            f"the provider shows no effect, but {refused.why}: an operator decides (absent ends it FAILED)",
+        )
     except Exception as exc:
         logger.exception("acting on a lookup failed", extra={"intent_id": str(intent.id)})
         metrics.RECONCILE_ITEM_ERRORS.labels(sweep="unknown").inc()

@@ -15,8 +15,8 @@ from django.db import transaction
 
 from operations import services
 from operations.adapters.base import LookupStatus
-from operations.adapters.registry import capabilities_for, get_adapter
-from operations.calls import lookup_call
+from operations.adapters.registry import capabilities_for
+from operations.calls import provider_lookup
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent, Outcome
 from reconciliation.lookups import reconcile_intent
@@ -87,7 +87,7 @@ def resolve_confirmed(
     reference = provider_reference.strip()
     if not reference:
         raise ResolutionRefused("confirmed needs the provider's reference for the effect")
-    result = get_adapter(intent.action).lookup(lookup_call(intent))
+    result = provider_lookup(intent)  # never raises: a removed action answers INCONCLUSIVE
     verified = False
     if result.status == LookupStatus.FOUND:
         if reference not in result.provider_references:
@@ -128,11 +128,24 @@ def resolve_absent(
     For a provider that does not deduplicate on the key a retry may create a second effect, so
     the operator must accept that risk explicitly (it is recorded).
 
+    An intent that must not be sent again (``services.resend_refusal``: its attempt budget is
+    spent, or this deployment does not serve its action or version) ends FAILED instead: no
+    effect, by the operator's word, and no re-send (issue 21). The page says so beforehand.
+
     Raises:
         ResolutionRefused: no permission, no reason, or duplicate risk not accepted.
         IntentMoved: the intent is no longer UNKNOWN.
     """
     intent = _load(intent_id, user, reason)
+    cannot_resend = services.resend_refusal(intent)
+    if cannot_resend:
+        with transaction.atomic():
+            _record(intent, user, "absent", reason, [], not_sent_again=cannot_resend)
+            services.intent_end_absent(
+                intent_id=intent.id, actor=f"user:{user.get_username()}", reason=reason, why=cannot_resend
+            )
+        intent.refresh_from_db()
+        return intent
     deduplicates = capabilities_for(intent.action).same_key_retry_safe
     if not deduplicates and not accept_duplicate_risk:
         raise ResolutionRefused(

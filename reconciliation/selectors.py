@@ -128,10 +128,13 @@ def likely_duplicate_event(intent: Intent) -> AuditEvent | None:
 def decision_counts() -> dict[str, int]:
     """How many items wait for an operator's decision besides UNKNOWN intents:
     ``{"escalated_compensations": n, "open_duplicate_findings": n, "held": n,
-    "held_likely_duplicates": n}`` (``held`` counts every HELD intent; the likely duplicates
-    among them wait for a person, the others for their earlier intent to end)."""
+    "held_likely_duplicates": n, "held_unserved": n}`` (``held`` counts every HELD intent; the
+    likely duplicates and those whose action or version is not served (``hold_reason``) wait
+    for a person, the others for their earlier intent to end)."""
     held = Intent.objects.filter(status=Intent.Status.HELD).aggregate(
-        held=Count("id"), likely_duplicates=Count("id", filter=Q(escalated_at__isnull=False))
+        held=Count("id"),
+        likely_duplicates=Count("id", filter=Q(escalated_at__isnull=False, hold_reason="")),
+        unserved=Count("id", filter=~Q(hold_reason="")),
     )
     return {
         "escalated_compensations": Intent.objects.filter(
@@ -140,6 +143,7 @@ def decision_counts() -> dict[str, int]:
         "open_duplicate_findings": DuplicateFinding.objects.filter(state=DuplicateFinding.State.OPEN).count(),
         "held": held["held"],
         "held_likely_duplicates": held["likely_duplicates"],
+        "held_unserved": held["unserved"],
     }
 
 

@@ -20,7 +20,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from operations import services
-from operations.adapters.registry import UnknownAction, capabilities_for
+from operations.adapters.registry import ActionUnavailable, capabilities_for
 from operations.delivery import MAX_COUNTDOWN_SECONDS, stalled_ready_seconds
 from operations.models import Intent, OutboxMessage
 from operations.selectors import ledger_gauges
@@ -47,7 +47,7 @@ def _batch() -> int:
 def _same_key_retry_safe(action: str) -> bool:
     try:
         return capabilities_for(action).same_key_retry_safe
-    except UnknownAction:
+    except ActionUnavailable:
         return False
 
 

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 from console.forms import ReasonForm, first_error
 from console.permissions import can_resolve, console_role_required
 from console.views.common import HtmxHttpRequest, page_or_partial
-from operations.adapters.registry import UnknownAction, capabilities_for
+from operations.adapters.registry import ActionUnavailable, capabilities_for
 from operations.exceptions import IntentMoved, ResolutionRefused
 from reconciliation.models import DuplicateFinding
 from reconciliation.resolution import resolve_duplicate_finding
@@ -35,7 +35,7 @@ def finding_context(request: HtmxHttpRequest, finding: DuplicateFinding, **extra
     offered) and the two forms."""
     try:
         compensation_action = capabilities_for(finding.intent.action).compensation_action
-    except UnknownAction:
+    except ActionUnavailable:
         compensation_action = None
     context: dict[str, Any] = {
         "finding": finding,

@@ -22,8 +22,8 @@ from console.forms import (
 )
 from console.permissions import can_resolve, console_role_required
 from console.views.common import HtmxHttpRequest, page_or_partial
-from operations import selectors
-from operations.adapters.registry import UnknownAction, capabilities_for
+from operations import selectors, services
+from operations.adapters.registry import ActionUnavailable, capabilities_for, serving_problem
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent
 from reconciliation import resolution
@@ -93,7 +93,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
     evidence = queue.intent_evidence(intent)
     try:
         capabilities = capabilities_for(intent.action)
-    except UnknownAction:
+    except ActionUnavailable:
         capabilities = None
     context: dict[str, Any] = {
         "intent": intent,
@@ -108,6 +108,10 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
         "audit_events": list(intent.audit_events.order_by("seq")),
         "capabilities": capabilities,
         "needs_risk_ack": capabilities is not None and not capabilities.same_key_retry_safe,
+        # Issue 21: why it cannot be sent again (then ``absent`` ends it FAILED), and why this
+        # deployment cannot serve it, shown before anyone decides.
+        "cannot_resend": services.resend_refusal(intent) if intent.status == Intent.Status.UNKNOWN else None,
+        "serving_problem": serving_problem(intent.action, intent.action_version),
         "can_resolve": can_resolve(request.user),
         "forms": {verb: form_class() for verb, form_class in RESOLUTION_FORMS.items()},
         "compensation_choices": COMPENSATION_CHOICES,

@@ -204,13 +204,24 @@ class ArgumentsInvalid(Exception):
 class Adapter:
     """Base class for provider adapters.
 
-    Subclasses set ``actions`` (the action names they serve), ``capabilities`` and
-    ``argument_schema`` (JSON Schema, draft 2020-12, per action), and implement the I/O methods.
+    Subclasses set ``actions`` (the action names they serve), ``capabilities``,
+    ``argument_schemas`` (JSON Schema, draft 2020-12, per action) and ``versions`` (the
+    ``action_version`` values they serve, per action), and implement the I/O methods.
+
+    Versions: an intent runs with the version it was submitted under (``ExecutionCall.
+    action_version``). An adapter that changes an action's arguments serves a new version
+    beside the old one (``versions = {"payments.charge": (1, 2)}``, branching on
+    ``call.action_version`` and overriding ``argument_schema_for``) until no intent of the
+    old one is open; an intent whose version is no longer served waits for a person (HELD,
+    ``operations.adapters.registry.serving_problem``), it is never sent to a contract that
+    would misread it.
     """
 
     actions: ClassVar[tuple[str, ...]] = ()
     capabilities: ClassVar[Capabilities]
     argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {}
+    #: ``action_version`` values served, per action; an action not named here serves ``(1,)``.
+    versions: ClassVar[dict[str, tuple[int, ...]]] = {}
     #: Argument fields that hold money in minor units; floats there are refused.
     money_fields: ClassVar[tuple[str, ...]] = ("amount",)
 
@@ -220,8 +231,17 @@ class Adapter:
         compensation of its own)."""
         return self.capabilities
 
-    def validate(self, action: str, arguments: dict[str, Any]) -> None:
-        """Check ``arguments`` against the action's JSON schema.
+    def versions_for(self, action: str) -> tuple[int, ...]:
+        """The ``action_version`` values of ``action`` this adapter serves (default ``(1,)``)."""
+        return self.versions.get(action, (1,))
+
+    def argument_schema_for(self, action: str, version: int) -> dict[str, Any]:
+        """The JSON schema of ``action``'s arguments at ``version`` (default: the action's one
+        schema in ``argument_schemas``; an adapter serving two versions overrides this)."""
+        return self.argument_schemas[action]
+
+    def validate(self, action: str, arguments: dict[str, Any], *, version: int = 1) -> None:
+        """Check ``arguments`` against the JSON schema of ``action`` at ``version``.
 
         Raises:
             ArgumentsInvalid: listing every failing field.
@@ -230,7 +250,8 @@ class Adapter:
         # the adapters package, not across layers).
         from operations.adapters.validation import validate_arguments
 
-        validate_arguments(self.argument_schemas[action], arguments, money_fields=self.money_fields)
+        schema = self.argument_schema_for(action, version)
+        validate_arguments(schema, arguments, money_fields=self.money_fields)
 
     def preview(self, action: str, arguments: dict[str, Any]) -> Preview:
         """Describe what ``execute`` would do, without any side effect."""

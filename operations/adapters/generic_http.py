@@ -12,6 +12,7 @@ Configured per action in ``settings.EFFECT_LEDGER_GENERIC_HTTP``::
             "id_field": "id",                                      # optional, default "id"
             "fence_header": "X-Fencing-Token",                     # optional: send the fence
             "method": "POST",                                      # optional
+            "versions": [1],                                       # optional: action_version values served
         },
     }
 
@@ -160,6 +161,19 @@ class GenericHttpAdapter(Adapter):
         return LookupResult(status=LookupStatus.FOUND, provider_references=references)
 
 
+def _versions(action: str, config: dict[str, Any]) -> tuple[int, ...]:
+    versions = config.get("versions", [1])
+    if (
+        not isinstance(versions, list | tuple)
+        or not versions
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in versions)
+    ):
+        raise ImproperlyConfigured(
+            f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}]['versions'] must be a list of integers >= 1"
+        )
+    return tuple(versions)
+
+
 @cache
 def _adapter_for(action: str, config_json: str) -> GenericHttpAdapter:
     config = json.loads(config_json)
@@ -176,6 +190,7 @@ def _adapter_for(action: str, config_json: str) -> GenericHttpAdapter:
                 idempotency_keys=True, lookup=lookup, fences=bool(config.get("fence_header"))
             ),
             "argument_schemas": {action: config.get("schema") or ANY_OBJECT_SCHEMA},
+            "versions": {action: _versions(action, config)},
         },
     )
     adapter: GenericHttpAdapter = cls()

@@ -25,7 +25,12 @@ DEFAULT_ADAPTERS: dict[str, str] = {
 }
 
 
-class UnknownAction(LookupError):
+class ActionUnavailable(LookupError):
+    """The action cannot be served by this deployment: not registered (``UnknownAction``) or
+    its adapter cannot be loaded (``AdapterBroken``). ``str()`` says which, for operators."""
+
+
+class UnknownAction(ActionUnavailable):
     """No adapter is registered for the action.
 
     Attributes:
@@ -37,6 +42,19 @@ class UnknownAction(LookupError):
         super().__init__(f"unknown action {action!r}; known actions: {', '.join(known)}")
         self.action = action
         self.known = known
+
+
+class AdapterBroken(ActionUnavailable):
+    """The action is configured but its adapter cannot be loaded (a wrong class path, an import
+    error, a malformed generic configuration).
+
+    Attributes:
+        action: the name asked for.
+    """
+
+    def __init__(self, action: str, cause: BaseException) -> None:
+        super().__init__(f"the adapter of {action!r} cannot be loaded: {cause!r}"[:500])
+        self.action = action
 
 
 def _adapter_paths() -> dict[str, str]:
@@ -59,17 +77,52 @@ def get_adapter(action: str) -> Adapter:
 
     Raises:
         UnknownAction: no adapter is registered for it.
-        ImproperlyConfigured: ``EFFECT_LEDGER_GENERIC_HTTP`` is malformed.
+        AdapterBroken: its adapter cannot be loaded (an import error, a wrong class path,
+            ``EFFECT_LEDGER_GENERIC_HTTP`` malformed).
     """
     explicit = getattr(settings, "EFFECT_LEDGER_ADAPTERS", {})
-    if action not in explicit:
-        generic = generic_http_adapter(action)
-        if generic is not None:
-            return generic
-    path = _adapter_paths().get(action)
-    if path is None:
-        raise UnknownAction(action, known_actions())
-    return _instantiate(path)
+    try:
+        if action not in explicit:
+            generic = generic_http_adapter(action)
+            if generic is not None:
+                return generic
+        path = _adapter_paths().get(action)
+        if path is None:
+            raise UnknownAction(action, _known_or_none())
+        return _instantiate(path)
+    except ActionUnavailable:
+        raise
+    except Exception as exc:  # whatever loading it raised: the action cannot be served
+        raise AdapterBroken(action, exc) from exc
+
+
+def _known_or_none() -> list[str]:
+    try:
+        return known_actions()
+    except Exception:  # a malformed generic configuration: name the explicit ones only
+        return sorted(_adapter_paths())
+
+
+def serving_problem(action: str, version: int) -> str | None:
+    """Why this deployment cannot run ``action`` at ``version``, or None when it can.
+
+    The answer an operator reads: the action is not registered (removed from the
+    configuration), its adapter cannot be loaded, or its adapter no longer serves ``version``
+    (``Adapter.versions_for``). Never raises.
+    """
+    try:
+        adapter = get_adapter(action)
+        served = adapter.versions_for(action)
+    except ActionUnavailable as exc:
+        if isinstance(exc, UnknownAction):
+            return f"{action} is not served by this deployment: no adapter is registered for it (removed from the configuration?)"
+        return f"{action} is not served by this deployment: {exc}"
+    except Exception as exc:
+        return f"{action} is not served by this deployment: its adapter failed: {exc!r}"[:500]
+    if version not in served:
+        listed = ", ".join(str(v) for v in served)
+        return f"{action} version {version} is no longer served by this deployment (it serves version {listed})"
+    return None
 
 
 def capabilities_for(action: str) -> Capabilities:
@@ -77,6 +130,6 @@ def capabilities_for(action: str) -> Capabilities:
     consistency window, compensation, fences), as its adapter declares them.
 
     Raises:
-        UnknownAction: no adapter is registered for it.
+        UnknownAction: no adapter is registered for it. AdapterBroken: it cannot be loaded.
     """
     return get_adapter(action).capabilities_for(action)

@@ -40,10 +40,11 @@ def ledger_gauges() -> dict[str, Any]:
         )
         (unknown_oldest,) = cursor.fetchone()
         # HELD from insertion (a second intent for an open business action): its age is since
-        # created_at; escalated ones are likely duplicates (reconciliation.held).
+        # created_at; escalated ones are likely duplicates (reconciliation.held), unless held
+        # because their action or version is not served (hold_reason).
         cursor.execute(
             "SELECT COALESCE(EXTRACT(EPOCH FROM statement_timestamp() - min(created_at)), 0),"
-            " count(*) FILTER (WHERE escalated_at IS NOT NULL)"
+            " count(*) FILTER (WHERE escalated_at IS NOT NULL AND hold_reason = '')"
             " FROM operations_intent WHERE status = 'HELD'"
         )
         held_oldest, held_likely_duplicates = cursor.fetchone()

@@ -8,9 +8,11 @@ from operations.services.approvals import (
     intent_expire_approval,
     intent_reject,
 )
+from operations.services.budget import resend_refusal
 from operations.services.business import (
     business_key,
     intent_hold_for_a_person,
+    intent_hold_unserved,
     intent_reject_held,
     intent_release_held,
 )
@@ -28,6 +30,7 @@ from operations.services.resolution import (
     COMPENSATION_DEAD_ENDS,
     complete_compensated_original,
     intent_begin_compensation,
+    intent_end_absent,
     intent_escalate,
     intent_open_compensation,
     intent_reopen_compensation,
@@ -76,6 +79,9 @@ __all__ = [
     "check_allowed",
     "complete_compensated_original",
     "intent_begin_compensation",
+    "intent_end_absent",
+    "intent_hold_unserved",
+    "resend_refusal",
     "intent_escalate",
     "intent_open_compensation",
     "intent_resolve_absent",

@@ -29,12 +29,13 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
+from operations.adapters.registry import serving_problem
 from operations.audit import audit_append
-from operations.exceptions import IntentMoved
+from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.idempotency import canonical_json
 from operations.models import OPEN_STATUSES, Intent
 from operations.policies import Policy
-from operations.services.transitions import transition_or_raise
+from operations.services.transitions import transition, transition_or_raise
 
 
 def business_key(*, tenant: str, action: str, reference: str, arguments: Any, policy: Policy) -> str:
@@ -89,15 +90,29 @@ def intent_release_held(
         duplicate_risk_accepted: an operator releases it while the earlier intent is still open
             (or after it SUCCEEDED); recorded in the audit event.
 
+    An intent held because this deployment cannot run it (``hold_reason``: its action or
+    version is not served) is released only once it is served again; ``hold_reason`` is then
+    cleared (the audit event keeps it).
+
     Raises:
         IntentMoved: the intent is not HELD any more.
+        ResolutionRefused: it is held because its action or version is not served, and still is.
     """
     with transaction.atomic():
         intent = Intent.objects.select_for_update().get(id=intent_id)
         if intent.status != Intent.Status.HELD:
             raise IntentMoved(intent_id=intent_id, expected="HELD", current=intent.status)
+        if intent.hold_reason:
+            problem = serving_problem(intent.action, intent.action_version)
+            if problem:
+                raise ResolutionRefused(
+                    f"it cannot run here: {problem}. Deploy an adapter that serves it and release it "
+                    "then, or reject it (the agent submits it again under a served version)."
+                )
         policy = Policy.from_snapshot(intent.policy)
         data = {"held_behind": str(intent.held_behind_id), "duplicate_risk_accepted": duplicate_risk_accepted}
+        if intent.hold_reason:
+            data["hold_reason"] = intent.hold_reason
         if policy.needs_approval(intent.arguments):
             transition_or_raise(
                 intent_id=intent_id,
@@ -109,6 +124,7 @@ def intent_release_held(
                 data=data,
                 updates={
                     "escalated_at": None,
+                    "hold_reason": "",
                     "approval_expires_at": Now() + timedelta(seconds=policy.approval_ttl_seconds),
                 },
             )
@@ -121,7 +137,7 @@ def intent_release_held(
                 event="released",
                 reason=reason,
                 data=data,
-                updates={"escalated_at": None},
+                updates={"escalated_at": None, "hold_reason": ""},
                 dispatch=True,
             )
         others = (
@@ -173,3 +189,28 @@ def intent_hold_for_a_person(*, intent_id: uuid.UUID, reason: str, data: dict[st
                 intent_id=intent_id, event="likely_duplicate", actor="reconciler", reason=reason, data=data
             )
     return bool(updated)
+
+
+def intent_hold_unserved(*, intent_id: uuid.UUID, reason: str, actor: str) -> bool:
+    """READY -> HELD for a person: this deployment cannot run the intent (``reason``: its action
+    is not registered, its adapter cannot be loaded, or its ``action_version`` is no longer
+    served). Nothing is sent and no attempt is spent. ``hold_reason`` records why, and
+    ``escalated_at`` puts it in the operators' queue at once; ``held_behind`` is left as it is
+    (NULL, unless it was held behind an earlier intent before). An operator releases it once
+    the action is served again (``intent_release_held``) or rejects it.
+
+    Returns True when it was still READY and is now HELD.
+    """
+    with transaction.atomic():
+        # The race this stops: a worker claiming the intent (READY -> RUNNING) meanwhile; only
+        # one of the two compare-and-swaps on READY matches.
+        return transition(
+            intent_id=intent_id,
+            from_status=Intent.Status.READY,
+            to_status=Intent.Status.HELD,
+            actor=actor,
+            event="held_unserved",
+            reason=reason,
+            data={"hold_reason": reason},
+            updates={"hold_reason": reason, "escalated_at": Now(), "not_before": None},
+        )

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db.models.functions import Now
 
-from operations.adapters.registry import UnknownAction, capabilities_for
+from operations.adapters.registry import ActionUnavailable, capabilities_for
 
 
 def duplicate_check_updates(*, action: str, attempts: int) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def duplicate_check_updates(*, action: str, attempts: int) -> dict[str, Any]:
     """
     try:
         capabilities = capabilities_for(action)
-    except UnknownAction:
+    except ActionUnavailable:
         return {}
     if attempts <= 1 or not capabilities.duplicates_possible:
         return {}

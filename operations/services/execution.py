@@ -23,6 +23,7 @@ from operations.backoff import backoff_seconds
 from operations.bounds import clean_detail, clean_text, reference_problem, unstorable_evidence
 from operations.models import Attempt, Intent, Outcome
 from operations.policies import Policy
+from operations.services.budget import retry_allowed as retry_allowed  # the engine's name for it
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.resolution import complete_compensated_original, intent_escalate
 from operations.services.transitions import check_allowed, transition
@@ -317,17 +318,6 @@ def intent_record_failure(
     if moved:
         metrics.TERMINAL_FAILURES.inc()
     return moved
-
-
-def retry_allowed(intent: Intent) -> bool:
-    """True while the retry budget (attempts) and the overall deadline allow another attempt."""
-    retry = Policy.from_snapshot(intent.policy).retry
-    if intent.attempt_count >= retry.max_attempts:
-        return False
-    deadline = retry.deadline_seconds
-    if deadline is None:
-        return True
-    return Intent.objects.filter(id=intent.id, created_at__gt=Now() - timedelta(seconds=deadline)).exists()
 
 
 def intent_schedule_retry(*, claim: Claim, error: str, detail: dict[str, Any] | None = None) -> bool:

@@ -12,6 +12,7 @@ from django.db.models.functions import Now
 from operations import metrics
 from operations.audit import audit_append
 from operations.models import Attempt, Intent
+from operations.services.budget import resend_refusal
 from operations.services.execution import release_lease
 from operations.services.transitions import outbox_enqueue, transition
 
@@ -20,13 +21,18 @@ def intent_take_over_lease(*, intent_id: uuid.UUID, fence: int, provider_dedupli
     """A RUNNING intent whose lease expired (worker killed, hung or cut off): move it on.
 
     To READY (same key; the next claim takes the next fence) when the provider deduplicates on
-    the key, else to UNKNOWN for reconciliation. Conditional on the fence and on the lease
-    having expired by the database clock, so a live worker's lease is never taken.
+    the key and the intent may be sent again (``budget.resend_refusal``: attempt budget left,
+    action and version served), else to UNKNOWN for reconciliation, with the reason it was not
+    sent again in the audit event. Conditional on the fence and on the lease having expired by
+    the database clock, so a live worker's lease is never taken.
 
     Returns the new status, or None when the intent moved meanwhile.
     """
-    target = Intent.Status.READY if provider_deduplicates else Intent.Status.UNKNOWN
     with transaction.atomic():
+        intent = Intent.objects.filter(id=intent_id).first()
+        refusal = resend_refusal(intent) if intent is not None else None
+        resend = provider_deduplicates and refusal is None
+        target = Intent.Status.READY if resend else Intent.Status.UNKNOWN
         moved = transition(
             intent_id=intent_id,
             from_status=Intent.Status.RUNNING,
@@ -34,14 +40,15 @@ def intent_take_over_lease(*, intent_id: uuid.UUID, fence: int, provider_dedupli
             fence=fence,
             actor="reconciler",
             event="lease_taken_over",
-            reason="the worker's lease expired before it recorded an outcome",
-            data={"fence": fence},
+            reason="the worker's lease expired before it recorded an outcome"
+            + (f"; not sent again: {refusal}" if provider_deduplicates and refusal else ""),
+            data={"fence": fence, **({"not_sent_again": refusal} if refusal else {})},
+            # lookup_count is kept: the reconciler's patience counts every lookup (issue 21).
             updates={
                 **release_lease(),
                 "not_before": None,
-                "last_error": "lease expired",
+                "last_error": "lease expired" + (f"; {refusal}" if refusal else ""),
                 "next_lookup_at": Now(),
-                "lookup_count": 0,
             },
             where=Q(lease_expires_at__lt=Now()),
             dispatch=target == Intent.Status.READY,

@@ -14,10 +14,11 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
 
 from operations import metrics
-from operations.adapters.registry import capabilities_for, get_adapter
+from operations.adapters.registry import ActionUnavailable, capabilities_for, get_adapter, serving_problem
 from operations.audit import audit_append
-from operations.exceptions import IntentMoved, ResolutionRefused
+from operations.exceptions import IntentMoved, ResendRefused, ResolutionRefused
 from operations.models import ENDED_WITHOUT_EFFECT, Intent, Outcome
+from operations.services.budget import resend_refusal
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.submission import intent_submit
 from operations.services.transitions import transition, transition_or_raise
@@ -66,9 +67,20 @@ def intent_resolve_absent(
 ) -> None:
     """UNKNOWN -> READY with the same key (and an outbox message): the effect did not happen.
 
+    The re-send spends the one attempt budget (``budget.resend_refusal``); ``lookup_count`` is
+    kept, so the reconciler's patience is not reset by a round trip through READY.
+
     Raises:
         IntentMoved: the intent is no longer UNKNOWN.
+        ResendRefused: it must not be sent again (attempt budget spent, action or version not
+            served); it stays UNKNOWN. The caller escalates it, or ``intent_end_absent`` ends it.
     """
+    intent = Intent.objects.get(id=intent_id)
+    if intent.status != Intent.Status.UNKNOWN:
+        raise IntentMoved(intent_id=intent_id, expected=Intent.Status.UNKNOWN, current=intent.status)
+    refusal = resend_refusal(intent)
+    if refusal:
+        raise ResendRefused(f"the intent cannot be sent again: {refusal}", why=refusal)
     transition_or_raise(
         intent_id=intent_id,
         from_status=Intent.Status.UNKNOWN,
@@ -77,9 +89,39 @@ def intent_resolve_absent(
         event="outcome_absent",
         reason=reason,
         data=data or {},
-        updates={"not_before": None, "next_lookup_at": None, "escalated_at": None, "lookup_count": 0},
+        updates={"not_before": None, "next_lookup_at": None, "escalated_at": None},
+        # The race this stops: a claim cannot happen while UNKNOWN, so the count read above is
+        # the count now; the condition keeps the rule in the compare-and-swap all the same.
+        where=Q(attempt_count=intent.attempt_count),
         dispatch=True,
     )
+
+
+def intent_end_absent(
+    *, intent_id: uuid.UUID, actor: str, reason: str, why: str, data: dict[str, Any] | None = None
+) -> None:
+    """UNKNOWN -> FAILED: an operator says the effect did not happen, and the intent cannot be
+    sent again (``why``: its attempt budget is spent, or its action or version is not served).
+    It ends without effect; an agent that still wants it submits a new intent.
+
+    Raises:
+        IntentMoved: the intent is no longer UNKNOWN.
+    """
+    transition_or_raise(
+        intent_id=intent_id,
+        from_status=Intent.Status.UNKNOWN,
+        to_status=Intent.Status.FAILED,
+        actor=actor,
+        event="outcome_absent",
+        reason=reason,
+        data={**(data or {}), "not_sent_again": why},
+        updates={
+            "next_lookup_at": None,
+            "escalated_at": None,
+            "last_error": f"absent (an operator's decision); not sent again: {why}",
+        },
+    )
+    metrics.TERMINAL_FAILURES.inc()
 
 
 def intent_escalate(
@@ -121,7 +163,13 @@ def intent_open_compensation(
     Raises:
         ResolutionRefused: the action has no compensation.
     """
-    action = capabilities_for(original.action).compensation_action
+    try:
+        action = capabilities_for(original.action).compensation_action
+    except ActionUnavailable as exc:
+        raise ResolutionRefused(
+            f"{original.action} cannot be compensated here: {serving_problem(original.action, original.action_version)}. "
+            "Undo the effect at the provider yourself, then confirm it with its reference and say so in the reason."
+        ) from exc
     if not action:
         raise ResolutionRefused(f"{original.action} has no compensation action")
     try:

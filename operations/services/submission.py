@@ -12,7 +12,7 @@ from django.db.models.functions import Now
 
 from operations import metrics
 from operations.adapters.base import ArgumentsInvalid, Preview
-from operations.adapters.registry import UnknownAction, get_adapter
+from operations.adapters.registry import ActionUnavailable, UnknownAction, get_adapter
 from operations.audit import audit_append
 from operations.exceptions import (
     CancelRefused,
@@ -33,7 +33,6 @@ from operations.policies import Policy, policy_for
 from operations.services.business import business_key, open_intent_for
 from operations.services.transitions import outbox_enqueue, transition
 
-SUPPORTED_ACTION_VERSIONS = (1,)
 REFERENCE_MAX_LENGTH = Intent._meta.get_field("reference").max_length or 200
 
 
@@ -88,9 +87,13 @@ def _validate(action: str, action_version: int, arguments: Any) -> None:
         adapter = get_adapter(action)
     except UnknownAction as exc:
         raise ValidationFailed(str(exc), known_actions=exc.known) from exc
-    if action_version not in SUPPORTED_ACTION_VERSIONS:
+    except ActionUnavailable as exc:
+        raise ValidationFailed(str(exc)) from exc
+    # The versions served come from the adapter (issue 21, item 7), not from a constant.
+    served = adapter.versions_for(action)
+    if action_version not in served:
         raise ValidationFailed(
-            f"{action} has no version {action_version}; supported: {list(SUPPORTED_ACTION_VERSIONS)}",
+            f"{action} has no version {action_version}; supported: {list(served)}",
             errors=[{"field": "action_version", "message": "unsupported version"}],
         )
     if not isinstance(arguments, dict):
@@ -98,7 +101,7 @@ def _validate(action: str, action_version: int, arguments: Any) -> None:
             "arguments must be a JSON object", errors=[{"field": "arguments", "message": "not an object"}]
         )
     try:
-        adapter.validate(action, arguments)
+        adapter.validate(action, arguments, version=action_version)
     except ArgumentsInvalid as exc:
         raise ValidationFailed(
             f"arguments do not match the {action} schema: {exc}", errors=exc.errors

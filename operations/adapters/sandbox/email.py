@@ -34,6 +34,8 @@ class SandboxEmailAdapter(Adapter):
 
     actions: ClassVar[tuple[str, ...]] = ("email.send",)
     capabilities = Capabilities(idempotency_keys=False, lookup=LookupKind.EVENTUAL)
+    #: The action versions served (issue 21: declared by the adapter, not a constant).
+    versions: ClassVar[dict[str, tuple[int, ...]]] = {"email.send": (1,)}
     argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {"email.send": EMAIL_SCHEMA}
     money_fields: ClassVar[tuple[str, ...]] = ()
 

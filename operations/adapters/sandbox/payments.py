@@ -39,6 +39,8 @@ class SandboxPaymentsAdapter(Adapter):
         compensation_action="payments.refund",
         fences=True,
     )
+    #: The action versions served (issue 21: declared by the adapter, not a constant).
+    versions: ClassVar[dict[str, tuple[int, ...]]] = {"payments.charge": (1,), "payments.refund": (1,)}
     argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {
         "payments.charge": CHARGE_SCHEMA,
         "payments.refund": REFUND_SCHEMA,

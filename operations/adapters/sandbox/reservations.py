@@ -44,6 +44,8 @@ class SandboxReservationsAdapter(Adapter):
         list_by_reference=True,
         compensation_action="reservations.cancel",
     )
+    #: The action versions served (issue 21: declared by the adapter, not a constant).
+    versions: ClassVar[dict[str, tuple[int, ...]]] = {"reservations.create": (1,), "reservations.cancel": (1,)}
     argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {
         "reservations.create": RESERVATION_SCHEMA,
         "reservations.cancel": CANCEL_RESERVATION_SCHEMA,
