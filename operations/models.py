@@ -319,7 +319,9 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     # HELD: behind an earlier intent for the same business action; released when it ended
     # without effect (or by a person accepting the duplicate risk), rejected by a person.
     S.HELD: frozenset({S.READY, S.AWAITING_APPROVAL, S.REJECTED, S.CANCELLED}),
-    S.READY: frozenset({S.RUNNING, S.CANCELLED}),
+    # READY -> SUCCEEDED: a lookup still in flight when the intent was sent back to READY found
+    # the effect before any worker re-sent it (evidence wins; issue 21 item 9).
+    S.READY: frozenset({S.RUNNING, S.CANCELLED, S.SUCCEEDED}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.READY, S.UNKNOWN}),
     S.UNKNOWN: frozenset({S.SUCCEEDED, S.READY, S.COMPENSATING}),
     S.SUCCEEDED: frozenset({S.COMPENSATING}),

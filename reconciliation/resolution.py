@@ -62,6 +62,16 @@ def _record(intent: Intent, user: User, verb: str, reason: str, references: list
     )
 
 
+def _found_by_lookup(intent: Intent) -> Evidence | None:
+    """The latest lookup on record that found the intent's effect at the provider, if any."""
+    return (
+        Evidence.objects.filter(intent=intent, kind=Evidence.Kind.LOOKUP, result=LookupStatus.FOUND.value)
+        .exclude(provider_references=[])
+        .order_by("-created_at")
+        .first()
+    )
+
+
 def resolve_confirmed(
     *,
     intent_id: uuid.UUID,
@@ -126,10 +136,13 @@ def resolve_absent(
     """The effect did not happen: UNKNOWN -> READY, retried with the same key.
 
     For a provider that does not deduplicate on the key a retry may create a second effect, so
-    the operator must accept that risk explicitly (it is recorded).
+    the operator must accept that risk explicitly (it is recorded), and the intent waits out
+    any lookup still in flight (``intent_resolve_absent``). Evidence wins: when a lookup on
+    record found the effect, ``absent`` is refused with that evidence (issue 21 item 9).
 
     Raises:
-        ResolutionRefused: no permission, no reason, or duplicate risk not accepted.
+        ResolutionRefused: no permission, no reason, duplicate risk not accepted, or a lookup
+            found the effect.
         IntentMoved: the intent is no longer UNKNOWN.
     """
     intent = _load(intent_id, user, reason)
@@ -140,6 +153,16 @@ def resolve_absent(
             "Accept the duplicate risk explicitly to retry."
         )
     with transaction.atomic():
+        # The race this stops: a lookup that found the effect while the operator was deciding.
+        # The row lock orders this against ``record_lookup``: found evidence on record refuses.
+        Intent.objects.select_for_update().filter(id=intent.id).exists()
+        found = _found_by_lookup(intent)
+        if found is not None:
+            raise ResolutionRefused(
+                f"the provider has this effect: a lookup ({found.actor}, {found.created_at:%Y-%m-%d %H:%M:%S} "
+                f"UTC) found {', '.join(found.provider_references)}. It happened, so it is not sent "
+                "again; confirm it with that reference instead."
+            )
         _record(intent, user, "absent", reason, [], accepted_duplicate_risk=accept_duplicate_risk)
         services.intent_resolve_absent(
             intent_id=intent.id,
@@ -166,13 +189,8 @@ def resolve_compensate(
     intent = _load(intent_id, user, reason)
     reference = provider_reference.strip()
     if not reference:
-        found = (
-            Evidence.objects.filter(intent=intent, kind=Evidence.Kind.LOOKUP, result=LookupStatus.FOUND.value)
-            .order_by("-created_at")
-            .values_list("provider_references", flat=True)
-            .first()
-        )
-        reference = found[0] if found else ""
+        found = _found_by_lookup(intent)
+        reference = found.provider_references[0] if found else ""
     if not reference:
         raise ResolutionRefused(
             "compensate needs the provider reference of the effect to undo; no lookup has found one yet"

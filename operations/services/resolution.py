@@ -7,6 +7,7 @@ compare-and-swap on ``status = UNKNOWN`` (or SUCCEEDED for compensation) plus it
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -16,6 +17,7 @@ from django.db.models.functions import Now
 from operations import metrics
 from operations.adapters.registry import capabilities_for, get_adapter
 from operations.audit import audit_append
+from operations.calls import lookup_settle_seconds
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import ENDED_WITHOUT_EFFECT, Intent, Outcome
 from operations.services.duplicates import duplicate_check_updates
@@ -25,9 +27,13 @@ from operations.services.transitions import transition, transition_or_raise
 
 def intent_resolve_found(
     *, intent_id: uuid.UUID, provider_reference: str, source: str, actor: str, reason: str = "",
-    detail: dict[str, Any] | None = None,
+    detail: dict[str, Any] | None = None, from_status: str = Intent.Status.UNKNOWN,
 ) -> None:  # fmt: skip
     """UNKNOWN -> SUCCEEDED with the provider's receipt found by lookup or given by an operator.
+
+    ``from_status`` READY is the one other origin: a lookup that was in flight when the intent
+    was sent back to READY found the effect before any worker re-sent it (the READY intent is
+    still waiting out ``lookup_settle_seconds``); the evidence wins and nothing is re-sent.
 
     An intent sent more than once to a provider without keys gets duplicate checks scheduled
     (``duplicate_check_updates``), as on every path that ends an intent.
@@ -43,7 +49,7 @@ def intent_resolve_found(
         intent = Intent.objects.only("action", "attempt_count").get(id=intent_id)
         transition_or_raise(
             intent_id=intent_id,
-            from_status=Intent.Status.UNKNOWN,
+            from_status=from_status,
             to_status=Intent.Status.SUCCEEDED,
             actor=actor,
             event="outcome_found",
@@ -52,6 +58,7 @@ def intent_resolve_found(
             updates={
                 "last_error": "",
                 "next_lookup_at": None,
+                "not_before": None,
                 **duplicate_check_updates(action=intent.action, attempts=intent.attempt_count),
             },
         )
@@ -66,9 +73,16 @@ def intent_resolve_absent(
 ) -> None:
     """UNKNOWN -> READY with the same key (and an outbox message): the effect did not happen.
 
+    At a provider that cannot deduplicate on our key, the intent is due only after
+    ``lookup_settle_seconds`` (its outbox message too): a lookup already in flight records what
+    it finds first, and a found effect ends the intent SUCCEEDED instead of sending it a second
+    time (issue 21 item 9). A keyed provider replays a same-key re-send, so it waits for nothing.
+
     Raises:
         IntentMoved: the intent is no longer UNKNOWN.
     """
+    action = Intent.objects.values_list("action", flat=True).get(id=intent_id)
+    settle = 0.0 if capabilities_for(action).same_key_retry_safe else lookup_settle_seconds()
     transition_or_raise(
         intent_id=intent_id,
         from_status=Intent.Status.UNKNOWN,
@@ -76,8 +90,13 @@ def intent_resolve_absent(
         actor=actor,
         event="outcome_absent",
         reason=reason,
-        data=data or {},
-        updates={"not_before": None, "next_lookup_at": None, "escalated_at": None, "lookup_count": 0},
+        data={**(data or {}), **({"settle_seconds": settle} if settle else {})},
+        updates={
+            "not_before": Now() + timedelta(seconds=settle) if settle else None,
+            "next_lookup_at": None,
+            "escalated_at": None,
+            "lookup_count": 0,
+        },
         dispatch=True,
     )
 
