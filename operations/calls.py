@@ -48,6 +48,16 @@ def lookup_call(intent: Intent) -> ExecutionCall:
     )
 
 
+def lookup_settle_seconds() -> float:
+    """How long an intent sent back to READY (a lookup's authoritative absence, an operator's
+    ``absent``) waits before a worker may claim it: the lookup deadline plus a 2 s margin for
+    recording. A lookup that was already in flight when the intent left UNKNOWN ends within its
+    deadline, so its evidence is recorded before any re-send and a found effect wins
+    (``reconciliation.lookups.record_lookup``; issue 21 item 9).
+    """
+    return float(settings.EFFECT_LEDGER["PROVIDER_TIMEOUT_SECONDS"]) + 2.0
+
+
 def provider_lookup(intent: Intent) -> LookupResult:
     """Ask ``intent``'s provider whether its effect exists; never raises.
 

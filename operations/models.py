@@ -328,7 +328,9 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.HELD: frozenset({S.READY, S.AWAITING_APPROVAL, S.REJECTED, S.CANCELLED}),
     # READY -> HELD: this deployment cannot run it (its action or version is not served); a
     # person decides (issue 21). Nothing was sent.
-    S.READY: frozenset({S.RUNNING, S.CANCELLED, S.HELD}),
+    # READY -> SUCCEEDED: a lookup still in flight when the intent was sent back to READY found
+    # the effect before any worker re-sent it (evidence wins; issue 21 item 9).
+    S.READY: frozenset({S.RUNNING, S.CANCELLED, S.HELD, S.SUCCEEDED}),
     S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.READY, S.UNKNOWN}),
     # UNKNOWN -> FAILED: an operator says "absent" for an intent that cannot be sent again
     # (attempt budget spent, action or version not served): it ends without effect (issue 21).

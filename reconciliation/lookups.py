@@ -94,23 +94,35 @@ def _lookup(intent: Intent) -> LookupResult:
 
 
 def _apply(intent: Intent, result: LookupResult, actor: str) -> str | None:
-    """Act on a conclusive lookup; None when it proves nothing."""
+    """Act on a conclusive lookup; None when it proves nothing. ``intent.status`` is UNKNOWN,
+    or READY when the lookup was in flight as the intent was sent back (only FOUND acts then)."""
     if result.status == LookupStatus.FOUND and result.provider_references:
         keep = result.provider_references[0]
+        waiting_resend = intent.status == Intent.Status.READY
         with transaction.atomic():
             services.intent_resolve_found(
                 intent_id=intent.id,
                 provider_reference=keep,
                 source=Outcome.Source.RECONCILER,
                 actor=actor,
-                reason="the provider has the effect",
+                reason=(
+                    "the provider has the effect: found by a lookup that was in flight when the intent "
+                    "was sent back to READY, so it is not sent again"
+                    if waiting_resend
+                    else "the provider has the effect"
+                ),
                 detail=result.detail,
+                from_status=intent.status,
             )
             # Two or more effects for one intent (a provider without keys): each extra one is
             # compensated or flagged for operators, in the same transaction.
             record_duplicates(intent=intent, references=list(result.provider_references), keep=keep)
         return "resolved"
-    if result.status == LookupStatus.ABSENT and capabilities_for(intent.action).absence_is_proof:
+    if (
+        intent.status == Intent.Status.UNKNOWN
+        and result.status == LookupStatus.ABSENT
+        and capabilities_for(intent.action).absence_is_proof
+    ):
         services.intent_resolve_absent(
             intent_id=intent.id,
             actor=actor,
@@ -166,27 +178,55 @@ def reconcile_intent(intent_id: uuid.UUID, *, actor: str = "reconciler") -> str:
         return _escalate_now(
             intent, f"no lookup is possible: {serving_problem(intent.action, intent.action_version)}"
         )
-    result = _lookup(intent)
-    _record(intent, result, actor)
-    try:
-        applied = _apply(intent, result, actor)
-    except IntentMoved:
-        return "moved"
-    except ResendRefused as refused:
-        return _escalate_now(
-            intent,
-            f"the provider shows no effect, but {refused.why}: an operator decides (absent ends it FAILED)",
-        )
-    except Exception as exc:
-        logger.exception("acting on a lookup failed", extra={"intent_id": str(intent.id)})
-        metrics.RECONCILE_ITEM_ERRORS.labels(sweep="unknown").inc()
-        _record(
-            intent, LookupResult(status=LookupStatus.INCONCLUSIVE, detail={"error": repr(exc)[:500]}), actor
-        )
-        return _wait_or_escalate(intent, f"error {type(exc).__name__}")
-    if applied is not None:
-        return applied
-    return _wait_or_escalate(intent, result.status.value)
+    return record_lookup(intent_id, _lookup(intent), actor=actor)
+
+
+def record_lookup(intent_id: uuid.UUID, result: LookupResult, *, actor: str = "reconciler") -> str:
+    """Record a lookup's evidence and act on it in one transaction, under the intent's row lock.
+
+    The lock orders this against every other decision on the intent (an operator's ``absent``,
+    a worker's claim), so evidence is never thrown away (issue 21 item 9):
+
+    * UNKNOWN: act as the module table says.
+    * READY (sent back by an operator's ``absent`` or an authoritative absence while this lookup
+      was in flight, not yet claimed: a provider without keys waits ``lookup_settle_seconds``
+      first) and FOUND: SUCCEEDED with the found receipt; nothing is sent again.
+    * anything else: the evidence is kept on record (an operator's later ``absent`` is refused
+      while a found effect is on record) and nothing moves.
+
+    Returns ``resolved``, ``retry``, ``waiting``, ``escalated`` or ``moved``.
+    """
+    with transaction.atomic():
+        intent = Intent.objects.select_for_update().get(id=intent_id)
+        _record(intent, result, actor)
+        if intent.status not in {Intent.Status.UNKNOWN, Intent.Status.READY}:
+            return "moved"
+        try:
+            with transaction.atomic():  # a savepoint: a failure here keeps the evidence above
+                applied = _apply(intent, result, actor)
+        except IntentMoved:
+            return "moved"
+        except ResendRefused as refused:
+            return _escalate_now(
+                intent,
+                f"the provider shows no effect, but {refused.why}: an operator decides (absent ends it FAILED)",
+            )
+        except Exception as exc:
+            logger.exception("acting on a lookup failed", extra={"intent_id": str(intent.id)})
+            metrics.RECONCILE_ITEM_ERRORS.labels(sweep="unknown").inc()
+            _record(
+                intent,
+                LookupResult(status=LookupStatus.INCONCLUSIVE, detail={"error": repr(exc)[:500]}),
+                actor,
+            )
+            applied, status = None, f"error {type(exc).__name__}"
+        else:
+            status = result.status.value
+        if applied is not None:
+            return applied
+        if intent.status != Intent.Status.UNKNOWN:
+            return "moved"
+        return _wait_or_escalate(intent, status)
 
 
 def reconcile_unknown(*, batch: int | None = None) -> LookupCounts:

@@ -62,6 +62,16 @@ def _record(intent: Intent, user: User, verb: str, reason: str, references: list
     )
 
 
+def _found_by_lookup(intent: Intent) -> Evidence | None:
+    """The latest lookup on record that found the intent's effect at the provider, if any."""
+    return (
+        Evidence.objects.filter(intent=intent, kind=Evidence.Kind.LOOKUP, result=LookupStatus.FOUND.value)
+        .exclude(provider_references=[])
+        .order_by("-created_at")
+        .first()
+    )
+
+
 def resolve_confirmed(
     *,
     intent_id: uuid.UUID,
@@ -126,40 +136,51 @@ def resolve_absent(
     """The effect did not happen: UNKNOWN -> READY, retried with the same key.
 
     For a provider that does not deduplicate on the key a retry may create a second effect, so
-    the operator must accept that risk explicitly (it is recorded).
+    the operator must accept that risk explicitly (it is recorded), and the intent waits out
+    any lookup still in flight (``intent_resolve_absent``). Evidence wins: when a lookup on
+    record found the effect, ``absent`` is refused with that evidence (issue 21 item 9).
 
     An intent that must not be sent again (``services.resend_refusal``: its attempt budget is
     spent, or this deployment does not serve its action or version) ends FAILED instead: no
     effect, by the operator's word, and no re-send (issue 21). The page says so beforehand.
 
     Raises:
-        ResolutionRefused: no permission, no reason, or duplicate risk not accepted.
+        ResolutionRefused: no permission, no reason, duplicate risk not accepted, or a lookup
+            found the effect.
         IntentMoved: the intent is no longer UNKNOWN.
     """
     intent = _load(intent_id, user, reason)
     cannot_resend = services.resend_refusal(intent)
-    if cannot_resend:
-        with transaction.atomic():
-            _record(intent, user, "absent", reason, [], not_sent_again=cannot_resend)
-            services.intent_end_absent(
-                intent_id=intent.id, actor=f"user:{user.get_username()}", reason=reason, why=cannot_resend
-            )
-        intent.refresh_from_db()
-        return intent
-    deduplicates = capabilities_for(intent.action).same_key_retry_safe
-    if not deduplicates and not accept_duplicate_risk:
+    deduplicates = False if cannot_resend else capabilities_for(intent.action).same_key_retry_safe
+    if not cannot_resend and not deduplicates and not accept_duplicate_risk:
         raise ResolutionRefused(
             f"{intent.action}'s provider does not deduplicate on our key: retrying may create a second effect. "
             "Accept the duplicate risk explicitly to retry."
         )
+    actor = f"user:{user.get_username()}"
     with transaction.atomic():
-        _record(intent, user, "absent", reason, [], accepted_duplicate_risk=accept_duplicate_risk)
-        services.intent_resolve_absent(
-            intent_id=intent.id,
-            actor=f"user:{user.get_username()}",
-            reason=reason,
-            data={"accepted_duplicate_risk": accept_duplicate_risk, "provider_deduplicates": deduplicates},
-        )
+        # The race this stops: a lookup that found the effect while the operator was deciding.
+        # The row lock orders this against ``record_lookup``: found evidence on record refuses
+        # (also where ``absent`` would end the intent FAILED: it happened, so it did not fail).
+        Intent.objects.select_for_update().filter(id=intent.id).exists()
+        found = _found_by_lookup(intent)
+        if found is not None:
+            raise ResolutionRefused(
+                f"the provider has this effect: a lookup ({found.actor}, {found.created_at:%Y-%m-%d %H:%M:%S} "
+                f"UTC) found {', '.join(found.provider_references)}. It happened, so it is not sent "
+                "again; confirm it with that reference instead."
+            )
+        if cannot_resend:
+            _record(intent, user, "absent", reason, [], not_sent_again=cannot_resend)
+            services.intent_end_absent(intent_id=intent.id, actor=actor, reason=reason, why=cannot_resend)
+        else:
+            _record(intent, user, "absent", reason, [], accepted_duplicate_risk=accept_duplicate_risk)
+            services.intent_resolve_absent(
+                intent_id=intent.id,
+                actor=actor,
+                reason=reason,
+                data={"accepted_duplicate_risk": accept_duplicate_risk, "provider_deduplicates": deduplicates},
+            )
     intent.refresh_from_db()
     return intent
 
@@ -179,13 +200,8 @@ def resolve_compensate(
     intent = _load(intent_id, user, reason)
     reference = provider_reference.strip()
     if not reference:
-        found = (
-            Evidence.objects.filter(intent=intent, kind=Evidence.Kind.LOOKUP, result=LookupStatus.FOUND.value)
-            .order_by("-created_at")
-            .values_list("provider_references", flat=True)
-            .first()
-        )
-        reference = found[0] if found else ""
+        found = _found_by_lookup(intent)
+        reference = found.provider_references[0] if found else ""
     if not reference:
         raise ResolutionRefused(
             "compensate needs the provider reference of the effect to undo; no lookup has found one yet"

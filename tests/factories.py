@@ -9,9 +9,10 @@ from typing import Any
 import factory
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.db.models.functions import Now
 
 from operations.authentication import agent_create
-from operations.models import Agent, Intent
+from operations.models import Agent, Intent, OutboxMessage
 from operations.services import intent_submit
 
 
@@ -41,6 +42,15 @@ def make_agent(name: str = "agent-1", tenant: str = "acme") -> tuple[Agent, str]
 def charge_arguments(amount: int = 4990, **overrides: Any) -> dict[str, Any]:
     """Valid ``payments.charge`` arguments (amount in cents)."""
     return {"amount": amount, "currency": "EUR", "customer": "cus_42", **overrides}
+
+
+def settled(intent: Intent) -> Intent:
+    """Skip the wait after an operator's ``absent`` at a provider without keys: the intent (and
+    its outbox message) is due ``lookup_settle_seconds`` later so a lookup in flight can record
+    first (issue 21 item 9). For tests that race no lookup; returns ``intent``."""
+    Intent.objects.filter(id=intent.id, status=Intent.Status.READY).update(not_before=Now())
+    OutboxMessage.objects.filter(intent_id=intent.id, sent_at__isnull=True).update(due_at=Now())
+    return intent
 
 
 def submit(

@@ -7,6 +7,7 @@ compare-and-swap on ``status = UNKNOWN`` (or SUCCEEDED for compensation) plus it
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
@@ -16,6 +17,7 @@ from django.db.models.functions import Now
 from operations import metrics
 from operations.adapters.registry import ActionUnavailable, capabilities_for, get_adapter, serving_problem
 from operations.audit import audit_append
+from operations.calls import lookup_settle_seconds
 from operations.exceptions import IntentMoved, ResendRefused, ResolutionRefused
 from operations.models import ENDED_WITHOUT_EFFECT, Intent, Outcome
 from operations.services.budget import resend_refusal
@@ -26,9 +28,13 @@ from operations.services.transitions import transition, transition_or_raise
 
 def intent_resolve_found(
     *, intent_id: uuid.UUID, provider_reference: str, source: str, actor: str, reason: str = "",
-    detail: dict[str, Any] | None = None,
+    detail: dict[str, Any] | None = None, from_status: str = Intent.Status.UNKNOWN,
 ) -> None:  # fmt: skip
     """UNKNOWN -> SUCCEEDED with the provider's receipt found by lookup or given by an operator.
+
+    ``from_status`` READY is the one other origin: a lookup that was in flight when the intent
+    was sent back to READY found the effect before any worker re-sent it (the READY intent is
+    still waiting out ``lookup_settle_seconds``); the evidence wins and nothing is re-sent.
 
     An intent sent more than once to a provider without keys gets duplicate checks scheduled
     (``duplicate_check_updates``), as on every path that ends an intent.
@@ -44,7 +50,7 @@ def intent_resolve_found(
         intent = Intent.objects.only("action", "attempt_count").get(id=intent_id)
         transition_or_raise(
             intent_id=intent_id,
-            from_status=Intent.Status.UNKNOWN,
+            from_status=from_status,
             to_status=Intent.Status.SUCCEEDED,
             actor=actor,
             event="outcome_found",
@@ -53,6 +59,7 @@ def intent_resolve_found(
             updates={
                 "last_error": "",
                 "next_lookup_at": None,
+                "not_before": None,
                 **duplicate_check_updates(action=intent.action, attempts=intent.attempt_count),
             },
         )
@@ -70,6 +77,11 @@ def intent_resolve_absent(
     The re-send spends the one attempt budget (``budget.resend_refusal``); ``lookup_count`` is
     kept, so the reconciler's patience is not reset by a round trip through READY.
 
+    At a provider that cannot deduplicate on our key, the intent is due only after
+    ``lookup_settle_seconds`` (its outbox message too): a lookup already in flight records what
+    it finds first, and a found effect ends the intent SUCCEEDED instead of sending it a second
+    time (issue 21 item 9). A keyed provider replays a same-key re-send, so it waits for nothing.
+
     Raises:
         IntentMoved: the intent is no longer UNKNOWN.
         ResendRefused: it must not be sent again (attempt budget spent, action or version not
@@ -81,6 +93,7 @@ def intent_resolve_absent(
     refusal = resend_refusal(intent)
     if refusal:
         raise ResendRefused(f"the intent cannot be sent again: {refusal}", why=refusal)
+    settle = 0.0 if capabilities_for(intent.action).same_key_retry_safe else lookup_settle_seconds()
     transition_or_raise(
         intent_id=intent_id,
         from_status=Intent.Status.UNKNOWN,
@@ -88,8 +101,13 @@ def intent_resolve_absent(
         actor=actor,
         event="outcome_absent",
         reason=reason,
-        data=data or {},
-        updates={"not_before": None, "next_lookup_at": None, "escalated_at": None},
+        data={**(data or {}), **({"settle_seconds": settle} if settle else {})},
+        # lookup_count is kept: the reconciler's patience is not reset by a round trip (issue 21).
+        updates={
+            "not_before": Now() + timedelta(seconds=settle) if settle else None,
+            "next_lookup_at": None,
+            "escalated_at": None,
+        },
         # The race this stops: a claim cannot happen while UNKNOWN, so the count read above is
         # the count now; the condition keeps the rule in the compare-and-swap all the same.
         where=Q(attempt_count=intent.attempt_count),

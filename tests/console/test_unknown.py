@@ -132,6 +132,20 @@ def test_resolve_absent_without_keys_needs_the_duplicate_risk_acknowledgement(
     assert Intent.objects.get(id=intent.id).status == Intent.Status.READY
 
 
+def test_i21_9_absent_is_refused_in_place_when_a_lookup_found_the_effect(operator_client: Client) -> None:
+    # given: a reservation whose effect a lookup found (its intent is still UNKNOWN)
+    intent = make_unknown(action="reservations.create", arguments=RESERVATION, reference="booking-1")
+    Evidence.objects.create(intent=intent, kind="lookup", result="found", provider_references=["rsv_77"])
+    # when: an operator says it is absent, accepting the duplicate risk
+    refused = resolve(
+        operator_client, intent, "absent", reason="not in the list", accept_duplicate_risk="on", **HTMX
+    )
+    # then: refused in place, naming the evidence; nothing moved and nothing was recorded as decided
+    assert refused.status_code == 409 and b"rsv_77" in refused.content
+    assert Intent.objects.get(id=intent.id).status == Intent.Status.UNKNOWN
+    assert not Evidence.objects.filter(intent=intent, kind="resolution").exists()
+
+
 def test_resolve_compensate_without_a_known_effect_is_refused(operator_client: Client) -> None:
     intent = make_unknown()
     response = resolve(operator_client, intent, "compensate", reason="refund to be safe", **HTMX)

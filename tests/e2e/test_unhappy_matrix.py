@@ -37,7 +37,7 @@ from reconciliation.resolution import (
     resolve_confirmed,
 )
 from reconciliation.services import reconcile_pass
-from tests.factories import UserFactory, charge_arguments, submit
+from tests.factories import UserFactory, charge_arguments, settled, submit
 from tests.support.workers import requires_real_broker, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -203,7 +203,9 @@ def test_every_kind_every_ending(sandbox: Any, matrix: Any, kind_name: str, endi
         if kind_name == "email":
             sandbox.configure(email_lookup_lag_seconds=3600)
         intent, _ = unknown_intent(kind, ref, with_effect=kind_name == "email")
-        resolve_absent(intent_id=intent.id, user=operator, reason="not seen", accept_duplicate_risk=True)
+        settled(
+            resolve_absent(intent_id=intent.id, user=operator, reason="not seen", accept_duplicate_risk=True)
+        )
         assert execute_intent(intent.id) == "succeeded"
         passes()
         assert not DuplicateFinding.objects.filter(intent=intent).exists()
@@ -250,6 +252,7 @@ def test_every_kind_every_ending(sandbox: Any, matrix: Any, kind_name: str, endi
             reason="provider support: never received",
             accept_duplicate_risk=not keyed,
         )
+        settled(intent)
         assert execute_intent(intent.id) == "succeeded"
         intent.refresh_from_db()
         assert intent.status == "SUCCEEDED" and len(effects(sandbox, kind, ref)) == 1

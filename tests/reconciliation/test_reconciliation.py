@@ -22,7 +22,7 @@ from reconciliation.lookups import claim_unknown_batch, reconcile_unknown
 from reconciliation.models import Evidence, ReconciliationRun
 from reconciliation.resolution import resolve_absent, resolve_compensate, resolve_confirmed
 from reconciliation.services import expire_approvals, reconcile_pass
-from tests.factories import UserFactory, charge_arguments, submit
+from tests.factories import UserFactory, charge_arguments, settled, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -161,6 +161,7 @@ def test_reservation_blind_retry_duplicate_is_compensated(sandbox: Any, operator
     resolve_absent(
         intent_id=intent.id, user=operator, reason="customer says nothing booked", accept_duplicate_risk=True
     )
+    settled(intent)
     assert execute_intent(intent.id) == "succeeded"
     assert len(sandbox.ledger("reservations")) == 2
     # when: reconciliation checks for duplicates, then the compensation runs

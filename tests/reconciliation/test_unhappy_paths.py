@@ -30,7 +30,7 @@ from reconciliation.resolution import (
     resolve_failed_compensation,
 )
 from reconciliation.services import reconcile_pass
-from tests.factories import UserFactory, charge_arguments, submit
+from tests.factories import UserFactory, charge_arguments, settled, submit
 from tests.reconciliation.test_reconciliation import email, reservation, unknown
 
 pytestmark = pytest.mark.django_db
@@ -76,7 +76,11 @@ def test_c18_email_duplicate_behind_a_lagging_lookup_is_found_and_flagged(
     sandbox.inject("crash_after_effect", product="email")
     intent = submit(action="email.send", arguments=email(18), reference="mail-018")
     assert execute_intent(intent.id) == "unknown"
-    resolve_absent(intent_id=intent.id, user=operator, reason="bounced, resend", accept_duplicate_risk=True)
+    settled(
+        resolve_absent(
+            intent_id=intent.id, user=operator, reason="bounced, resend", accept_duplicate_risk=True
+        )
+    )
     assert execute_intent(intent.id) == "succeeded"
     assert len(sandbox.ledger("email")) == 2
     intent.refresh_from_db()
@@ -111,7 +115,9 @@ def test_duplicate_checks_stop_after_the_consistency_window(
     sandbox.inject("crash_before_effect", product="email")
     intent = submit(action="email.send", arguments=email(19))
     assert execute_intent(intent.id) == "unknown"
-    resolve_absent(intent_id=intent.id, user=operator, reason="never sent", accept_duplicate_risk=True)
+    settled(
+        resolve_absent(intent_id=intent.id, user=operator, reason="never sent", accept_duplicate_risk=True)
+    )
     assert execute_intent(intent.id) == "succeeded"
     # when: the last check runs
     run_duplicate_checks()
@@ -128,7 +134,7 @@ def test_reservation_late_second_effect_after_reconciler_found_success_is_compen
     sandbox.inject("crash_before_effect", product="reservations")
     intent = submit(action="reservations.create", arguments=reservation("late-1"), reference="late-1")
     assert execute_intent(intent.id) == "unknown"
-    resolve_absent(intent_id=intent.id, user=operator, reason="retry", accept_duplicate_risk=True)
+    settled(resolve_absent(intent_id=intent.id, user=operator, reason="retry", accept_duplicate_risk=True))
     sandbox.inject("crash_after_effect", product="reservations")
     assert execute_intent(intent.id) == "unknown"
     due()
@@ -478,7 +484,7 @@ def test_c18_duplicate_checks_go_on_past_the_window_while_the_lookup_has_not_cau
     sandbox.inject("crash_after_effect", product="email")
     intent = submit(action="email.send", arguments=email(26))
     assert execute_intent(intent.id) == "unknown"
-    resolve_absent(intent_id=intent.id, user=operator, reason="resend", accept_duplicate_risk=True)
+    settled(resolve_absent(intent_id=intent.id, user=operator, reason="resend", accept_duplicate_risk=True))
     assert execute_intent(intent.id) == "succeeded"
     # when: checks past the window see nothing, not even the email the intent keeps
     for _ in range(3):
