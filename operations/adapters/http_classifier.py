@@ -169,13 +169,16 @@ def error_for(answer: HttpAnswer) -> AdapterError:
     message = f"provider answered {status} {detail['code']}"
     if 300 <= status < 400:
         detail.update(code="redirect_not_followed", location=answer.headers.get("Location", "")[:500])
-        return AmbiguousOutcome(f"provider answered {status} redirect_not_followed: redirects are never followed", detail=detail)
+        return AmbiguousOutcome(
+            f"provider answered {status} redirect_not_followed: redirects are never followed", detail=detail
+        )
     if status == 409 and code in DEFINITE_CONFLICT_CODES:
         return TerminalError(message, detail=detail)
     if status == 409 or code in IN_PROGRESS_CODES:
         delay = retry_after_seconds(answer)
         delay = IN_PROGRESS_DELAY_SECONDS if delay is None else delay
-        detail.update(code=code or "request_in_progress", retry_after_seconds=delay)
+        in_progress = code is None or code in IN_PROGRESS_CODES or _mentions_idempotency(answer)
+        detail.update(code="request_in_progress" if in_progress else code, retry_after_seconds=delay)
         return AmbiguousOutcome(
             f"provider answered {status} {detail['code']}: a request with this key may still be in progress",
             detail=detail,
@@ -198,7 +201,10 @@ def error_for(answer: HttpAnswer) -> AdapterError:
         )
     if status == 422 and (code in KEY_REUSED_CODES or _mentions_idempotency(answer)):
         detail["code"] = "idempotency_key_reused"
-        return TerminalError("provider answered 422 idempotency_key_reused: the key was reused with another payload", detail=detail)
+        return TerminalError(
+            "provider answered 422 idempotency_key_reused: the key was reused with another payload",
+            detail=detail,
+        )
     if 400 <= status < 500:
         return TerminalError(message, detail=detail)
     return AmbiguousOutcome(message, detail=detail)
