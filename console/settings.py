@@ -210,7 +210,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     "PROVIDER_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_PROVIDER_TIMEOUT_SECONDS", 10.0),
     # Seconds the provider deadline stays below the lease at least (operations.engine
     # .provider_deadline_seconds): time to re-check before the call and record after it.
-    "PROVIDER_DEADLINE_MARGIN_SECONDS": env_float("EFFECT_LEDGER_PROVIDER_DEADLINE_MARGIN_SECONDS", 2.0),
+    "PROVIDER_DEADLINE_MARGIN_SECONDS": env_float("EFFECT_LEDGER_PROVIDER_DEADLINE_MARGIN_SECONDS", 1.0),
     # Bytes of a provider's answer that are read at most; past it the answer is ambiguous and
     # only its digest is kept (operations/adapters/http_support.py).
     "PROVIDER_RESPONSE_MAX_BYTES": env_int("EFFECT_LEDGER_PROVIDER_RESPONSE_MAX_BYTES", 1024 * 1024),

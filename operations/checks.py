@@ -47,7 +47,7 @@ def provider_deadline_check(app_configs: Any = None, **kwargs: Any) -> list[Chec
     ``PROVIDER_RESPONSE_MAX_BYTES`` must be a positive number of bytes."""
     conf = settings.EFFECT_LEDGER
     errors: list[CheckMessage] = []
-    lease, margin = float(conf["LEASE_SECONDS"]), float(conf.get("PROVIDER_DEADLINE_MARGIN_SECONDS", 2.0))
+    lease, margin = float(conf["LEASE_SECONDS"]), float(conf.get("PROVIDER_DEADLINE_MARGIN_SECONDS", 1.0))
     if margin < 0 or lease - margin <= 0:
         errors.append(
             Error(

@@ -53,7 +53,7 @@ def provider_deadline_seconds() -> float:
     margin covers the re-check before the call and the recording after it)."""
     conf = settings.EFFECT_LEDGER
     lease = float(conf["LEASE_SECONDS"])
-    margin = float(conf.get("PROVIDER_DEADLINE_MARGIN_SECONDS", 2.0))
+    margin = float(conf.get("PROVIDER_DEADLINE_MARGIN_SECONDS", 1.0))
     return min(float(conf["PROVIDER_TIMEOUT_SECONDS"]), lease / 2, lease - margin)
 
 
