@@ -47,10 +47,14 @@ def worker_identity() -> str:
 
 
 def provider_deadline_seconds() -> float:
-    """The adapter's deadline: the configured provider timeout, but at most half the lease, so
-    the worker always hears back (or gives up) while it still holds the lease."""
+    """The adapter's wall-clock deadline for the whole call, in seconds: the configured provider
+    timeout, but at most half the lease and at least ``PROVIDER_DEADLINE_MARGIN_SECONDS`` shorter
+    than it, so the worker gives up and records the answer while it still holds the lease (the
+    margin covers the re-check before the call and the recording after it)."""
     conf = settings.EFFECT_LEDGER
-    return min(float(conf["PROVIDER_TIMEOUT_SECONDS"]), float(conf["LEASE_SECONDS"]) / 2)
+    lease = float(conf["LEASE_SECONDS"])
+    margin = float(conf.get("PROVIDER_DEADLINE_MARGIN_SECONDS", 1.0))
+    return min(float(conf["PROVIDER_TIMEOUT_SECONDS"]), lease / 2, lease - margin)
 
 
 def _log_context(claim: svc.Claim) -> dict[str, object]:
@@ -113,7 +117,7 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
         if svc.retry_allowed(intent):
             outcome = (
                 "retry"
-                if svc.intent_schedule_retry(claim=claim, error=str(exc), detail=exc.detail)
+                if svc.intent_schedule_retry(claim=claim, error=str(exc), detail=exc.detail, min_delay_seconds=exc.retry_after_seconds)
                 else "stale"
             )
         else:
@@ -128,7 +132,7 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
             # Safe: the provider deduplicates on the key, so a same-key retry cannot double-apply.
             outcome = (
                 "retry"
-                if svc.intent_schedule_retry(claim=claim, error=str(exc), detail=exc.detail)
+                if svc.intent_schedule_retry(claim=claim, error=str(exc), detail=exc.detail, min_delay_seconds=exc.retry_after_seconds)
                 else "stale"
             )
         else:
