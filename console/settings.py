@@ -208,6 +208,12 @@ EFFECT_LEDGER: dict[str, Any] = {
     # Seconds a worker's claim on an intent lasts; the provider deadline is shorter (see engine).
     "LEASE_SECONDS": env_int("EFFECT_LEDGER_LEASE_SECONDS", 30),
     "PROVIDER_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_PROVIDER_TIMEOUT_SECONDS", 10.0),
+    # Seconds the provider deadline stays below the lease at least (operations.engine
+    # .provider_deadline_seconds): time to re-check before the call and record after it.
+    "PROVIDER_DEADLINE_MARGIN_SECONDS": env_float("EFFECT_LEDGER_PROVIDER_DEADLINE_MARGIN_SECONDS", 1.0),
+    # Bytes of a provider's answer that are read at most; past it the answer is ambiguous and
+    # only its digest is kept (operations/adapters/http_support.py).
+    "PROVIDER_RESPONSE_MAX_BYTES": env_int("EFFECT_LEDGER_PROVIDER_RESPONSE_MAX_BYTES", 1024 * 1024),
     "OUTBOX_BATCH": env_int("EFFECT_LEDGER_OUTBOX_BATCH", 100),
     # Beat periods in seconds (console/celery.py): the outbox relay's safety net and the reconciler.
     "RELAY_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RELAY_PERIOD_SECONDS", 2.0),

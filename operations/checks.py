@@ -38,3 +38,30 @@ def redis_visibility_timeout_check(app_configs: Any = None, **kwargs: Any) -> li
             id="operations.E001",
         )
     ]
+
+
+@register()
+def provider_deadline_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``operations.E002``: the lease must be longer than the provider deadline's margin
+    (``PROVIDER_DEADLINE_MARGIN_SECONDS``), or no call could finish while its lease is held; and
+    ``PROVIDER_RESPONSE_MAX_BYTES`` must be a positive number of bytes."""
+    conf = settings.EFFECT_LEDGER
+    errors: list[CheckMessage] = []
+    lease, margin = float(conf["LEASE_SECONDS"]), float(conf.get("PROVIDER_DEADLINE_MARGIN_SECONDS", 1.0))
+    if margin < 0 or lease - margin <= 0:
+        errors.append(
+            Error(
+                f"the provider deadline margin ({margin:g} s) must be >= 0 and shorter than the lease "
+                f"({lease:g} s)",
+                hint="raise EFFECT_LEDGER_LEASE_SECONDS or lower EFFECT_LEDGER_PROVIDER_DEADLINE_MARGIN_SECONDS",
+                id="operations.E002",
+            )
+        )
+    if int(conf.get("PROVIDER_RESPONSE_MAX_BYTES", 1)) <= 0:
+        errors.append(
+            Error(
+                "EFFECT_LEDGER_PROVIDER_RESPONSE_MAX_BYTES must be a positive number of bytes",
+                id="operations.E002",
+            )
+        )
+    return errors

@@ -80,10 +80,14 @@ def worker_identity() -> str:
 
 
 def provider_deadline_seconds() -> float:
-    """The adapter's deadline: the configured provider timeout, but at most half the lease, so
-    the worker always hears back (or gives up) while it still holds the lease."""
+    """The adapter's wall-clock deadline for the whole call, in seconds: the configured provider
+    timeout, but at most half the lease and at least ``PROVIDER_DEADLINE_MARGIN_SECONDS`` shorter
+    than it, so the worker gives up and records the answer while it still holds the lease (the
+    margin covers the re-check before the call and the recording after it)."""
     conf = settings.EFFECT_LEDGER
-    return min(float(conf["PROVIDER_TIMEOUT_SECONDS"]), float(conf["LEASE_SECONDS"]) / 2)
+    lease = float(conf["LEASE_SECONDS"])
+    margin = float(conf.get("PROVIDER_DEADLINE_MARGIN_SECONDS", 1.0))
+    return min(float(conf["PROVIDER_TIMEOUT_SECONDS"]), lease / 2, lease - margin)
 
 
 def _log_context(claim: svc.Claim) -> dict[str, object]:
@@ -195,7 +199,12 @@ def _classify(
         if svc.retry_allowed(intent):
             return (
                 "retry"
-                if svc.intent_schedule_retry(claim=claim, error=describe(answer), detail=answer.detail)
+                if svc.intent_schedule_retry(
+                    claim=claim,
+                    error=describe(answer),
+                    detail=answer.detail,
+                    min_delay_seconds=answer.retry_after_seconds,
+                )
                 else "stale"
             )
         error = f"retry budget spent; last error before the provider's commit point: {describe(answer)}"
@@ -207,7 +216,12 @@ def _classify(
             # Safe: the provider deduplicates on the key, so a same-key retry cannot double-apply.
             return (
                 "retry"
-                if svc.intent_schedule_retry(claim=claim, error=describe(answer), detail=answer.detail)
+                if svc.intent_schedule_retry(
+                    claim=claim,
+                    error=describe(answer),
+                    detail=answer.detail,
+                    min_delay_seconds=answer.retry_after_seconds,
+                )
                 else "stale"
             )
         marked = svc.intent_mark_unknown(

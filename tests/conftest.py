@@ -44,5 +44,6 @@ def second_approver(db: Any) -> Any:
     return UserFactory(username="bob", groups=["approver"])
 
 
+from tests.support.fake_provider import fake_provider  # noqa: E402, F401
 from tests.support.processes import sandbox, sandbox_provider  # noqa: E402, F401
 from tests.support.workers import cluster  # noqa: E402, F401

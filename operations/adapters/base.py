@@ -170,11 +170,21 @@ class Preview:
 
 
 class AdapterError(Exception):
-    """Base class of what ``Adapter.execute`` raises for known cases."""
+    """Base class of what ``Adapter.execute`` raises for known cases.
 
-    def __init__(self, message: str, *, detail: dict[str, Any] | None = None) -> None:
+    Attributes:
+        detail: a small JSON-safe summary (``code``, ``status``, ...), recorded on the attempt.
+        retry_after_seconds: the least delay before the next attempt the provider asked for
+            (``Retry-After``, or "in progress"), in seconds; None when it asked for none. The
+            engine passes it to ``intent_schedule_retry``, which caps it by the policy.
+    """
+
+    def __init__(
+        self, message: str, *, detail: dict[str, Any] | None = None, retry_after_seconds: float | None = None
+    ) -> None:
         super().__init__(message)
         self.detail = detail or {}
+        self.retry_after_seconds = retry_after_seconds
 
 
 class RetryableError(AdapterError):

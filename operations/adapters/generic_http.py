@@ -7,7 +7,7 @@ Configured per action in ``settings.EFFECT_LEDGER_GENERIC_HTTP``::
             "url": "https://api.acme.test/v1/transfers",          # required; POSTed as JSON
             "lookup_url": "https://api.acme.test/v1/transfers?idempotency_key={idempotency_key}",
             "schema": {...},                                       # JSON Schema of the arguments
-            "timeout_seconds": 10,                                 # caps call.deadline_seconds
+            "timeout_seconds": 10,                                 # caps call.deadline_seconds (whole call)
             "headers": {"Authorization": "Bearer ..."},           # extra request headers
             "id_field": "id",                                      # optional, default "id"
             "fence_header": "X-Fencing-Token",                     # optional: send the fence
@@ -18,7 +18,7 @@ Configured per action in ``settings.EFFECT_LEDGER_GENERIC_HTTP``::
 
 Every configured action is registered to this adapter (``registry.py``). The arguments are sent
 as the JSON body; the stored idempotency key goes in ``Idempotency-Key``. Outcomes follow the
-classification table in ``http_support``. With ``lookup_url`` the lookup is treated as
+classification table in ``http_classifier``. With ``lookup_url`` the lookup is treated as
 authoritative (the API must answer by key from its committed state); without it, none.
 """
 
@@ -32,6 +32,7 @@ from urllib.parse import quote
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
     Adapter,
@@ -92,33 +93,36 @@ class GenericHttpAdapter(Adapter):
         )
 
     def execute(self, call: ExecutionCall) -> ExecutionResult:
-        """Send the arguments as JSON with ``Idempotency-Key: call.idempotency_key``.
+        """Send the arguments as JSON with ``Idempotency-Key: call.idempotency_key``, the whole
+        call (connect, send, headers, body) within ``min(call.deadline_seconds,
+        timeout_seconds)`` seconds and the answer under ``PROVIDER_RESPONSE_MAX_BYTES``.
 
         Returns:
-            ``ExecutionResult(provider_reference=body[id_field] or the idempotency key when the
-            body has no id, replayed=Idempotent-Replayed header)``.
+            ``ExecutionResult(provider_reference=body[id_field], or the idempotency key when a
+            readable JSON object (or a 204) has no id: the provider accepted it and knows it by
+            our key; detail={"status", "id_from_body"}, replayed=Idempotent-Replayed header)``.
 
         Raises:
-            RetryableError: not sent, or 429. TerminalError: other 4xx (409 ``stale_fence`` and
-            422 ``idempotency_key_reused`` included). AmbiguousOutcome: timeout after send,
-            dropped connection, 5xx, 409 ``request_in_progress``.
+            RetryableError, TerminalError, AmbiguousOutcome: by the table in
+            ``http_classifier`` (an unreadable 2xx, a redirect, a 409 in progress, a 5xx and a
+            deadline or size cap hit after sending are ambiguous; 429 and not sent are
+            retryable; other 4xx, 409 ``stale_fence``, 422 key reused and 400 missing key are
+            terminal).
         """
         headers = {**self.config.get("headers", {}), "Idempotency-Key": call.idempotency_key}
         if self.config.get("fence_header"):
             headers[str(self.config["fence_header"])] = str(call.fence)
-        response = http.send(
+        answer = http.send(
             str(self.config.get("method", "POST")),
             self.config["url"],
-            timeout_seconds=self._timeout(call),
+            deadline_seconds=self._timeout(call),
             json=call.arguments,
             headers=headers,
         )
-        if not response.is_success:
-            raise http.error_for(response)
-        body = http.response_json(response)
+        body = answers.expect_success(answer, allow_no_content=True)
         provider_id = body.get(self.config.get("id_field", "id"))
-        return http.success_result(
-            response,
+        return answers.success_result(
+            answer,
             provider_reference=str(provider_id) if provider_id else call.idempotency_key,
             detail={"id_from_body": bool(provider_id)},
         )
@@ -127,8 +131,9 @@ class GenericHttpAdapter(Adapter):
         """GET ``lookup_url`` (``{idempotency_key}`` substituted, URL-quoted). Never raises.
 
         200 with ``{"data": [...]}`` → FOUND (non-empty, every id) or ABSENT (empty); 200 with an
-        object → FOUND; 404 → ABSENT; 410 → WITHDRAWN; errors → INCONCLUSIVE; no
-        ``lookup_url`` → UNSUPPORTED.
+        object → FOUND; 404 → ABSENT; 410 → WITHDRAWN; errors, and a 2xx that is not a JSON
+        object (``http_classifier.json_object``) → INCONCLUSIVE; no ``lookup_url`` →
+        UNSUPPORTED.
         """
         template = self.config.get("lookup_url")
         if not template:
@@ -136,7 +141,7 @@ class GenericHttpAdapter(Adapter):
         url = str(template).format(idempotency_key=quote(call.idempotency_key, safe=""))
         try:
             response = http.send(
-                "GET", url, timeout_seconds=self._timeout(call), headers=self.config.get("headers", {})
+                "GET", url, deadline_seconds=self._timeout(call), headers=self.config.get("headers", {})
             )
         except AdapterError as exc:
             detail = {**exc.detail, "error": str(exc)[:300]}
@@ -148,9 +153,14 @@ class GenericHttpAdapter(Adapter):
         if not response.is_success:
             return LookupResult(
                 status=LookupStatus.INCONCLUSIVE,
-                detail={"status": response.status_code, "code": http.error_code(response)},
+                detail={"status": response.status_code, "code": answers.error_code(response)},
             )
-        body, id_field = http.response_json(response), self.config.get("id_field", "id")
+        body, id_field = answers.json_object(response), self.config.get("id_field", "id")
+        if body is None:
+            return LookupResult(
+                status=LookupStatus.INCONCLUSIVE,
+                detail={"status": response.status_code, "code": "unreadable_success"},
+            )
         if isinstance(body.get("data"), list):
             ids = tuple(str(i[id_field]) for i in body["data"] if isinstance(i, dict) and i.get(id_field))
             if not ids:

@@ -320,13 +320,26 @@ def intent_record_failure(
     return moved
 
 
-def intent_schedule_retry(*, claim: Claim, error: str, detail: dict[str, Any] | None = None) -> bool:
+def intent_schedule_retry(
+    *,
+    claim: Claim,
+    error: str,
+    detail: dict[str, Any] | None = None,
+    min_delay_seconds: float | None = None,
+) -> bool:
     """RUNNING -> READY with backoff (``not_before`` by database time), the same key, and an
-    outbox message so a worker picks it up when due. Conditional on the fence."""
+    outbox message due at the same time so a worker picks it up when due. Conditional on the
+    fence.
+
+    Args:
+        min_delay_seconds: the least delay the provider asked for (``Retry-After``, RFC 9110
+            §10.2.3, or a request still in progress), in seconds; the delay is the larger of it
+            and the backoff, but never more than the policy's ``retry.cap_seconds``.
+    """
     retry = Policy.from_snapshot(claim.intent.policy).retry
-    delay = backoff_seconds(
-        attempt_no=claim.attempt.attempt_no, base=retry.base_seconds, cap=retry.cap_seconds
-    )
+    delay = backoff_seconds(attempt_no=claim.attempt.attempt_no, base=retry.base_seconds, cap=retry.cap_seconds)
+    if min_delay_seconds is not None:
+        delay = max(delay, min(float(min_delay_seconds), retry.cap_seconds))
     with transaction.atomic():
         moved = _record(
             claim,
@@ -335,7 +348,10 @@ def intent_schedule_retry(*, claim: Claim, error: str, detail: dict[str, Any] | 
             attempt_result=Attempt.Result.RETRY,
             error=error,
             detail=detail,
-            data={"backoff_seconds": round(delay, 3)},
+            data={
+                "backoff_seconds": round(delay, 3),
+                **({"provider_asked_seconds": min_delay_seconds} if min_delay_seconds is not None else {}),
+            },
             updates={"not_before": Now() + timedelta(seconds=delay)},
             dispatch=True,
         )

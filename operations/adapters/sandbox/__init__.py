@@ -11,7 +11,7 @@ Each class speaks to one sandbox product over HTTP and mirrors a real provider c
 
 The base URL is ``settings.SANDBOX_PROVIDER_URL``; every request is bounded by the call's
 ``deadline_seconds``. How transport failures and error answers map to ``RetryableError`` /
-``TerminalError`` / ``AmbiguousOutcome`` is the table in ``http_support``.
+``TerminalError`` / ``AmbiguousOutcome`` is the table in ``http_classifier``.
 """
 
 from __future__ import annotations

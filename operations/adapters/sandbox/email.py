@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 
+from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
     Adapter,
@@ -62,12 +63,12 @@ class SandboxEmailAdapter(Adapter):
         response = http.send(
             "POST",
             sandbox_url("/v1/emails"),
-            timeout_seconds=call.deadline_seconds,
+            deadline_seconds=call.deadline_seconds,
             json=with_reference(call),
             headers={"Message-ID": message_id},
         )
-        data = http.expect_success(response)
-        return http.success_result(
+        data = answers.expect_success(response)
+        return answers.success_result(
             response,
             provider_reference=provider_id(data),
             detail={"message_id": message_id, "to": data.get("to")},
@@ -85,7 +86,7 @@ class SandboxEmailAdapter(Adapter):
             response = http.send(
                 "GET",
                 sandbox_url("/v1/emails"),
-                timeout_seconds=call.deadline_seconds,
+                deadline_seconds=call.deadline_seconds,
                 params={"message_id": message_id},
             )
         except AdapterError as exc:
@@ -93,9 +94,9 @@ class SandboxEmailAdapter(Adapter):
         if response.status_code == 410:
             return LookupResult(status=LookupStatus.WITHDRAWN, detail={"message_id": message_id})
         if not response.is_success:
-            return inconclusive(code=http.error_code(response), status=response.status_code)
+            return inconclusive(code=answers.error_code(response), status=response.status_code)
         ids = tuple(
-            str(item["id"]) for item in http.response_json(response).get("data") or [] if item.get("id")
+            str(item["id"]) for item in answers.response_json(response).get("data") or [] if item.get("id")
         )
         if not ids:
             return LookupResult(status=LookupStatus.NOT_FOUND_YET, detail={"message_id": message_id})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, ClassVar
 
+from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
     Adapter,
@@ -85,7 +86,9 @@ class SandboxPaymentsAdapter(Adapter):
             RetryableError: not sent (connection refused, connect timeout).
             TerminalError: 402 ``card_declined``, 404 unknown charge, 422 ``amount_too_large`` /
                 ``idempotency_key_reused``, 409 ``stale_fence``, 400 validation; ``detail["code"]``.
-            AmbiguousOutcome: timeout after send, dropped connection, 5xx, 409 ``request_in_progress``.
+            AmbiguousOutcome: deadline hit after send, dropped connection, 5xx, any other 409
+                (``request_in_progress``), an unreadable 2xx or one over the size cap (the
+                table in ``http_classifier``).
         """
         path = "/v1/refunds" if call.action == "payments.refund" else "/v1/charges"
         body = with_reference(call)
@@ -94,13 +97,13 @@ class SandboxPaymentsAdapter(Adapter):
         response = http.send(
             "POST",
             sandbox_url(path),
-            timeout_seconds=call.deadline_seconds,
+            deadline_seconds=call.deadline_seconds,
             json=body,
             headers={"Idempotency-Key": call.idempotency_key, "X-Fencing-Token": str(call.fence)},
         )
-        data = http.expect_success(response)
+        data = answers.expect_success(response)
         summary = {k: data.get(k) for k in ("object", "amount", "currency")}
-        return http.success_result(
+        return answers.success_result(
             response, provider_reference=provider_id(data), detail={**summary, "state": data.get("status")}
         )
 
@@ -121,14 +124,16 @@ class SandboxPaymentsAdapter(Adapter):
             response = http.send(
                 "GET",
                 sandbox_url(path),
-                timeout_seconds=call.deadline_seconds,
+                deadline_seconds=call.deadline_seconds,
                 params={"idempotency_key": call.idempotency_key},
             )
         except AdapterError as exc:
             return inconclusive(exc)
         if not response.is_success:
-            return inconclusive(code=http.error_code(response), status=response.status_code)
-        body = http.response_json(response)
+            return inconclusive(code=answers.error_code(response), status=response.status_code)
+        body = answers.json_object(response)
+        if body is None:
+            return inconclusive(code="unreadable_success", status=response.status_code)
         items = [item for item in body.get("data") or [] if isinstance(item, dict) and item.get("id")]
         if items:
             return LookupResult(

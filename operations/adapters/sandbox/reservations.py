@@ -8,6 +8,7 @@ from urllib.parse import quote
 
 from django.conf import settings
 
+from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
     Adapter,
@@ -88,9 +89,9 @@ class SandboxReservationsAdapter(Adapter):
             url, body = sandbox_url(f"/v1/reservations/{reservation}/cancel"), {}
         else:
             url, body = sandbox_url("/v1/reservations"), with_reference(call)
-        response = http.send("POST", url, timeout_seconds=call.deadline_seconds, json=body)
-        data = http.expect_success(response)
-        return http.success_result(
+        response = http.send("POST", url, deadline_seconds=call.deadline_seconds, json=body)
+        data = answers.expect_success(response)
+        return answers.success_result(
             response,
             provider_reference=provider_id(data),
             detail={"state": data.get("status"), "reference": data.get("reference")},
@@ -112,7 +113,7 @@ class SandboxReservationsAdapter(Adapter):
         if not reference:
             return inconclusive(code="no_reference")
         try:
-            items = self._list(reference, timeout_seconds=call.deadline_seconds)
+            items = self._list(reference, deadline_seconds=call.deadline_seconds)
         except AdapterError as exc:
             return inconclusive(exc)
         if not items:
@@ -130,14 +131,14 @@ class SandboxReservationsAdapter(Adapter):
         Raises:
             RetryableError: the provider could not be read (transport error or non-2xx).
         """
-        return [str(item["id"]) for item in self._list(reference, timeout_seconds=READ_TIMEOUT_SECONDS)]
+        return [str(item["id"]) for item in self._list(reference, deadline_seconds=READ_TIMEOUT_SECONDS)]
 
-    def _list(self, reference: str, *, timeout_seconds: float) -> list[dict[str, Any]]:
+    def _list(self, reference: str, *, deadline_seconds: float) -> list[dict[str, Any]]:
         try:
             response = http.send(
                 "GET",
                 sandbox_url("/v1/reservations"),
-                timeout_seconds=timeout_seconds,
+                deadline_seconds=deadline_seconds,
                 params={"reference": reference},
             )
         except AdapterError as exc:
@@ -145,9 +146,9 @@ class SandboxReservationsAdapter(Adapter):
         if not response.is_success:
             raise RetryableError(
                 f"listing reservations answered {response.status_code}",
-                detail={"code": http.error_code(response), "status": response.status_code},
+                detail={"code": answers.error_code(response), "status": response.status_code},
             )
-        return [item for item in http.response_json(response).get("data") or [] if item.get("id")]
+        return [item for item in answers.response_json(response).get("data") or [] if item.get("id")]
 
     def _lookup_cancel(self, call: ExecutionCall) -> LookupResult:
         reservation = str(call.arguments.get("reservation", ""))
@@ -155,15 +156,15 @@ class SandboxReservationsAdapter(Adapter):
             response = http.send(
                 "GET",
                 sandbox_url(f"/v1/reservations/{quote(reservation, safe='')}"),
-                timeout_seconds=call.deadline_seconds,
+                deadline_seconds=call.deadline_seconds,
             )
         except AdapterError as exc:
             return inconclusive(exc)
         if response.status_code == 410:
             return LookupResult(status=LookupStatus.WITHDRAWN, detail={"reservation": reservation})
         if not response.is_success:
-            return inconclusive(code=http.error_code(response), status=response.status_code)
-        state = http.response_json(response).get("status")
+            return inconclusive(code=answers.error_code(response), status=response.status_code)
+        state = answers.response_json(response).get("status")
         if state == "cancelled":
             return LookupResult(
                 status=LookupStatus.FOUND, provider_references=(reservation,), detail={"state": state}
