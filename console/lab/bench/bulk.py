@@ -162,6 +162,7 @@ def _intent_row(
         # Synthetic rows name no business identity: the submission guard (HELD) is not benched here.
         "business_key": "",
         "held_behind_id": None,
+        "hold_reason": "",
         "compensates_id": None,
         "created_at": created,
         "updated_at": created + timedelta(seconds=1),
