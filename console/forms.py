@@ -38,7 +38,14 @@ class RejectForm(DecisionForm):
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
 
 
-class ResolveConfirmedForm(forms.Form):
+class SeenStateForm(forms.Form):
+    """A decision on an intent's state: ``seen_seq`` is the last audit event of the intent the page
+    showed, so a decision from a page that is out of date is refused (issue 21, a stale tab)."""
+
+    seen_seq = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
+
+
+class ResolveConfirmedForm(SeenStateForm):
     """The effect exists at the provider: its reference is required."""
 
     provider_reference = forms.CharField(max_length=200, label="Provider reference")
@@ -51,7 +58,7 @@ class ResolveConfirmedForm(forms.Form):
     )
 
 
-class ResolveAbsentForm(forms.Form):
+class ResolveAbsentForm(SeenStateForm):
     """The effect did not happen: retry with the same key (acknowledge the duplicate risk where
     the provider cannot deduplicate)."""
 
@@ -64,7 +71,7 @@ class ResolveAbsentForm(forms.Form):
     )
 
 
-class ResolveCompensateForm(forms.Form):
+class ResolveCompensateForm(SeenStateForm):
     """Open a compensation intent that undoes or offsets the effect."""
 
     provider_reference = forms.CharField(
@@ -76,14 +83,14 @@ class ResolveCompensateForm(forms.Form):
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
 
 
-class ReasonForm(forms.Form):
+class ReasonForm(SeenStateForm):
     """A decision that needs only a reason: a failed compensation's reopen / compensated / kept,
     a duplicate finding's acknowledge / compensate."""
 
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
 
 
-class ReleaseHeldForm(forms.Form):
+class ReleaseHeldForm(SeenStateForm):
     """Release a HELD intent before the rule does: a reason, and the duplicate risk accepted
     (``reconciliation.resolution.release_held`` refuses without it)."""
 

@@ -21,11 +21,22 @@ class StrictSerializer(serializers.Serializer[Any]):
         return super().to_internal_value(data)
 
 
+class JsonIntegerField(serializers.IntegerField):
+    """An integer that is a JSON integer: ``"1"``, ``1.0`` and ``true`` are refused, as money
+    floats are, instead of being coerced (a version is part of the request's identity)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        value: int = super().to_internal_value(data)
+        return value
+
+
 class IntentCreateSerializer(StrictSerializer):
     """Body of ``POST /api/v1/intents``. ``metadata`` is stored but not hashed."""
 
     action = serializers.CharField(max_length=100)
-    action_version = serializers.IntegerField(min_value=1, max_value=1000, default=1)
+    action_version = JsonIntegerField(min_value=1, max_value=1000, default=1)
     arguments = serializers.DictField(child=serializers.JSONField(), allow_empty=True)
     reference = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     metadata = serializers.DictField(child=serializers.JSONField(), required=False, default=dict)
@@ -35,7 +46,7 @@ class IntentPreviewSerializer(StrictSerializer):
     """Body of ``POST /api/v1/intents/preview``."""
 
     action = serializers.CharField(max_length=100)
-    action_version = serializers.IntegerField(min_value=1, max_value=1000, default=1)
+    action_version = JsonIntegerField(min_value=1, max_value=1000, default=1)
     arguments = serializers.DictField(child=serializers.JSONField(), allow_empty=True)
 
 
@@ -84,6 +95,13 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
             "a person if it succeeded."
         ),
     )
+    hold_reason = serializers.CharField(
+        read_only=True,
+        help_text=(
+            "status HELD for a person rather than behind an earlier intent: why this deployment cannot "
+            "run it (its action or version is not served here); empty otherwise. Nothing was sent."
+        ),
+    )
 
     class Meta:
         model = Intent
@@ -99,6 +117,7 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
             "metadata",
             "status",
             "held_behind",
+            "hold_reason",
             "attempt_count",
             "approval_expires_at",
             "last_error",

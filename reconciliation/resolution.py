@@ -18,7 +18,7 @@ from operations.adapters.base import LookupStatus
 from operations.adapters.registry import capabilities_for
 from operations.calls import provider_lookup
 from operations.exceptions import IntentMoved, ResolutionRefused
-from operations.models import Intent, Outcome
+from operations.models import AuditEvent, Intent, Outcome
 from reconciliation.lookups import reconcile_intent
 from reconciliation.models import DuplicateFinding, Evidence
 from reconciliation.selectors import intent_evidence
@@ -40,13 +40,36 @@ def _check(user: User, reason: str) -> None:
         raise ResolutionRefused("a resolution needs a reason")
 
 
-def _load(intent_id: uuid.UUID, user: User, reason: str, status: str = Intent.Status.UNKNOWN) -> Intent:
+def _load(
+    intent_id: uuid.UUID,
+    user: User,
+    reason: str,
+    status: str = Intent.Status.UNKNOWN,
+    seen_seq: int | None = None,
+) -> Intent:
+    """The intent to decide on, after the permission, reason and state checks.
+
+    ``seen_seq`` is the last audit event of the intent the decider was shown (the console's
+    pages send it); a decision on a page that is out of date is refused, even when the status
+    came back to the same value meanwhile (UNKNOWN -> READY -> RUNNING -> UNKNOWN).
+    """
     _check(user, reason)
     intent = Intent.objects.filter(id=intent_id).first()
     if intent is None:
         raise ResolutionRefused(f"no intent {intent_id}")
     if intent.status != status:
         raise IntentMoved(intent_id=intent_id, expected=status, current=intent.status)
+    if seen_seq is not None:
+        newer = list(
+            AuditEvent.objects.filter(intent_id=intent_id, seq__gt=seen_seq)
+            .order_by("seq")
+            .values_list("event", flat=True)
+        )
+        if newer:
+            raise ResolutionRefused(
+                f"this intent changed since the page was loaded ({', '.join(newer)}): reload it and "
+                "decide on what it shows now"
+            )
     return intent
 
 
@@ -79,6 +102,7 @@ def resolve_confirmed(
     provider_reference: str,
     reason: str,
     accept_unverified: bool = False,
+    seen_seq: int | None = None,
 ) -> Intent:
     """The effect happened: UNKNOWN -> SUCCEEDED with ``provider_reference`` (source operator).
 
@@ -93,7 +117,7 @@ def resolve_confirmed(
             or it is unverified and ``accept_unverified`` is False.
         IntentMoved: the intent is no longer UNKNOWN.
     """
-    intent = _load(intent_id, user, reason)
+    intent = _load(intent_id, user, reason, seen_seq=seen_seq)
     reference = provider_reference.strip()
     if not reference:
         raise ResolutionRefused("confirmed needs the provider's reference for the effect")
@@ -131,8 +155,9 @@ def resolve_confirmed(
 
 
 def resolve_absent(
-    *, intent_id: uuid.UUID, user: User, reason: str, accept_duplicate_risk: bool = False
-) -> Intent:
+    *, intent_id: uuid.UUID, user: User, reason: str, accept_duplicate_risk: bool = False,
+    seen_seq: int | None = None,
+) -> Intent:  # fmt: skip
     """The effect did not happen: UNKNOWN -> READY, retried with the same key.
 
     For a provider that does not deduplicate on the key a retry may create a second effect, so
@@ -149,7 +174,7 @@ def resolve_absent(
             found the effect.
         IntentMoved: the intent is no longer UNKNOWN.
     """
-    intent = _load(intent_id, user, reason)
+    intent = _load(intent_id, user, reason, seen_seq=seen_seq)
     cannot_resend = services.resend_refusal(intent)
     deduplicates = False if cannot_resend else capabilities_for(intent.action).same_key_retry_safe
     if not cannot_resend and not deduplicates and not accept_duplicate_risk:
@@ -179,15 +204,19 @@ def resolve_absent(
                 intent_id=intent.id,
                 actor=actor,
                 reason=reason,
-                data={"accepted_duplicate_risk": accept_duplicate_risk, "provider_deduplicates": deduplicates},
+                data={
+                    "accepted_duplicate_risk": accept_duplicate_risk,
+                    "provider_deduplicates": deduplicates,
+                },
             )
     intent.refresh_from_db()
     return intent
 
 
 def resolve_compensate(
-    *, intent_id: uuid.UUID, user: User, reason: str, provider_reference: str = ""
-) -> Intent:
+    *, intent_id: uuid.UUID, user: User, reason: str, provider_reference: str = "",
+    seen_seq: int | None = None,
+) -> Intent:  # fmt: skip
     """Undo the effect: UNKNOWN -> COMPENSATING and open the compensation intent; the original
     becomes COMPENSATED when the compensation succeeds.
 
@@ -197,7 +226,7 @@ def resolve_compensate(
         ResolutionRefused: no permission, no reason, no compensation action, or no known effect.
         IntentMoved: the intent is no longer UNKNOWN.
     """
-    intent = _load(intent_id, user, reason)
+    intent = _load(intent_id, user, reason, seen_seq=seen_seq)
     reference = provider_reference.strip()
     if not reference:
         found = _found_by_lookup(intent)
@@ -234,7 +263,9 @@ def lookup_now(*, intent_id: uuid.UUID, user: User) -> str:
     return reconcile_intent(intent_id, actor=f"user:{user.get_username()}")
 
 
-def resolve_failed_compensation(*, intent_id: uuid.UUID, user: User, verb: str, reason: str) -> Intent:
+def resolve_failed_compensation(
+    *, intent_id: uuid.UUID, user: User, verb: str, reason: str, seen_seq: int | None = None
+) -> Intent:
     """Decide on a COMPENSATING intent whose compensation failed, was rejected, expired or was
     cancelled (escalated by ``reconciliation.duplicates.sweep_compensations``).
 
@@ -246,7 +277,7 @@ def resolve_failed_compensation(*, intent_id: uuid.UUID, user: User, verb: str, 
         ResolutionRefused: no permission, no reason, an unknown verb.
         IntentMoved: the intent is not an escalated COMPENSATING intent any more.
     """
-    intent = _load(intent_id, user, reason, status=Intent.Status.COMPENSATING)
+    intent = _load(intent_id, user, reason, status=Intent.Status.COMPENSATING, seen_seq=seen_seq)
     actor = f"user:{user.get_username()}"
     if intent.escalated_at is None:
         raise ResolutionRefused("its compensation is still running: wait for it to end")
@@ -305,39 +336,45 @@ def resolve_duplicate_finding(*, finding_id: int, user: User, verb: str, reason:
     return finding
 
 
-def release_held(*, intent_id: uuid.UUID, user: User, reason: str, accept_duplicate_risk: bool) -> Intent:
+def release_held(
+    *, intent_id: uuid.UUID, user: User, reason: str, accept_duplicate_risk: bool, seen_seq: int | None = None
+) -> Intent:
     """An operator releases a HELD intent before the rule does: its earlier intent for the same
     business action is still open (or SUCCEEDED: a likely duplicate). A second effect may follow,
-    so the duplicate risk must be accepted explicitly (recorded).
+    so the duplicate risk must be accepted explicitly (recorded). An intent held because its
+    action or version is not served here needs no such acceptance; it is released only once it
+    is served again.
 
     Raises:
-        ResolutionRefused: no permission, no reason, risk not accepted.
+        ResolutionRefused: no permission, no reason, risk not accepted, still not served.
         IntentMoved: the intent is not HELD any more.
     """
-    intent = _load(intent_id, user, reason, status=Intent.Status.HELD)
-    if not accept_duplicate_risk:
+    intent = _load(intent_id, user, reason, status=Intent.Status.HELD, seen_seq=seen_seq)
+    # Held because this deployment cannot run it (``hold_reason``): no earlier intent to weigh;
+    # ``intent_release_held`` refuses while its action or version is still not served.
+    if not accept_duplicate_risk and not intent.hold_reason:
         raise ResolutionRefused(
             "an earlier intent for the same business action is open or already succeeded: releasing this "
             "one may create a second effect. Accept the duplicate risk explicitly to release it."
         )
     with transaction.atomic():
-        _record(intent, user, "release", reason, [], accepted_duplicate_risk=True)
+        _record(intent, user, "release", reason, [], accepted_duplicate_risk=accept_duplicate_risk)
         released = services.intent_release_held(
             intent_id=intent.id,
             actor=f"user:{user.get_username()}",
             reason=reason,
-            duplicate_risk_accepted=True,
+            duplicate_risk_accepted=accept_duplicate_risk,
         )
     return released
 
 
-def reject_held(*, intent_id: uuid.UUID, user: User, reason: str) -> Intent:
+def reject_held(*, intent_id: uuid.UUID, user: User, reason: str, seen_seq: int | None = None) -> Intent:
     """An operator rejects a HELD intent: it must not run (e.g. the order was already charged).
 
     Raises:
         ResolutionRefused: no permission or no reason. IntentMoved: not HELD any more.
     """
-    intent = _load(intent_id, user, reason, status=Intent.Status.HELD)
+    intent = _load(intent_id, user, reason, status=Intent.Status.HELD, seen_seq=seen_seq)
     with transaction.atomic():
         _record(intent, user, "reject", reason, [])
         services.intent_reject_held(intent_id=intent.id, actor=f"user:{user.get_username()}", reason=reason)

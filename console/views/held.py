@@ -44,6 +44,7 @@ def held_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict
         "likely_duplicate": queue.likely_duplicate_event(intent),
         "can_resolve": can_resolve(request.user),
         "forms": {verb: form_class() for verb, form_class in HELD_FORMS.items()},
+        "seen_seq": selectors.last_audit_seq(intent.id),
         "section": "unknown",
     }
     context.update(extra)
@@ -66,8 +67,11 @@ def _decide(verb: str, intent: Intent, user: Any, data: dict[str, Any]) -> Inten
             user=user,
             reason=data["reason"],
             accept_duplicate_risk=data["accept_duplicate_risk"],
+            seen_seq=data["seen_seq"],
         )
-    return resolution.reject_held(intent_id=intent.id, user=user, reason=data["reason"])
+    return resolution.reject_held(
+        intent_id=intent.id, user=user, reason=data["reason"], seen_seq=data["seen_seq"]
+    )
 
 
 @require_POST

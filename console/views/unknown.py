@@ -106,6 +106,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
         "duplicates": [row for row in evidence if row.kind == Evidence.Kind.DUPLICATE],
         "resolutions": [row for row in evidence if row.kind == Evidence.Kind.RESOLUTION],
         "audit_events": list(intent.audit_events.order_by("seq")),
+        "seen_seq": selectors.last_audit_seq(intent.id),
         "capabilities": capabilities,
         "needs_risk_ack": capabilities is not None and not capabilities.same_key_retry_safe,
         # Issue 21: why it cannot be sent again (then ``absent`` ends it FAILED), and why this
@@ -138,6 +139,7 @@ def _resolve(verb: str, intent: Intent, user: Any, data: dict[str, Any]) -> Inte
             provider_reference=data["provider_reference"],
             reason=data["reason"],
             accept_unverified=data["accept_unverified"],
+            seen_seq=data["seen_seq"],
         )
     if verb == "absent":
         return resolution.resolve_absent(
@@ -145,12 +147,19 @@ def _resolve(verb: str, intent: Intent, user: Any, data: dict[str, Any]) -> Inte
             user=user,
             reason=data["reason"],
             accept_duplicate_risk=data["accept_duplicate_risk"],
+            seen_seq=data["seen_seq"],
         )
     if verb == "compensate":
         return resolution.resolve_compensate(
-            intent_id=intent.id, user=user, reason=data["reason"], provider_reference=data["provider_reference"]
+            intent_id=intent.id,
+            user=user,
+            reason=data["reason"],
+            provider_reference=data["provider_reference"],
+            seen_seq=data["seen_seq"],
         )
-    return resolution.resolve_failed_compensation(intent_id=intent.id, user=user, verb=verb, reason=data["reason"])
+    return resolution.resolve_failed_compensation(
+        intent_id=intent.id, user=user, verb=verb, reason=data["reason"], seen_seq=data["seen_seq"]
+    )
 
 
 @require_POST
@@ -172,7 +181,9 @@ def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -
         return page_or_partial(request, DETAIL, "resolution", context, status=status)
 
     if not can_resolve(request.user):
-        return refuse("Only operators and admins can resolve UNKNOWN intents or decide on compensations.", 403)
+        return refuse(
+            "Only operators and admins can resolve UNKNOWN intents or decide on compensations.", 403
+        )
     if not form.is_valid():
         return refuse(first_error(form), 422)
     try:
@@ -195,7 +206,9 @@ def unknown_lookup(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpRespon
 
     def answer(status: int = 200, **extra: Any) -> HttpResponse:
         intent.refresh_from_db()
-        return page_or_partial(request, DETAIL, "resolution", detail_context(request, intent, **extra), status=status)
+        return page_or_partial(
+            request, DETAIL, "resolution", detail_context(request, intent, **extra), status=status
+        )
 
     if not can_resolve(request.user):
         return answer(403, error="Only operators and admins can look an intent up.", failed_verb="look up")

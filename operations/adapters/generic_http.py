@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 from urllib.parse import quote
 
 from django.conf import settings
@@ -120,11 +120,11 @@ class GenericHttpAdapter(Adapter):
             headers=headers,
         )
         body = answers.expect_success(answer, allow_no_content=True)
-        provider_id = body.get(self.config.get("id_field", "id"))
+        provider_id = _body_reference(body.get(self.config.get("id_field", "id")))
         return answers.success_result(
             answer,
-            provider_reference=str(provider_id) if provider_id else call.idempotency_key,
-            detail={"id_from_body": bool(provider_id)},
+            provider_reference=provider_id if provider_id is not None else call.idempotency_key,
+            detail={"id_from_body": provider_id is not None},
         )
 
     def lookup(self, call: ExecutionCall) -> LookupResult:
@@ -162,13 +162,28 @@ class GenericHttpAdapter(Adapter):
                 detail={"status": response.status_code, "code": "unreadable_success"},
             )
         if isinstance(body.get("data"), list):
-            ids = tuple(str(i[id_field]) for i in body["data"] if isinstance(i, dict) and i.get(id_field))
+            found = (_body_reference(i.get(id_field)) for i in body["data"] if isinstance(i, dict))
+            ids = tuple(i for i in found if i is not None)
             if not ids:
                 return LookupResult(status=LookupStatus.ABSENT, detail={"status": response.status_code})
             return LookupResult(status=LookupStatus.FOUND, provider_references=ids)
-        provider_id = body.get(id_field)
-        references = (str(provider_id),) if provider_id else ()
+        provider_id = _body_reference(body.get(id_field))
+        references = (provider_id,) if provider_id is not None else ()
         return LookupResult(status=LookupStatus.FOUND, provider_references=references)
+
+
+def _body_reference(value: Any) -> str | None:
+    """The provider's id for an effect as found in its JSON body: a string as is, an integer
+    as its decimal text, None when absent or empty. Any other value (an object, a list, a
+    float, a boolean) is passed on unchanged, typed as text only nominally, so that the engine's
+    and the lookups' one check (``operations.bounds.reference_problem``) records it as an
+    unstorable reference (UNKNOWN, escalated; an inconclusive lookup) instead of a Python repr
+    standing in for an id the provider never gave."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return cast(str, value)
 
 
 def _versions(action: str, config: dict[str, Any]) -> tuple[int, ...]:

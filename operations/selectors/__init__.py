@@ -4,7 +4,13 @@ pagination and the gauges ``/metrics`` and the dashboard share. Reconciliation's
 
 from __future__ import annotations
 
-from operations.selectors.audit import AuditFilters, audit_queryset, audit_search, throughput_last_hour
+from operations.selectors.audit import (
+    AuditFilters,
+    audit_queryset,
+    audit_search,
+    last_audit_seq,
+    throughput_last_hour,
+)
 from operations.selectors.gauges import (
     UNKNOWN_AGE_BUCKETS,
     held_age_buckets,
@@ -37,6 +43,7 @@ __all__ = [
     "attempts_with_timings",
     "audit_queryset",
     "audit_search",
+    "last_audit_seq",
     "decode_cursor",
     "encode_cursor",
     "held_age_buckets",

@@ -26,6 +26,15 @@ class AuditFilters:
     created_before: datetime | None = None
 
 
+def last_audit_seq(intent_id: uuid.UUID) -> int:
+    """The ``seq`` of the intent's newest audit event (0 before any): what a page showed, so a
+    decision sent from it can be refused once the intent has moved on."""
+    return (
+        AuditEvent.objects.filter(intent_id=intent_id).order_by("-seq").values_list("seq", flat=True).first()
+        or 0
+    )
+
+
 def audit_queryset(filters: AuditFilters) -> QuerySet[AuditEvent]:
     """Audit events matching ``filters``, newest first (``audit_created`` index order)."""
     queryset = AuditEvent.objects.all()

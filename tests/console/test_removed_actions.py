@@ -176,6 +176,23 @@ def test_i21_8_release_of_a_held_removed_action_is_refused_reject_works(
     assert intent.status == S.REJECTED
 
 
+def test_i21_8_release_of_a_not_served_intent_names_that_reason_without_the_risk_box(
+    configured: Any, operator_client: Client, api: Any
+) -> None:
+    # given: a READY intent held because its action was removed
+    intent = submit(action="acme.transfer", arguments=TRANSFER, reference="t-7")
+    remove(configured)
+    assert execute_intent(intent.id) == "held"
+    # when: released without ticking the duplicate-risk box (there is no earlier intent)
+    refused = operator_client.post(reverse("held-resolve", args=[intent.id, "release"]), {"reason": "go"})
+    # then: the refusal gives the real reason, and the agent sees it in the API too
+    assert refused.status_code == 409 and "cannot run here" in refused.content.decode()
+    assert "an earlier intent for the same business action is open" not in refused.content.decode()
+    body = api.get(f"/api/v1/intents/{intent.id}").json()
+    assert body["status"] == "HELD" and body["held_behind"] is None
+    assert "acme.transfer" in body["hold_reason"]
+
+
 def test_i21_8_every_page_renders_for_a_removed_action(
     configured: Any, approver: Any, viewer_client: Client
 ) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -10,7 +11,9 @@ from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
 
+from operations import services
 from operations.models import Intent
+from operations.services import intent_claim, intent_mark_unknown
 from reconciliation.models import Evidence
 from tests.console.conftest import make_unknown, unknown_with_effect
 
@@ -144,6 +147,36 @@ def test_i21_9_absent_is_refused_in_place_when_a_lookup_found_the_effect(operato
     assert refused.status_code == 409 and b"rsv_77" in refused.content
     assert Intent.objects.get(id=intent.id).status == Intent.Status.UNKNOWN
     assert not Evidence.objects.filter(intent=intent, kind="resolution").exists()
+
+
+def test_i21_9_a_decision_from_a_page_loaded_before_the_intent_moved_is_refused(
+    operator_client: Client,
+) -> None:
+    # given: an operator loads the UNKNOWN page of a charge ...
+    intent = make_unknown(reference="stale-1")
+    page = operator_client.get(reverse("unknown-detail", args=[intent.id])).content.decode()
+    seen = re.search(r'name="seen_seq" value="(\d+)"', page)
+    assert seen is not None
+    # ... meanwhile another operator said absent, it was sent again and came back UNKNOWN
+    services.intent_resolve_absent(intent_id=intent.id, actor="user:other", reason="resend")
+    claim = intent_claim(intent_id=intent.id, worker="w", lease_seconds=30)
+    assert claim is not None
+    assert intent_mark_unknown(claim=claim, error="timeout again", cause="ambiguous")
+    # when: the first operator confirms from the page they loaded before all that
+    stale = resolve(
+        operator_client, intent, "confirmed", provider_reference="ch_stale", reason="seen it",
+        accept_unverified="on", seen_seq=seen.group(1), **HTMX,
+    )  # fmt: skip
+    # then: refused in place, naming what changed; nothing moved
+    assert stale.status_code == 409 and "changed since the page was loaded" in stale.content.decode()
+    assert "outcome_absent" in stale.content.decode()
+    assert Intent.objects.get(id=intent.id).status == Intent.Status.UNKNOWN
+    # and the page they now see carries the new state, from which the decision goes through
+    fresh = re.search(r'name="seen_seq" value="(\d+)"', stale.content.decode())
+    assert fresh is not None and int(fresh.group(1)) > int(seen.group(1))
+    assert resolve(
+        operator_client, intent, "absent", reason="provider says no", seen_seq=fresh.group(1)
+    ).status_code == 302  # fmt: skip
 
 
 def test_resolve_compensate_without_a_known_effect_is_refused(operator_client: Client) -> None:

@@ -198,6 +198,9 @@ def test_malformed_bodies_are_400(api: APIClient, raw: bytes) -> None:
         {"action": "payments.charge", "arguments": charge_arguments(2**60)},
         {"action": "payments.charge", "arguments": charge_arguments(), "surprise": 1},
         {"action": "payments.charge", "arguments": charge_arguments(), "action_version": 2},
+        {"action": "payments.charge", "arguments": charge_arguments(), "action_version": "1"},
+        {"action": "payments.charge", "arguments": charge_arguments(), "action_version": 1.0},
+        {"action": "payments.charge", "arguments": charge_arguments(), "action_version": True},
         {"action": "payments.charge", "arguments": charge_arguments(), "metadata": [1]},
     ],
     ids=[
@@ -208,6 +211,9 @@ def test_malformed_bodies_are_400(api: APIClient, raw: bytes) -> None:
         "huge-amount",
         "unknown-field",
         "version",
+        "version-string",
+        "version-float",
+        "version-bool",
         "metadata",
     ],
 )

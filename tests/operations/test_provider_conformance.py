@@ -275,6 +275,24 @@ def test_i21_1_in_progress_409_without_code_is_a_same_key_retry_never_failed(pro
     assert Outcome.objects.get(intent=intent).detail["replayed"] is True
 
 
+def test_i21_6_an_id_that_is_not_text_is_unstorable_evidence_not_a_python_repr(
+    provider: FakeProvider,
+) -> None:
+    # given: the provider applies the transfer and answers an id that is a JSON object
+    provider.script(Answer("object_id"))
+    intent = submit(action="acme.transfer", arguments=TRANSFER)
+
+    # when
+    label = execute_intent(intent.id)
+
+    # then: the effect happened but its id cannot be kept: UNKNOWN, escalated, no outcome
+    intent.refresh_from_db()
+    assert (label, intent.status) == ("unknown", "UNKNOWN")
+    assert intent.escalated_at is not None and "not text" in intent.last_error
+    assert not Outcome.objects.filter(intent=intent).exists()
+    assert len(provider.effects) == 1
+
+
 def test_i21_2_an_unreadable_2xx_is_ambiguous_never_success(provider: FakeProvider) -> None:
     # given: a portal's HTML page with 200, nothing applied
     provider.script(Answer("html"))

@@ -40,7 +40,8 @@ class Answer:
     """How to answer one request.
 
     kinds: ``ok`` (apply once per key, 200 JSON with an id; ``seconds``: work before applying),
-    ``no_id`` (apply, 200 ``{"status": "accepted"}``), ``html`` (200 text/html, nothing applied),
+    ``no_id`` (apply, 200 ``{"status": "accepted"}``), ``object_id`` (apply, 200 with an ``id``
+    that is a JSON object), ``html`` (200 text/html, nothing applied),
     ``problem`` (``status`` with the draft's problem+json and no ``code``, nothing applied),
     ``coded`` (``status`` with ``{"error": {"code": code}}``, nothing applied), ``retry_after``
     (``status`` 429/503 with ``Retry-After: retry_after``; ``date+N`` sends the HTTP-date N
@@ -222,6 +223,12 @@ def _no_id(handler: _Handler, provider: FakeProvider, seen: Seen, answer: Answer
         handler.reply_json(200, {"status": "accepted"}, _replayed(effect))
 
 
+def _object_id(handler: _Handler, provider: FakeProvider, seen: Seen, answer: Answer) -> None:
+    effect = _apply(handler, provider, seen, answer)
+    if effect is not None:
+        handler.reply_json(200, {"id": {"nested": ["a", 1]}}, _replayed(effect))
+
+
 def _html(handler: _Handler, provider: FakeProvider, seen: Seen, answer: Answer) -> None:
     page = b"<!doctype html><html><body><h1>Welcome to the portal</h1></body></html>"
     handler.reply(200, page, "text/html; charset=utf-8")
@@ -307,6 +314,7 @@ def _drop(handler: _Handler, provider: FakeProvider, seen: Seen, answer: Answer)
 _ANSWERS = {
     "ok": _ok,
     "no_id": _no_id,
+    "object_id": _object_id,
     "html": _html,
     "problem": _problem,
     "coded": _coded,
