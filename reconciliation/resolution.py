@@ -15,7 +15,7 @@ from django.db import transaction
 
 from operations import services
 from operations.adapters.base import LookupStatus
-from operations.adapters.registry import capabilities_for
+from operations.adapters.registry import capabilities_for, serving_problem
 from operations.calls import provider_lookup
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import AuditEvent, Intent, Outcome
@@ -133,6 +133,8 @@ def resolve_confirmed(
         raise ResolutionRefused("the provider's authoritative lookup shows no effect for this intent")
     elif result.status == LookupStatus.UNSUPPORTED:
         verification = "unverified: the provider has no lookup"
+    elif unserved := serving_problem(intent.action, intent.action_version):
+        verification = f"unverified: no lookup is possible ({unserved})"
     else:
         verification = f"unverified: the provider's lookup answered {result.status.value}"
     if not verified and not accept_unverified:

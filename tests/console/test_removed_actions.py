@@ -100,6 +100,7 @@ def test_i21_8_confirmed_on_a_removed_action_works_unverified_only(
     # then: a clear refusal, not a 500
     assert refused.status_code == 409
     assert "not served by this deployment" in refused.content.decode()
+    assert "no lookup is possible" in refused.content.decode()
     # when: confirmed as unverified
     done = resolve(
         operator_client,
