@@ -42,7 +42,11 @@ class SeenStateForm(forms.Form):
     """A decision on an intent's state: ``seen_seq`` is the last audit event of the intent the page
     showed, so a decision from a page that is out of date is refused (issue 21, a stale tab)."""
 
-    seen_seq = forms.IntegerField(required=False, min_value=0, widget=forms.HiddenInput)
+    seen_seq = forms.IntegerField(
+        min_value=0,
+        widget=forms.HiddenInput,
+        error_messages={"required": "This page is out of date or incomplete: reload it and decide again."},
+    )
 
 
 class ResolveConfirmedForm(SeenStateForm):
@@ -83,9 +87,16 @@ class ResolveCompensateForm(SeenStateForm):
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
 
 
+class FindingDecisionForm(forms.Form):
+    """A duplicate finding's acknowledge / compensate: a reason (the service refuses a finding
+    that is no longer open, under its row lock)."""
+
+    reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
+
+
 class ReasonForm(SeenStateForm):
-    """A decision that needs only a reason: a failed compensation's reopen / compensated / kept,
-    a duplicate finding's acknowledge / compensate."""
+    """A decision on an intent that needs only a reason: a failed compensation's reopen /
+    compensated / kept, a held intent's reject."""
 
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason")
 

@@ -12,6 +12,7 @@ evidence about it (its sha256, length and a prefix), never silently dropped.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from typing import Any
@@ -53,8 +54,11 @@ def _has_surrogates(text: str) -> bool:
 
 def unstorable_evidence(value: Any) -> dict[str, Any]:
     """What we keep of a value that cannot be stored as it is: ``{"sha256": hex of its UTF-8
-    bytes (surrogates escaped), "length": characters, "prefix": the first 64 characters, cleaned}``."""
-    text = value if isinstance(value, str) else repr(value)
+    bytes (surrogates escaped), "length": characters, "prefix": the first 64 characters, cleaned}``;
+    a value that is not text is taken as its JSON text (``json.dumps``)."""
+    # JSON text for what came from JSON (as the provider wrote it, give or take spacing), so
+    # an operator can match it against the provider's answer; repr for anything else.
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=repr)
     digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     return {
         "sha256": digest,

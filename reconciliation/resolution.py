@@ -19,6 +19,7 @@ from operations.adapters.registry import capabilities_for, serving_problem
 from operations.calls import provider_lookup
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import AuditEvent, Intent, Outcome
+from operations.selectors import last_audit_seq
 from reconciliation.lookups import reconcile_intent
 from reconciliation.models import DuplicateFinding, Evidence
 from reconciliation.selectors import intent_evidence
@@ -50,8 +51,10 @@ def _load(
     """The intent to decide on, after the permission, reason and state checks.
 
     ``seen_seq`` is the last audit event of the intent the decider was shown (the console's
-    pages send it); a decision on a page that is out of date is refused, even when the status
-    came back to the same value meanwhile (UNKNOWN -> READY -> RUNNING -> UNKNOWN).
+    pages must send it; the command line, which shows no page, passes None); a decision is
+    refused unless it is the intent's last event now: a page that is out of date is refused
+    even when the status came back to the same value meanwhile (UNKNOWN -> READY -> RUNNING ->
+    UNKNOWN), and so is a value the intent never had.
     """
     _check(user, reason)
     intent = Intent.objects.filter(id=intent_id).first()
@@ -69,6 +72,10 @@ def _load(
             raise ResolutionRefused(
                 f"this intent changed since the page was loaded ({', '.join(newer)}): reload it and "
                 "decide on what it shows now"
+            )
+        if seen_seq != last_audit_seq(intent_id):
+            raise ResolutionRefused(
+                "the page's state does not match this intent's history: reload it and decide on what it shows"
             )
     return intent
 
@@ -93,6 +100,33 @@ def _found_by_lookup(intent: Intent) -> Evidence | None:
         .order_by("-created_at")
         .first()
     )
+
+
+def _effect_on_record(intent: Intent) -> str | None:
+    """What on record says the provider has the intent's effect, or None: a lookup that found
+    it, or one that found it under an id that cannot be stored, or an attempt the provider
+    accepted whose id cannot be stored (``operations.bounds.reference_problem``)."""
+    found = _found_by_lookup(intent)
+    if found is not None:
+        return (
+            f"a lookup ({found.actor}, {found.created_at:%Y-%m-%d %H:%M:%S} UTC) found "
+            f"{', '.join(found.provider_references)}"
+        )
+    unstorable = (
+        Evidence.objects.filter(intent=intent, kind=Evidence.Kind.LOOKUP, detail__reported_status="found")
+        .order_by("-created_at")
+        .first()
+    )
+    if unstorable is not None:
+        return (
+            f"a lookup ({unstorable.actor}, {unstorable.created_at:%Y-%m-%d %H:%M:%S} UTC) found it under "
+            "an id that cannot be stored (its sha256 and prefix are in the evidence)"
+        )
+    if AuditEvent.objects.filter(
+        intent=intent, event="outcome_unknown", data__cause="reference_unstorable"
+    ).exists():
+        return "it accepted an attempt but answered an id that cannot be stored (see the attempt's evidence)"
+    return None
 
 
 def resolve_confirmed(
@@ -173,7 +207,7 @@ def resolve_absent(
 
     Raises:
         ResolutionRefused: no permission, no reason, duplicate risk not accepted, or a lookup
-            found the effect.
+            found the effect, or the provider accepted it (``_effect_on_record``).
         IntentMoved: the intent is no longer UNKNOWN.
     """
     intent = _load(intent_id, user, reason, seen_seq=seen_seq)
@@ -190,12 +224,11 @@ def resolve_absent(
         # The row lock orders this against ``record_lookup``: found evidence on record refuses
         # (also where ``absent`` would end the intent FAILED: it happened, so it did not fail).
         Intent.objects.select_for_update().filter(id=intent.id).exists()
-        found = _found_by_lookup(intent)
-        if found is not None:
+        accepted = _effect_on_record(intent)
+        if accepted is not None:
             raise ResolutionRefused(
-                f"the provider has this effect: a lookup ({found.actor}, {found.created_at:%Y-%m-%d %H:%M:%S} "
-                f"UTC) found {', '.join(found.provider_references)}. It happened, so it is not sent "
-                "again; confirm it with that reference instead."
+                f"the provider has this effect: {accepted}. It happened, so it is not sent again; "
+                "confirm it instead."
             )
         if cannot_resend:
             _record(intent, user, "absent", reason, [], not_sent_again=cannot_resend)

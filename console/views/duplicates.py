@@ -10,7 +10,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from console.forms import ReasonForm, first_error
+from console.forms import FindingDecisionForm, first_error
 from console.permissions import can_resolve, console_role_required
 from console.views.common import HtmxHttpRequest, page_or_partial
 from operations.adapters.registry import ActionUnavailable, capabilities_for
@@ -42,7 +42,7 @@ def finding_context(request: HtmxHttpRequest, finding: DuplicateFinding, **extra
         "intent": finding.intent,
         "compensation_action": compensation_action,
         "can_resolve": can_resolve(request.user),
-        "forms": {verb: ReasonForm() for verb in VERBS},
+        "forms": {verb: FindingDecisionForm() for verb in VERBS},
         "section": "unknown",
     }
     context.update(extra)
@@ -66,7 +66,7 @@ def duplicate_resolve(request: HtmxHttpRequest, finding_id: int, verb: str) -> H
     if verb not in VERBS:
         raise Http404("unknown decision")
     finding = _finding(finding_id)
-    form = ReasonForm(request.POST)
+    form = FindingDecisionForm(request.POST)
 
     def refuse(message: str, status: int) -> HttpResponse:
         context = finding_context(request, _finding(finding_id), error=message, failed_verb=verb)

@@ -12,6 +12,7 @@ from operations.adapters.base import ExecutionResult
 from operations.adapters.registry import get_adapter
 from operations.calls import lookup_call
 from operations.models import Intent
+from operations.selectors import last_audit_seq
 from operations.services import Claim, intent_claim, intent_mark_unknown
 from tests.factories import UserFactory, charge_arguments, submit
 
@@ -87,3 +88,8 @@ def unknown_with_effect(**kwargs: Any) -> tuple[Intent, str]:
         claim=claim, error="response lost after the charge was sent", cause="ambiguous"
     )
     return Intent.objects.get(id=intent.id), result.provider_reference
+
+
+def seen(intent: Intent) -> str:
+    """The ``seen_seq`` a console page loaded now would carry for ``intent`` (its last audit event)."""
+    return str(last_audit_seq(intent.id))

@@ -23,6 +23,7 @@ from operations.models import AuditEvent, Intent
 from operations.services import intent_claim, intent_record_success
 from reconciliation.held import decide_held
 from reconciliation.models import Evidence
+from tests.console.conftest import seen
 from tests.factories import charge_arguments, submit
 
 pytestmark = pytest.mark.django_db
@@ -58,6 +59,7 @@ def likely_duplicate(reference: str = "order-77", amount: int = 4990) -> tuple[I
 
 def decide(client: Client, intent: Intent, verb: str, **data: Any) -> Any:
     extra = {key: data.pop(key) for key in list(data) if key.startswith("HTTP_")}
+    data.setdefault("seen_seq", seen(intent))  # the page was loaded just now
     return client.post(reverse("held-resolve", args=[intent.id, verb]), data, **extra)
 
 

@@ -18,7 +18,7 @@ from operations.models import Intent
 from operations.services import intent_cancel
 from reconciliation.duplicates import record_duplicates, sweep_compensations
 from reconciliation.models import DuplicateFinding
-from tests.console.conftest import make_unknown, unknown_with_effect
+from tests.console.conftest import make_unknown, seen, unknown_with_effect
 from tests.console.test_every_kind import COMPENSABLE, GENERIC_HTTP, KINDS, build
 from tests.reconciliation.test_reconciliation import email
 
@@ -233,7 +233,10 @@ def test_reopen_in_place_opens_a_new_compensation(
 ) -> None:
     intent = escalated_compensation("payments.charge", settings=settings, approver=approver)
     response = post(
-        operator_client, reverse("unknown-resolve", args=[intent.id, "reopen"]), reason="try again"
+        operator_client,
+        reverse("unknown-resolve", args=[intent.id, "reopen"]),
+        reason="try again",
+        seen_seq=seen(intent),
     )
     assert (
         response.status_code == 200 and b"Resolved as reopen. The intent is COMPENSATING." in response.content
@@ -241,7 +244,12 @@ def test_reopen_in_place_opens_a_new_compensation(
     intent.refresh_from_db()
     assert intent.escalated_at is None and intent.compensations.count() == 2
     # a second decision while the new compensation runs is refused with the service's reason
-    again = post(operator_client, reverse("unknown-resolve", args=[intent.id, "kept"]), reason="keep")
+    again = post(
+        operator_client,
+        reverse("unknown-resolve", args=[intent.id, "kept"]),
+        reason="keep",
+        seen_seq=seen(intent),
+    )
     assert again.status_code == 409 and b"still running" in again.content
 
 
@@ -253,8 +261,9 @@ def test_settle_without_javascript_redirects_and_a_stale_decision_is_refused(
     intent = escalated_compensation("reservations.create", settings=settings, approver=approver)
     url = reverse("unknown-resolve", args=[intent.id, verb])
     # when
-    done = post(operator_client, url, False, reason="handled by support")
-    stale = post(operator_client, url, reason="again")
+    page = seen(intent)
+    done = post(operator_client, url, False, reason="handled by support", seen_seq=page)
+    stale = post(operator_client, url, reason="again", seen_seq=page)
     # then
     assert done.status_code == 302 and done["Location"] == reverse("intent-detail", args=[intent.id])
     assert Intent.objects.get(id=intent.id).status == status
@@ -266,8 +275,8 @@ def test_compensation_decisions_need_a_reason_and_an_operator(
 ) -> None:
     intent = escalated_compensation("payments.charge", settings=settings, approver=approver)
     url = reverse("unknown-resolve", args=[intent.id, "kept"])
-    no_reason = post(operator_client, url)
-    viewer = post(viewer_client, url, reason="keep it")
+    no_reason = post(operator_client, url, seen_seq=seen(intent))
+    viewer = post(viewer_client, url, reason="keep it", seen_seq=seen(intent))
     assert no_reason.status_code == 422 and b"Reason" in no_reason.content
     assert viewer.status_code == 403 and b"Only operators and admins" in viewer.content
     assert Intent.objects.get(id=intent.id).status == S.COMPENSATING
@@ -306,7 +315,12 @@ def test_look_up_now_is_refused_to_a_viewer_and_for_an_intent_that_moved(
     intent = make_unknown()
     viewer = post(viewer_client, reverse("unknown-lookup", args=[intent.id]))
     assert viewer.status_code == 403 and b"Only operators and admins can look an intent up." in viewer.content
-    post(operator_client, reverse("unknown-resolve", args=[intent.id, "absent"]), reason="never sent")
+    post(
+        operator_client,
+        reverse("unknown-resolve", args=[intent.id, "absent"]),
+        reason="never sent",
+        seen_seq=seen(intent),
+    )
     moved = post(operator_client, reverse("unknown-lookup", args=[intent.id]))
     assert moved.status_code == 409 and b"expected in UNKNOWN but is READY" in moved.content
 
@@ -329,7 +343,13 @@ def test_unverified_confirmation_is_explicit_and_shown_everywhere(
     intent = make_unknown(action=action, arguments=arguments)
     url = reverse("unknown-resolve", args=[intent.id, "confirmed"])
     # when: without the checkbox, refused with the service's explanation
-    refused = post(operator_client, url, provider_reference="ref_unseen_1", reason="customer forwarded it")
+    refused = post(
+        operator_client,
+        url,
+        provider_reference="ref_unseen_1",
+        reason="customer forwarded it",
+        seen_seq=seen(intent),
+    )
     assert refused.status_code == 409 and b"cannot verify ref_unseen_1" in refused.content
     assert Intent.objects.get(id=intent.id).status == S.UNKNOWN
     # with it
@@ -340,6 +360,7 @@ def test_unverified_confirmation_is_explicit_and_shown_everywhere(
         provider_reference="ref_unseen_1",
         reason="customer forwarded it",
         accept_unverified="on",
+        seen_seq=seen(intent),
     )
     # then
     assert done.status_code == 302 and Intent.objects.get(id=intent.id).status == S.SUCCEEDED
@@ -363,6 +384,7 @@ def test_verified_confirmation_shows_no_unverified_mark(sandbox: Any, operator_c
         reverse("unknown-resolve", args=[intent.id, "confirmed"]),
         provider_reference=charge_id,
         reason="seen",
+        seen_seq=seen(intent),
     )
     detail = operator_client.get(reverse("intent-detail", args=[intent.id])).content.decode()
     assert 'id="unverified"' not in detail

@@ -14,6 +14,7 @@ from operations.engine import execute_intent
 from operations.models import AuditEvent, Intent, Outcome
 from operations.services import intent_claim, intent_mark_unknown
 from reconciliation.services import reconcile_pass
+from tests.console.conftest import seen
 from tests.factories import submit
 
 pytestmark = pytest.mark.django_db
@@ -49,7 +50,7 @@ def remove(settings: Any) -> None:
 
 
 def resolve(client: Client, intent: Intent, verb: str, **data: str) -> Any:
-    return client.post(reverse("unknown-resolve", args=[intent.id, verb]), data)
+    return client.post(reverse("unknown-resolve", args=[intent.id, verb]), {"seen_seq": seen(intent), **data})
 
 
 def test_i21_8_unknown_intents_of_a_removed_action_are_escalated_with_the_reason(configured: Any) -> None:
@@ -130,7 +131,7 @@ def test_i21_8_compensate_on_a_removed_action_is_refused_with_a_clear_message(
     )
     htmx = operator_client.post(
         reverse("unknown-resolve", args=[intent.id, "compensate"]),
-        {"provider_reference": "tr_1", "reason": "undo it"},
+        {"provider_reference": "tr_1", "reason": "undo it", "seen_seq": seen(intent)},
         **HTMX,  # type: ignore[arg-type]
     )
     # then
@@ -168,8 +169,12 @@ def test_i21_8_release_of_a_held_removed_action_is_refused_reject_works(
     assert execute_intent(intent.id) == "held"
     url = reverse("held-resolve", args=[intent.id, "release"])
     # when
-    refused = operator_client.post(url, {"reason": "go", "accept_duplicate_risk": "on"})
-    rejected = operator_client.post(reverse("held-resolve", args=[intent.id, "reject"]), {"reason": "gone"})
+    refused = operator_client.post(
+        url, {"reason": "go", "accept_duplicate_risk": "on", "seen_seq": seen(intent)}
+    )
+    rejected = operator_client.post(
+        reverse("held-resolve", args=[intent.id, "reject"]), {"reason": "gone", "seen_seq": seen(intent)}
+    )
     # then
     assert refused.status_code == 409 and "cannot run here" in refused.content.decode()
     assert rejected.status_code == 302
@@ -185,7 +190,9 @@ def test_i21_8_release_of_a_not_served_intent_names_that_reason_without_the_risk
     remove(configured)
     assert execute_intent(intent.id) == "held"
     # when: released without ticking the duplicate-risk box (there is no earlier intent)
-    refused = operator_client.post(reverse("held-resolve", args=[intent.id, "release"]), {"reason": "go"})
+    refused = operator_client.post(
+        reverse("held-resolve", args=[intent.id, "release"]), {"reason": "go", "seen_seq": seen(intent)}
+    )
     # then: the refusal gives the real reason, and the agent sees it in the API too
     assert refused.status_code == 409 and "cannot run here" in refused.content.decode()
     assert "an earlier intent for the same business action is open" not in refused.content.decode()

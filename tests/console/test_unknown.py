@@ -15,7 +15,7 @@ from operations import services
 from operations.models import Intent
 from operations.services import intent_claim, intent_mark_unknown
 from reconciliation.models import Evidence
-from tests.console.conftest import make_unknown, unknown_with_effect
+from tests.console.conftest import make_unknown, seen, unknown_with_effect
 
 pytestmark = pytest.mark.django_db
 
@@ -25,6 +25,7 @@ RESERVATION = {"resource": "room-101", "start": "2030-01-01T10:00:00Z", "seats":
 
 def resolve(client: Client, intent: Intent, verb: str, **data: Any) -> Any:
     extra = {key: data.pop(key) for key in list(data) if key.startswith("HTTP_")}
+    data.setdefault("seen_seq", seen(intent))  # the page was loaded just now
     return client.post(reverse("unknown-resolve", args=[intent.id, verb]), data, **extra)
 
 
@@ -170,6 +171,14 @@ def test_i21_9_a_decision_from_a_page_loaded_before_the_intent_moved_is_refused(
     # then: refused in place, naming what changed; nothing moved
     assert stale.status_code == 409 and "changed since the page was loaded" in stale.content.decode()
     assert "outcome_absent" in stale.content.decode()
+    assert Intent.objects.get(id=intent.id).status == Intent.Status.UNKNOWN
+    # and a page state the intent never had, or none, is refused too (nothing moves)
+    ahead = resolve(operator_client, intent, "absent", reason="x", seen_seq="999999", **HTMX)
+    assert ahead.status_code == 409 and "does not match this intent" in ahead.content.decode()
+    missing = operator_client.post(
+        reverse("unknown-resolve", args=[intent.id, "absent"]), {"reason": "x"}, **HTMX
+    )  # type: ignore[arg-type]
+    assert missing.status_code == 422 and "reload it" in missing.content.decode()
     assert Intent.objects.get(id=intent.id).status == Intent.Status.UNKNOWN
     # and the page they now see carries the new state, from which the decision goes through
     fresh = re.search(r'name="seen_seq" value="(\d+)"', stale.content.decode())

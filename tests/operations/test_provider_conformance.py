@@ -18,8 +18,10 @@ import pytest
 from django.db.models.functions import Now
 
 from operations.engine import execute_intent
+from operations.exceptions import ResolutionRefused
 from operations.models import Attempt, Intent, OutboxMessage, Outcome
-from tests.factories import charge_arguments, submit
+from reconciliation.resolution import resolve_absent
+from tests.factories import UserFactory, charge_arguments, submit
 from tests.support.fake_provider import Answer, FakeProvider
 
 pytestmark = pytest.mark.django_db
@@ -291,6 +293,12 @@ def test_i21_6_an_id_that_is_not_text_is_unstorable_evidence_not_a_python_repr(
     assert intent.escalated_at is not None and "not text" in intent.last_error
     assert not Outcome.objects.filter(intent=intent).exists()
     assert len(provider.effects) == 1
+    # and an operator cannot call it absent: the provider accepted it (evidence wins)
+    operator = UserFactory(username="olga", groups=["operator"])
+    with pytest.raises(ResolutionRefused, match="id that cannot be stored"):
+        resolve_absent(intent_id=intent.id, user=operator, reason="nothing seen")
+    intent.refresh_from_db()
+    assert intent.status == "UNKNOWN" and provider.keys() == [intent.idempotency_key]
 
 
 def test_i21_2_an_unreadable_2xx_is_ambiguous_never_success(provider: FakeProvider) -> None:
