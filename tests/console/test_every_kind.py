@@ -18,6 +18,7 @@ from django.test import Client
 from django.urls import reverse
 
 from operations.adapters.base import ExecutionResult
+from operations.engine import execute_intent
 from operations.models import Intent
 from operations.services import (
     intent_cancel,
@@ -66,6 +67,8 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
 COMPENSABLE = {"payments.charge", "reservations.create"}
 
 UNKNOWN_ESCALATED = "UNKNOWN-escalated"
+#: HELD for a person: its adapter cannot be loaded any more (issue 21), so nothing can run it.
+HELD_UNSERVED = "HELD-unserved"
 STATES = [
     S.AWAITING_APPROVAL,
     S.READY,
@@ -80,6 +83,7 @@ STATES = [
     S.EXPIRED,
     S.CANCELLED,
     S.HELD,
+    HELD_UNSERVED,
 ]
 GATED_STATES = {S.AWAITING_APPROVAL, S.REJECTED, S.EXPIRED}
 
@@ -158,15 +162,20 @@ def build(kind: str, state: str, *, settings: Any, approver: Any) -> Intent:
                 _succeed(compensation, "prov-2")
     elif state == S.FAILED:
         assert intent_record_failure(claim=_claim(intent), error="declined by the provider")
+    elif state == HELD_UNSERVED:
+        adapters = getattr(settings, "EFFECT_LEDGER_ADAPTERS", {})
+        settings.EFFECT_LEDGER_ADAPTERS = {**adapters, action: "operations.adapters.withdrawn.Adapter"}
+        assert execute_intent(intent.id) == "held"
     elif state in (S.UNKNOWN, UNKNOWN_ESCALATED):
         assert intent_mark_unknown(claim=_claim(intent), error="timeout after send", cause="ambiguous")
         if state == UNKNOWN_ESCALATED:
             assert intent_escalate(intent_id=intent.id, reason="patience exhausted")
     intent.refresh_from_db()
     assert intent.held_behind_id == (earlier.id if earlier else None)
-    expected = S.UNKNOWN if state == UNKNOWN_ESCALATED else state
+    expected = {UNKNOWN_ESCALATED: S.UNKNOWN, HELD_UNSERVED: S.HELD}.get(state, state)
     assert intent.status == expected
-    assert (intent.escalated_at is not None) == (state == UNKNOWN_ESCALATED)
+    assert (intent.escalated_at is not None) == (state in (UNKNOWN_ESCALATED, HELD_UNSERVED))
+    assert bool(intent.hold_reason) == (state == HELD_UNSERVED)
     return intent
 
 
@@ -228,7 +237,7 @@ def test_htmx_partials_render_for_every_kind_and_state(
     assert approval_rows.lstrip().startswith('<div id="approval-rows"')
     assert (the_id in approval_rows) == (intent.status == S.AWAITING_APPROVAL)
     assert f">{intent.status}</strong>" in status_line
-    assert ('id="held-behind"' in status_line) == (intent.status == S.HELD)
+    assert ('id="held-behind"' in status_line) == (intent.held_behind_id is not None)
     assert held_decision.lstrip().startswith('<section id="decision"')
     assert detail_link in results
     assert detail_link in audit_rows
