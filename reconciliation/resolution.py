@@ -22,7 +22,7 @@ from operations.models import AuditEvent, Intent, Outcome
 from operations.selectors import last_audit_seq
 from reconciliation.lookups import reconcile_intent
 from reconciliation.models import DuplicateFinding, Evidence
-from reconciliation.selectors import intent_evidence
+from reconciliation.selectors import effect_on_record, found_by_lookup, intent_evidence
 
 RESOLVER_GROUPS = ("operator", "admin")
 
@@ -90,43 +90,6 @@ def _record(intent: Intent, user: User, verb: str, reason: str, references: list
         actor=f"user:{user.get_username()}",
         detail={"reason": reason, "evidence_shown": shown, **detail},
     )
-
-
-def _found_by_lookup(intent: Intent) -> Evidence | None:
-    """The latest lookup on record that found the intent's effect at the provider, if any."""
-    return (
-        Evidence.objects.filter(intent=intent, kind=Evidence.Kind.LOOKUP, result=LookupStatus.FOUND.value)
-        .exclude(provider_references=[])
-        .order_by("-created_at")
-        .first()
-    )
-
-
-def _effect_on_record(intent: Intent) -> str | None:
-    """What on record says the provider has the intent's effect, or None: a lookup that found
-    it, or one that found it under an id that cannot be stored, or an attempt the provider
-    accepted whose id cannot be stored (``operations.bounds.reference_problem``)."""
-    found = _found_by_lookup(intent)
-    if found is not None:
-        return (
-            f"a lookup ({found.actor}, {found.created_at:%Y-%m-%d %H:%M:%S} UTC) found "
-            f"{', '.join(found.provider_references)}"
-        )
-    unstorable = (
-        Evidence.objects.filter(intent=intent, kind=Evidence.Kind.LOOKUP, detail__reported_status="found")
-        .order_by("-created_at")
-        .first()
-    )
-    if unstorable is not None:
-        return (
-            f"a lookup ({unstorable.actor}, {unstorable.created_at:%Y-%m-%d %H:%M:%S} UTC) found it under "
-            "an id that cannot be stored (its sha256 and prefix are in the evidence)"
-        )
-    if AuditEvent.objects.filter(
-        intent=intent, event="outcome_unknown", data__cause="reference_unstorable"
-    ).exists():
-        return "it accepted an attempt but answered an id that cannot be stored (see the attempt's evidence)"
-    return None
 
 
 def resolve_confirmed(
@@ -207,7 +170,7 @@ def resolve_absent(
 
     Raises:
         ResolutionRefused: no permission, no reason, duplicate risk not accepted, or a lookup
-            found the effect, or the provider accepted it (``_effect_on_record``).
+            found the effect, or the provider accepted it (``reconciliation.selectors.effect_on_record``).
         IntentMoved: the intent is no longer UNKNOWN.
     """
     intent = _load(intent_id, user, reason, seen_seq=seen_seq)
@@ -224,7 +187,7 @@ def resolve_absent(
         # The row lock orders this against ``record_lookup``: found evidence on record refuses
         # (also where ``absent`` would end the intent FAILED: it happened, so it did not fail).
         Intent.objects.select_for_update().filter(id=intent.id).exists()
-        accepted = _effect_on_record(intent)
+        accepted = effect_on_record(intent)
         if accepted is not None:
             raise ResolutionRefused(
                 f"the provider has this effect: {accepted}. It happened, so it is not sent again; "
@@ -264,7 +227,7 @@ def resolve_compensate(
     intent = _load(intent_id, user, reason, seen_seq=seen_seq)
     reference = provider_reference.strip()
     if not reference:
-        found = _found_by_lookup(intent)
+        found = found_by_lookup(intent)
         reference = found.provider_references[0] if found else ""
     if not reference:
         raise ResolutionRefused(

@@ -11,6 +11,7 @@ from typing import Any
 from django.db.models import Case, Count, F, IntegerField, Prefetch, Q, QuerySet, Value, When
 from django.db.models.functions import Now
 
+from operations.adapters.base import LookupStatus
 from operations.models import AuditEvent, Intent, Outcome
 from reconciliation.models import DuplicateFinding, Evidence, ReconciliationRun
 
@@ -237,3 +238,40 @@ def intent_timeline(intent: Intent) -> list[TimelineEntry]:
             )
         )
     return sorted(entries, key=lambda entry: entry.at)
+
+
+def found_by_lookup(intent: Intent) -> Evidence | None:
+    """The latest lookup on record that found the intent's effect at the provider, if any."""
+    return (
+        Evidence.objects.filter(intent=intent, kind=Evidence.Kind.LOOKUP, result=LookupStatus.FOUND.value)
+        .exclude(provider_references=[])
+        .order_by("-created_at")
+        .first()
+    )
+
+
+def effect_on_record(intent: Intent) -> str | None:
+    """What on record says the provider has the intent's effect, or None: a lookup that found
+    it, or one that found it under an id that cannot be stored, or an attempt the provider
+    accepted whose id cannot be stored (``operations.bounds.reference_problem``)."""
+    found = found_by_lookup(intent)
+    if found is not None:
+        return (
+            f"a lookup ({found.actor}, {found.created_at:%Y-%m-%d %H:%M:%S} UTC) found "
+            f"{', '.join(found.provider_references)}"
+        )
+    unstorable = (
+        Evidence.objects.filter(intent=intent, kind=Evidence.Kind.LOOKUP, detail__reported_status="found")
+        .order_by("-created_at")
+        .first()
+    )
+    if unstorable is not None:
+        return (
+            f"a lookup ({unstorable.actor}, {unstorable.created_at:%Y-%m-%d %H:%M:%S} UTC) found it under "
+            "an id that cannot be stored (its sha256 and prefix are in the evidence)"
+        )
+    if AuditEvent.objects.filter(
+        intent=intent, event="outcome_unknown", data__cause="reference_unstorable"
+    ).exists():
+        return "it accepted an attempt but answered an id that cannot be stored (see the attempt's evidence)"
+    return None
