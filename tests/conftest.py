@@ -12,9 +12,31 @@ from typing import Any
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="el-metrics-"))
 
 import pytest
+from django.db.backends.postgresql.operations import DatabaseOperations
 from rest_framework.test import APIClient
 
 from tests.factories import UserFactory, make_agent
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _flush_past_the_audit_triggers() -> Any:
+    """Let the test flush empty the append-only audit table.
+
+    ``transaction=True`` tests end with Django's flush, one ``TRUNCATE`` of every table, which
+    the audit table's ``BEFORE TRUNCATE`` trigger refuses (migration 0011). The flush runs in
+    one transaction; ``SET LOCAL session_replication_role = replica`` (superuser only, as the
+    test database's role is) turns ordinary triggers off for that transaction alone. The
+    product's trigger keeps no escape hatch of its own, and the tests that TRUNCATE on purpose
+    see it fire.
+    """
+    original = DatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self: DatabaseOperations, sql_list: list[str]) -> None:
+        original(self, ["SET LOCAL session_replication_role = replica", *sql_list])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(DatabaseOperations, "execute_sql_flush", execute_sql_flush)
+        yield
 
 
 @pytest.fixture

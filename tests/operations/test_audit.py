@@ -36,6 +36,26 @@ def test_trigger_refuses_delete() -> None:
         AuditEvent.objects.all().delete()
 
 
+def test_i11_1_truncate_of_the_audit_log_is_refused() -> None:
+    # given: a log with events (the statement-level trigger must fire even for a plain TRUNCATE,
+    # and for one that reaches the table by CASCADE from the intents)
+    submit()
+    submit()
+    before = AuditEvent.objects.count()
+    with connection.cursor() as cursor:  # PostgreSQL refuses TRUNCATE while FK checks are pending
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    # when / then
+    for statement in ("TRUNCATE operations_auditevent", "TRUNCATE operations_intent CASCADE"):
+        with (
+            pytest.raises(DatabaseError, match="append-only: TRUNCATE refused"),
+            transaction.atomic(),
+            connection.cursor() as cursor,
+        ):
+            cursor.execute(statement)
+    assert AuditEvent.objects.count() == before == 2
+    assert verify() == (0, "audit chain intact: 2 events verified\n")
+
+
 def test_chain_links_each_event_to_the_previous() -> None:
     # given
     intent = submit()
