@@ -62,6 +62,21 @@ def user_principal(user: User) -> str:
     return f"user:{user.get_username()}"
 
 
+def is_own_request(intent: Intent, user: User) -> bool:
+    """Whether ``user`` asked for ``intent`` (four eyes), judged by user id, never by name: a
+    renamed account is still the account that asked (issue 11 item 5).
+
+    ``intent.requested_by`` is recorded at submission for every ``user:`` principal. Only an
+    intent written before that field existed whose username matched no account when migration
+    0012 filled it in has a ``user:`` principal without one; for it the name is the only evidence
+    left, so it is still compared (refusing the account that now holds that name). Agents
+    (``agent:<name>``) and the system never hold a console account, so never match.
+    """
+    if intent.requested_by_id is not None:
+        return bool(intent.requested_by_id == user.pk)
+    return intent.principal.startswith("user:") and intent.principal == user_principal(user)
+
+
 def can_approve(user: User, intent: Intent) -> bool:
     """Whether ``user`` holds the permission the intent's policy names (its approver group,
     or the admin group, or superuser)."""
@@ -136,7 +151,7 @@ def _decision_refusal(
 ) -> tuple[Verdict, str] | None:
     if not can_approve(approver, intent):
         return Verdict.NO_PERMISSION, f"You are not in the '{policy.approver_group}' group for {intent.action}."
-    if policy.four_eyes and intent.principal == user_principal(approver):
+    if policy.four_eyes and is_own_request(intent, approver):
         return Verdict.OWN_REQUEST, "You requested this intent; someone else must approve it (four eyes)."
     if intent.status != Intent.Status.AWAITING_APPROVAL:
         return Verdict.NOT_AWAITING, f"The intent is {intent.status}, no longer awaiting approval."

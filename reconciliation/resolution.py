@@ -241,6 +241,7 @@ def resolve_compensate(
             provider_reference=reference,
             actor=f"user:{user.get_username()}",
             reason=reason,
+            requested_by=user,
         )
     intent.refresh_from_db()
     return intent
@@ -282,7 +283,9 @@ def resolve_failed_compensation(
     with transaction.atomic():
         _record(intent, user, f"compensation_{verb}", reason, [])
         if verb == "reopen":
-            services.intent_reopen_compensation(intent_id=intent.id, actor=actor, reason=reason)
+            services.intent_reopen_compensation(
+                intent_id=intent.id, actor=actor, reason=reason, requested_by=user
+            )
         elif verb in {"compensated", "kept"}:
             services.intent_settle_compensation(
                 intent_id=intent.id, compensated=verb == "compensated", actor=actor, reason=reason
@@ -325,6 +328,7 @@ def resolve_duplicate_finding(*, finding_id: int, user: User, verb: str, reason:
                 generation=services.next_compensation_generation(
                     original_id=finding.intent_id, provider_reference=finding.provider_reference
                 ),
+                requested_by=user,
             )
             finding.state, finding.compensation = DuplicateFinding.State.COMPENSATING, compensation
             finding.note = f"compensation reopened by {actor}: {reason}"[:1000]

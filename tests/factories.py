@@ -53,6 +53,11 @@ def settled(intent: Intent) -> Intent:
     return intent
 
 
+def user_named(username: str) -> Any:
+    """The console user called ``username``, created (no groups) when there is none."""
+    return get_user_model().objects.filter(username=username).first() or UserFactory(username=username)
+
+
 def submit(
     *,
     tenant: str = "acme",
@@ -62,10 +67,13 @@ def submit(
     client_key: str | None = None,
     reference: str = "",
 ) -> Intent:
-    """Submit an intent through ``intent_submit`` and return it."""
+    """Submit an intent through ``intent_submit`` and return it. A ``user:<username>`` principal
+    is asked for by that account (created when missing), as the console does."""
+    requested_by = user_named(principal.removeprefix("user:")) if principal.startswith("user:") else None
     return intent_submit(
         tenant=tenant,
         principal=principal,
+        requested_by=requested_by,
         client_key=client_key or str(uuid.uuid4()),
         action=action,
         arguments=arguments if arguments is not None else charge_arguments(),

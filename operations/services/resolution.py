@@ -10,6 +10,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.db.models.functions import Now
@@ -165,7 +166,13 @@ def intent_escalate(
 
 
 def intent_open_compensation(
-    *, original: Intent, provider_reference: str, principal: str, cause: str, generation: int = 0
+    *,
+    original: Intent,
+    provider_reference: str,
+    principal: str,
+    cause: str,
+    generation: int = 0,
+    requested_by: User | None = None,
 ) -> Intent:
     """Open (or find) the compensation intent that undoes ``provider_reference`` of ``original``.
 
@@ -177,6 +184,8 @@ def intent_open_compensation(
     Args:
         cause: ``operator`` (undo the original's effect) or ``duplicate`` (undo an extra effect).
         generation: 0 for the first compensation of this effect, then 1, 2 ...
+        requested_by: the operator behind a ``user:<username>`` principal (required then),
+            recorded by id so that they cannot approve their own compensation (four eyes).
 
     Raises:
         ResolutionRefused: the action has no compensation.
@@ -206,6 +215,7 @@ def intent_open_compensation(
         reference=f"compensation:{original.id}",
         metadata={"compensates": str(original.id), "provider_reference": provider_reference, "cause": cause},
         compensates=original,
+        requested_by=requested_by,
     )
     if result.created:
         metrics.COMPENSATIONS.labels(cause=cause).inc()
@@ -221,10 +231,17 @@ def next_compensation_generation(*, original_id: uuid.UUID, provider_reference: 
 
 
 def intent_begin_compensation(
-    *, intent_id: uuid.UUID, from_status: str, provider_reference: str, actor: str, reason: str
+    *,
+    intent_id: uuid.UUID,
+    from_status: str,
+    provider_reference: str,
+    actor: str,
+    reason: str,
+    requested_by: User | None = None,
 ) -> Intent:
     """UNKNOWN or SUCCEEDED -> COMPENSATING, opening the compensation intent in the same
     transaction. The original becomes COMPENSATED when the compensation succeeds.
+    ``requested_by`` is the operator behind a ``user:`` ``actor`` (see ``intent_open_compensation``).
 
     Raises:
         IntentMoved: the intent moved meanwhile. ResolutionRefused: no compensation action.
@@ -244,7 +261,11 @@ def intent_begin_compensation(
             updates={"next_lookup_at": None, "escalated_at": None},
         )
         return intent_open_compensation(
-            original=original, provider_reference=provider_reference, principal=actor, cause="operator"
+            original=original,
+            provider_reference=provider_reference,
+            principal=actor,
+            cause="operator",
+            requested_by=requested_by,
         )
 
 
@@ -287,10 +308,13 @@ def _refuse_while_compensating(intent_id: uuid.UUID) -> None:
         raise ResolutionRefused("a compensation of this intent is still running: wait for it to end")
 
 
-def intent_reopen_compensation(*, intent_id: uuid.UUID, actor: str, reason: str) -> Intent:
+def intent_reopen_compensation(
+    *, intent_id: uuid.UUID, actor: str, reason: str, requested_by: User | None = None
+) -> Intent:
     """An operator opens a new compensation for an escalated COMPENSATING intent whose last
     compensation failed, was rejected, expired or was cancelled. The intent stays
     COMPENSATING; ``escalated_at`` is cleared; audit event ``compensation_reopened``.
+    ``requested_by`` is the operator behind a ``user:`` ``actor`` (see ``intent_open_compensation``).
 
     Returns:
         The new compensation intent (its own key: the next ``generation``).
@@ -321,6 +345,7 @@ def intent_reopen_compensation(*, intent_id: uuid.UUID, actor: str, reason: str)
             principal=actor,
             cause="operator",
             generation=next_compensation_generation(original_id=original.id, provider_reference=reference),
+            requested_by=requested_by,
         )
         Intent.objects.filter(id=intent_id).update(escalated_at=None, updated_at=Now())
         audit_append(

@@ -7,12 +7,14 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
 from operations import metrics
 from operations.adapters.base import ArgumentsInvalid, Preview
 from operations.adapters.registry import ActionUnavailable, UnknownAction, get_adapter
+from operations.approval_validity import user_principal
 from operations.audit import audit_append
 from operations.exceptions import (
     CancelRefused,
@@ -108,6 +110,14 @@ def _validate(action: str, action_version: int, arguments: Any) -> None:
         ) from exc
 
 
+def _check_requester(principal: str, requested_by: User | None) -> None:
+    """A user principal comes with the user it names now, so the id stored is the asker's."""
+    if requested_by is not None and principal != user_principal(requested_by):
+        raise ValueError(f"principal {principal!r} is not user {requested_by.pk} ({requested_by.get_username()})")
+    if requested_by is None and principal.startswith("user:"):
+        raise ValueError(f"principal {principal!r} names a console user: pass requested_by")
+
+
 def intent_submit(
     *,
     tenant: str,
@@ -119,6 +129,7 @@ def intent_submit(
     reference: str = "",
     metadata: dict[str, Any] | None = None,
     compensates: Intent | None = None,
+    requested_by: User | None = None,
 ) -> SubmitResult:
     """Validate and record a new intent, or replay the one already recorded under the key.
 
@@ -136,12 +147,15 @@ def intent_submit(
             that cannot deduplicate).
         metadata: stored for the caller, never hashed.
         compensates: the intent this one undoes (compensation intents only).
+        requested_by: the console user behind a ``user:<username>`` principal (required then,
+            and must be that user); stored by id for four eyes, which never compares names.
 
     Raises:
         ClientKeyInvalid: missing key or not 1-255 printable ASCII.
         ValidationFailed: unknown action or version, or arguments failing the schema.
         IdempotencyKeyReused: the key was used for a different request.
     """
+    _check_requester(principal, requested_by)
     if compensates is None:  # a compensation's reference names the intent it undoes
         reference = _business_reference(reference, arguments)
     if not is_valid_client_key(client_key):
@@ -192,6 +206,7 @@ def intent_submit(
         reference=reference,
         metadata=metadata or {},
         compensates=compensates,
+        requested_by=requested_by,
         business_key=key,
         policy=policy.to_snapshot(),
         risk_rank=policy.risk_rank,

@@ -31,7 +31,7 @@ from operations.services import (
     intent_reject,
 )
 from operations.services.resolution import intent_begin_compensation
-from tests.factories import submit
+from tests.factories import submit, user_named
 
 pytestmark = pytest.mark.django_db
 
@@ -157,6 +157,7 @@ def build(kind: str, state: str, *, settings: Any, approver: Any) -> Intent:
                 provider_reference="prov-1",
                 actor="user:otto",
                 reason="customer changed their mind",
+                requested_by=user_named("otto"),
             )
             if state == S.COMPENSATED:
                 _succeed(compensation, "prov-2")

@@ -182,3 +182,19 @@ def test_approvals_are_stamped_used_when_the_worker_runs_the_intent(sandbox: Any
     assert execute_intent(intent.id) == "succeeded"
     # then
     assert Approval.objects.get(intent=intent).used_at is not None
+
+
+def test_i11_5_two_different_users_satisfy_a_two_approver_rule(
+    settings: Any, approver: Any, second_approver: Any
+) -> None:
+    # given: a critical intent (two different approvers) and a first approval
+    intent = critical(settings)
+    intent_approve(intent_id=intent.id, user=approver, request_hash=intent.request_hash)
+    assert approval_validity(Intent.objects.get(id=intent.id)).verdict == Verdict.TOO_FEW
+    # when: the first approver is renamed, and a different user approves
+    approver.username = "alice.renamed"
+    approver.save()
+    approved = intent_approve(intent_id=intent.id, user=second_approver, request_hash=intent.request_hash)
+    # then: two different accounts, whatever their names, satisfy the rule
+    validity = approval_validity(approved)
+    assert (approved.status, validity.verdict, validity.given) == ("READY", Verdict.APPROVED, 2)

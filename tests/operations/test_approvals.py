@@ -10,8 +10,15 @@ from django.db.models.functions import Now
 
 from operations.exceptions import ApprovalRefused, IntentMoved
 from operations.models import Approval, Intent, OutboxMessage
-from operations.services import intent_approve, intent_claim, intent_expire_approval, intent_reject
+from operations.services import (
+    intent_approve,
+    intent_claim,
+    intent_expire_approval,
+    intent_mark_unknown,
+    intent_reject,
+)
 from operations.services.execution import precheck_refusal
+from reconciliation.resolution import resolve_compensate
 from tests.factories import UserFactory, charge_arguments, submit
 
 pytestmark = pytest.mark.django_db
@@ -164,3 +171,26 @@ def test_approval_request_expires_after_the_policy_ttl() -> None:
     assert intent.policy["approval_ttl_seconds"] == 600
     assert intent.approval_expires_at is not None
     assert 595 <= (intent.approval_expires_at - intent.created_at).total_seconds() <= 605
+
+
+def test_i11_5_a_renamed_account_cannot_approve_its_own_request() -> None:
+    # given: mallory, an operator who may also approve, compensates an UNKNOWN charge; the refund
+    # that opens needs an approver (payments.refund policy)
+    mallory = UserFactory(username="mallory", groups=["operator", "approver"])
+    charge = submit()
+    claim = intent_claim(intent_id=charge.id, worker="w", lease_seconds=30)
+    assert claim is not None and intent_mark_unknown(claim=claim, error="response lost", cause="ambiguous")
+    resolve_compensate(intent_id=charge.id, user=mallory, reason="customer cancelled", provider_reference="ch_1")
+    refund = Intent.objects.get(compensates=charge)
+    assert (refund.action, refund.status) == ("payments.refund", "AWAITING_APPROVAL")
+    # when: her account is renamed, so her name no longer matches the refund's principal
+    mallory.username = "mallory.smith"
+    mallory.save()
+    # then: she is still the account that asked (four eyes by user id)
+    with pytest.raises(ApprovalRefused, match="four eyes"):
+        intent_approve(intent_id=refund.id, user=mallory, request_hash=refund.request_hash)
+    assert Intent.objects.get(id=refund.id).status == Intent.Status.AWAITING_APPROVAL
+    assert not Approval.objects.filter(intent=refund).exists()
+    # ... and someone who took her old name is not her
+    newcomer = UserFactory(username="mallory", groups=["approver"])
+    assert intent_approve(intent_id=refund.id, user=newcomer, request_hash=refund.request_hash).status == "READY"

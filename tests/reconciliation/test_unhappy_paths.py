@@ -30,7 +30,7 @@ from reconciliation.resolution import (
     resolve_failed_compensation,
 )
 from reconciliation.services import reconcile_pass
-from tests.factories import UserFactory, charge_arguments, settled, submit
+from tests.factories import UserFactory, charge_arguments, settled, submit, user_named
 from tests.reconciliation.test_reconciliation import email, reservation, unknown
 
 pytestmark = pytest.mark.django_db
@@ -463,7 +463,9 @@ def test_reopen_and_settle_are_refused_while_a_reopened_compensation_runs(
     sandbox.withdraw("reservations", cancel.arguments["reservation"])
     assert execute_intent(cancel.id) == "failed"
     sweep_compensations()
-    services.intent_reopen_compensation(intent_id=intent.id, actor="user:olga", reason="again")
+    services.intent_reopen_compensation(
+        intent_id=intent.id, actor="user:olga", reason="again", requested_by=user_named("olga")
+    )
     Intent.objects.filter(id=intent.id).update(escalated_at=Now())  # a stale page's view of it
     # when / then: a second operator's decision is refused while the new one can still succeed
     with pytest.raises(ResolutionRefused, match="still running"):
@@ -471,7 +473,9 @@ def test_reopen_and_settle_are_refused_while_a_reopened_compensation_runs(
             intent_id=intent.id, compensated=False, actor="user:bob", reason="x"
         )
     with pytest.raises(ResolutionRefused, match="still running"):
-        services.intent_reopen_compensation(intent_id=intent.id, actor="user:bob", reason="x")
+        services.intent_reopen_compensation(
+            intent_id=intent.id, actor="user:bob", reason="x", requested_by=user_named("bob")
+        )
     assert Intent.objects.filter(compensates=intent).count() == 2
 
 
