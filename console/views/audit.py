@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from django.core.cache import cache
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http.response import HttpResponseBase
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
@@ -16,6 +17,7 @@ from console.forms import AuditFilterForm
 from console.permissions import console_role_required
 from console.views.common import HtmxHttpRequest, page_or_partial
 from operations import selectors
+from operations.api_support import PROBLEM_CONTENT_TYPE, problem
 from operations.audit import audit_verify
 from operations.models import AuditEvent
 
@@ -37,6 +39,8 @@ CSV_COLUMNS = [
     "hash",
     "verified",
 ]
+# A spreadsheet runs a cell that starts with one of these as a formula (OWASP, "CSV Injection").
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def _filters(form: AuditFilterForm) -> selectors.AuditFilters:
@@ -70,12 +74,24 @@ def _verified(data: Any) -> str:
     return "" if value is None else str(bool(value)).lower()
 
 
+def neutralised(value: Any) -> Any:
+    """A CSV cell a spreadsheet shows as text: a string starting with ``=``, ``+``, ``-``, ``@``,
+    tab or carriage return gets a leading single quote (the OWASP "CSV Injection" rule), so
+    ``=HYPERLINK(...)`` in a reason is not run as a formula. Other values are returned as they
+    are. The raw value stays in the database, whose hashes ``verify_audit`` checks; in an export,
+    a cell that starts with a quote and then one of those characters had that one quote added."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def _csv_rows(events: Any) -> Iterator[str]:
     writer = csv.writer(_Echo())
     yield writer.writerow(CSV_COLUMNS)
     for event in events.iterator(chunk_size=2000):
         yield writer.writerow(
-            [
+            neutralised(cell)
+            for cell in [
                 event.id,
                 event.intent_id or "",
                 event.seq,
@@ -95,11 +111,30 @@ def _csv_rows(events: Any) -> Iterator[str]:
 
 @require_GET
 @console_role_required
-def audit_export(request: HtmxHttpRequest) -> StreamingHttpResponse:
+def audit_export(request: HtmxHttpRequest) -> HttpResponseBase:
     """The filtered audit log as CSV, streamed (every matching row, newest first). The ``data``
     column holds each event's data as JSON; ``verified`` repeats its ``verified`` flag so an
-    operator's unverified confirmation stands out in a spreadsheet."""
-    events = selectors.audit_queryset(_filters(AuditFilterForm(request.GET or None)))
+    operator's unverified confirmation stands out in a spreadsheet. Cells that would start a
+    spreadsheet formula are neutralised (``neutralised``).
+
+    An invalid filter answers 400 ``application/problem+json`` (RFC 9457) naming the fields,
+    never the whole log: ignoring a filter the caller asked for would export more than meant.
+    """
+    form = AuditFilterForm(request.GET or None)
+    if form.is_bound and not form.is_valid():
+        body = problem(
+            400,
+            "Invalid audit filter",
+            "the export was not made: correct the filters and ask again",
+            "invalid_filter",
+            errors=[
+                {"field": name, "message": item["message"]}
+                for name, items in form.errors.get_json_data().items()
+                for item in items
+            ],
+        )
+        return JsonResponse(body, status=400, content_type=PROBLEM_CONTENT_TYPE)
+    events = selectors.audit_queryset(_filters(form))
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     response = StreamingHttpResponse(_csv_rows(events), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.csv"'

@@ -14,7 +14,7 @@ from django.urls import reverse
 from operations import selectors
 from operations.idempotency import key_digest
 from operations.models import AuditEvent, Intent
-from operations.services import intent_approve
+from operations.services import intent_approve, intent_cancel
 from tests.console.conftest import claimed, gated, make_unknown
 from tests.factories import charge_arguments, submit
 
@@ -208,3 +208,48 @@ def test_dashboard_counts_waiting_unknown_outbox_and_chart(viewer_client: Client
 def test_metrics_endpoint_still_served() -> None:
     response = Client().get("/metrics")
     assert response.status_code == 200 and b"effect_ledger_intents" in response.content
+
+
+def export_rows(response: Any) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+
+
+def test_i11_7_csv_cells_that_start_a_formula_are_neutralised(viewer_client: Client) -> None:
+    # given: cancel reasons an agent chose, each starting a spreadsheet formula (OWASP list)
+    formulas = ['=HYPERLINK("http://evil.example/","x")', "+1+1", "-2+3", "@SUM(A1)", "\tx", "\rx"]
+    intents = []
+    for reason in formulas:
+        intent = submit()
+        intent_cancel(intent_id=intent.id, actor="agent:agent-1", reason=reason)
+        intents.append(intent)
+    plain = submit()
+    intent_cancel(intent_id=plain.id, actor="agent:agent-1", reason="customer changed their mind")
+    # when
+    response = viewer_client.get(reverse("audit-export"), {"event": "cancelled"})
+    # then: each such cell starts with one quote, so a spreadsheet shows it as text ...
+    assert response.status_code == 200
+    reasons = {row["intent_id"]: row["reason"] for row in export_rows(response)}
+    assert [reasons[str(i.id)] for i in intents] == ["'" + reason for reason in formulas]
+    assert reasons[str(plain.id)] == "customer changed their mind"
+    # ... while the database keeps the raw value, which the hash chain covers
+    stored = AuditEvent.objects.get(intent=intents[0], event="cancelled")
+    assert stored.reason == formulas[0]
+
+
+@pytest.mark.parametrize(
+    "bad", [{"intent_id": "not-a-uuid"}, {"created_after": "yesterday"}, {"event": "x" * 51}]
+)
+def test_i11_7_an_invalid_export_filter_is_400_not_everything(
+    viewer_client: Client, bad: dict[str, str]
+) -> None:
+    # given
+    submit()
+    submit()
+    # when
+    response = viewer_client.get(reverse("audit-export"), bad)
+    # then: a problem naming the field, and no rows at all
+    assert response.status_code == 400
+    assert response["Content-Type"] == "application/problem+json"
+    body = response.json()
+    assert body["code"] == "invalid_filter" and [e["field"] for e in body["errors"]] == list(bad)
+    assert not getattr(response, "streaming", False)
