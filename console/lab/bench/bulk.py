@@ -163,6 +163,7 @@ def _intent_row(
         "business_key": "",
         "held_behind_id": None,
         "hold_reason": "",
+        "requested_by_id": None,
         "compensates_id": None,
         "created_at": created,
         "updated_at": created + timedelta(seconds=1),
