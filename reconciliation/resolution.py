@@ -62,7 +62,7 @@ def _load(
         raise ResolutionRefused(f"no intent {intent_id}")
     if intent.status != status:
         raise IntentMoved(intent_id=intent_id, expected=status, current=intent.status)
-    if seen_seq is not None:
+    if seen_seq is not None and seen_seq != last_audit_seq(intent_id):
         newer = list(
             AuditEvent.objects.filter(intent_id=intent_id, seq__gt=seen_seq)
             .order_by("seq")
@@ -73,10 +73,9 @@ def _load(
                 f"this intent changed since the page was loaded ({', '.join(newer)}): reload it and "
                 "decide on what it shows now"
             )
-        if seen_seq != last_audit_seq(intent_id):
-            raise ResolutionRefused(
-                "the page's state does not match this intent's history: reload it and decide on what it shows"
-            )
+        raise ResolutionRefused(
+            "the page's state does not match this intent's history: reload it and decide on what it shows"
+        )
     return intent
 
 
