@@ -14,14 +14,19 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from django.utils import timezone
+from django.db import connection
 
 from operations.idempotency import canonical_json, sha256_hex
 from operations.models import AuditEvent
 
 GENESIS = "0" * 64
+
+#: The event of a refused decision (``operations.services.refusals``): it records who tried
+#: what and why it was refused, and moves nothing.
+REFUSAL_EVENT = "decision_refused"
 
 
 def event_hash(
@@ -53,6 +58,35 @@ def event_hash(
     return sha256_hex(canonical_json(document))
 
 
+def _chain_head(intent_id: uuid.UUID, *, first: bool) -> tuple[int, str, datetime]:
+    """The chain's last ``seq`` (0 when empty) and ``hash`` (``GENESIS`` when empty), and the
+    database's ``statement_timestamp()``, in one round trip.
+
+    Event times come from the database clock, like leases and expiries: a worker whose own
+    clock runs fast must not stamp events in the future, out of order with everyone else's
+    (issue 11). ``first``: the intent was inserted in this transaction, so its chain is empty
+    and only the time is read.
+    """
+    with connection.cursor() as cursor:
+        if first:
+            cursor.execute("SELECT statement_timestamp()")
+            (now,) = cursor.fetchone()
+            return 0, GENESIS, now
+        cursor.execute(
+            f"""
+            SELECT statement_timestamp(), last.seq, last.hash
+            FROM (SELECT 1) AS one
+            LEFT JOIN LATERAL (
+                SELECT seq, hash FROM {AuditEvent._meta.db_table}
+                WHERE intent_id = %s ORDER BY seq DESC LIMIT 1
+            ) AS last ON true
+            """,
+            [intent_id],
+        )
+        now, seq, digest = cursor.fetchone()
+    return (seq or 0), (digest or GENESIS), now
+
+
 def audit_append(
     *,
     intent_id: uuid.UUID,
@@ -65,7 +99,8 @@ def audit_append(
     first: bool = False,
 ) -> AuditEvent:
     """Append one event to the intent's chain. Call inside the transition's transaction,
-    after the UPDATE that locked the intent row (or the INSERT that created it).
+    after the UPDATE that locked the intent row (or the INSERT that created it). Its
+    ``created_at`` is the database's ``statement_timestamp()`` (see ``_chain_head``).
 
     Args:
         first: the caller inserted the intent in this transaction (skips reading the chain).
@@ -75,15 +110,8 @@ def audit_append(
             while the caller holds the intent's row lock).
     """
     data = data or {}
-    # ``first``: the intent was inserted in this transaction, so its chain is empty.
-    last = (
-        None
-        if first
-        else AuditEvent.objects.filter(intent_id=intent_id).order_by("-seq").values("seq", "hash").first()
-    )
-    seq = (last["seq"] if last else 0) + 1
-    prev_hash = last["hash"] if last else GENESIS
-    created_at = timezone.now()
+    last_seq, prev_hash, created_at = _chain_head(intent_id, first=first)
+    seq = last_seq + 1
     digest = event_hash(
         intent_id=intent_id,
         seq=seq,

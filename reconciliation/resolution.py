@@ -65,6 +65,7 @@ def _load(
     if seen_seq is not None and seen_seq != last_audit_seq(intent_id):
         newer = list(
             AuditEvent.objects.filter(intent_id=intent_id, seq__gt=seen_seq)
+            .exclude(event=services.REFUSAL_EVENT)
             .order_by("seq")
             .values_list("event", flat=True)
         )
@@ -79,6 +80,13 @@ def _load(
     return intent
 
 
+def _finding_intent(arguments: dict[str, Any]) -> uuid.UUID | None:
+    """The intent a duplicate finding belongs to (where a refused decision on it is recorded)."""
+    return (
+        DuplicateFinding.objects.filter(id=arguments["finding_id"]).values_list("intent_id", flat=True).first()
+    )
+
+
 def _record(intent: Intent, user: User, verb: str, reason: str, references: list[str], **detail: Any) -> None:
     shown = [e.id for e in intent_evidence(intent)]
     Evidence.objects.create(
@@ -91,6 +99,7 @@ def _record(intent: Intent, user: User, verb: str, reason: str, references: list
     )
 
 
+@services.refusals_audited("resolve confirmed")
 def resolve_confirmed(
     *,
     intent_id: uuid.UUID,
@@ -152,6 +161,7 @@ def resolve_confirmed(
     return intent
 
 
+@services.refusals_audited("resolve absent")
 def resolve_absent(
     *, intent_id: uuid.UUID, user: User, reason: str, accept_duplicate_risk: bool = False,
     seen_seq: int | None = None,
@@ -210,6 +220,7 @@ def resolve_absent(
     return intent
 
 
+@services.refusals_audited("resolve compensate")
 def resolve_compensate(
     *, intent_id: uuid.UUID, user: User, reason: str, provider_reference: str = "",
     seen_seq: int | None = None,
@@ -261,6 +272,7 @@ def lookup_now(*, intent_id: uuid.UUID, user: User) -> str:
     return reconcile_intent(intent_id, actor=f"user:{user.get_username()}")
 
 
+@services.refusals_audited("resolve")
 def resolve_failed_compensation(
     *, intent_id: uuid.UUID, user: User, verb: str, reason: str, seen_seq: int | None = None
 ) -> Intent:
@@ -295,6 +307,7 @@ def resolve_failed_compensation(
     return intent
 
 
+@services.refusals_audited("decide duplicate", intent_of=_finding_intent)
 def resolve_duplicate_finding(*, finding_id: int, user: User, verb: str, reason: str) -> DuplicateFinding:
     """Decide on an open duplicate finding (an extra effect nobody could undo automatically).
 
@@ -337,6 +350,7 @@ def resolve_duplicate_finding(*, finding_id: int, user: User, verb: str, reason:
     return finding
 
 
+@services.refusals_audited("release held")
 def release_held(
     *, intent_id: uuid.UUID, user: User, reason: str, accept_duplicate_risk: bool, seen_seq: int | None = None
 ) -> Intent:
@@ -369,6 +383,7 @@ def release_held(
     return released
 
 
+@services.refusals_audited("reject held")
 def reject_held(*, intent_id: uuid.UUID, user: User, reason: str, seen_seq: int | None = None) -> Intent:
     """An operator rejects a HELD intent: it must not run (e.g. the order was already charged).
 

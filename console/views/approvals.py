@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from django.contrib import messages
+from django.db import transaction
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
@@ -13,7 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 from console.forms import DecisionForm, RejectForm, first_error
 from console.permissions import console_role_required
 from console.presentation import payload_diff
-from console.views.common import HtmxHttpRequest, page_or_partial
+from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal
 from operations import selectors
 from operations.approval_validity import approval_validity
 from operations.exceptions import ApprovalRefused, IntentMoved, ValidationFailed
@@ -86,6 +87,7 @@ def _decide(request: HtmxHttpRequest, intent_id: uuid.UUID, *, approve: bool) ->
     intent = get_object_or_404(Intent, id=intent_id)
     form = (DecisionForm if approve else RejectForm)(request.POST)
     if not form.is_valid():
+        record_refusal(request, intent.id, "approve" if approve else "reject", first_error(form))
         stale = request.POST.get("request_hash", "") != intent.request_hash
         context = detail_context(request, intent, error=first_error(form), stale=stale)
         return page_or_partial(request, DETAIL, "decision", context, status=422)
@@ -124,13 +126,16 @@ def _decide(request: HtmxHttpRequest, intent_id: uuid.UUID, *, approve: bool) ->
 
 @require_POST
 @console_role_required
+@transaction.atomic
 def approval_approve(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
-    """Approve the payload whose hash the page displayed (decision and dispatch commit together)."""
+    """Approve the payload whose hash the page displayed (decision and dispatch commit together;
+    the whole request is one transaction, so an error while answering leaves nothing changed)."""
     return _decide(request, intent_id, approve=True)
 
 
 @require_POST
 @console_role_required
+@transaction.atomic
 def approval_reject(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
     """Reject the intent (a reason is required)."""
     return _decide(request, intent_id, approve=False)

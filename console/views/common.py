@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django_htmx.middleware import HtmxDetails
 
+from operations.services import intent_record_refusal, user_principal
+
 FRAGMENT_HEADER = "X-Console-Fragment"
+
+#: The posted fields that say what a decision's page showed; at most this many characters of
+#: each are kept with a refusal (a tampered form can post anything).
+SHOWN_FIELDS = ("request_hash", "seen_seq")
+SHOWN_MAX_CHARS = 128
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -31,3 +39,18 @@ def page_or_partial(
         response[FRAGMENT_HEADER] = "1"
         return response
     return render(request, template, context, status=status)
+
+
+def record_refusal(request: HttpRequest, intent_id: uuid.UUID, decision: str, reason: str) -> None:
+    """Audit a decision the view refused before reaching its service (no permission, an
+    invalid form): who tried (``request.user``), what the page showed (``SHOWN_FIELDS`` as
+    posted, cut to ``SHOWN_MAX_CHARS``) and why (``reason``). Refusals raised by the services
+    are audited there (``operations.services.refusals``)."""
+    shown = {name: request.POST[name][:SHOWN_MAX_CHARS] for name in SHOWN_FIELDS if name in request.POST}
+    intent_record_refusal(
+        intent_id=intent_id,
+        actor=user_principal(request.user),  # type: ignore[arg-type]
+        decision=decision,
+        reason=reason,
+        shown=shown,
+    )

@@ -6,13 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
+from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
 from console.forms import FindingDecisionForm, first_error
 from console.permissions import can_resolve, console_role_required
-from console.views.common import HtmxHttpRequest, page_or_partial
+from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal
 from operations.adapters.registry import ActionUnavailable, capabilities_for
 from operations.exceptions import IntentMoved, ResolutionRefused
 from reconciliation.models import DuplicateFinding
@@ -59,6 +60,7 @@ def duplicate_detail(request: HtmxHttpRequest, finding_id: int) -> HttpResponse:
 
 @require_POST
 @console_role_required
+@transaction.atomic
 def duplicate_resolve(request: HtmxHttpRequest, finding_id: int, verb: str) -> HttpResponse:
     """Decide on an open finding through ``reconciliation.resolution.resolve_duplicate_finding``
     (a reason is required); refusals (no permission, not open any more, no compensation for
@@ -68,7 +70,9 @@ def duplicate_resolve(request: HtmxHttpRequest, finding_id: int, verb: str) -> H
     finding = _finding(finding_id)
     form = FindingDecisionForm(request.POST)
 
-    def refuse(message: str, status: int) -> HttpResponse:
+    def refuse(message: str, status: int, *, audited: bool = False) -> HttpResponse:
+        if not audited:  # the service audits its own refusals
+            record_refusal(request, finding.intent_id, f"decide duplicate {verb}", message)
         context = finding_context(request, _finding(finding_id), error=message, failed_verb=verb)
         context["forms"][verb] = form
         return page_or_partial(request, DETAIL, "decision", context, status=status)
@@ -85,7 +89,7 @@ def duplicate_resolve(request: HtmxHttpRequest, finding_id: int, verb: str) -> H
             reason=form.cleaned_data["reason"],
         )
     except (ResolutionRefused, IntentMoved) as exc:
-        return refuse(exc.detail, exc.status)
+        return refuse(exc.detail, exc.status, audited=True)
     decided = _finding(finding_id)
     done = f"Decided: {verb}. The finding is {decided.get_state_display().lower()}."
     if request.htmx:

@@ -9,6 +9,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
@@ -16,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from console.forms import ReasonForm, ReleaseHeldForm, first_error
 from console.permissions import can_resolve, console_role_required
 from console.presentation import payload_diff
-from console.views.common import HtmxHttpRequest, page_or_partial
+from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal
 from operations import selectors
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent
@@ -76,6 +77,7 @@ def _decide(verb: str, intent: Intent, user: Any, data: dict[str, Any]) -> Inten
 
 @require_POST
 @console_role_required
+@transaction.atomic
 def held_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -> HttpResponse:
     """Release a HELD intent (a reason and the duplicate risk accepted) or reject it (a reason)
     through ``reconciliation.resolution``; refusals (no permission, no reason, risk not
@@ -86,7 +88,9 @@ def held_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -> H
     intent = _intent(intent_id)
     form = form_class(request.POST)
 
-    def refuse(message: str, status: int) -> HttpResponse:
+    def refuse(message: str, status: int, *, audited: bool = False) -> HttpResponse:
+        if not audited:  # the service audits its own refusals
+            record_refusal(request, intent.id, f"{verb} held", message)
         context = held_context(request, _intent(intent_id), error=message, failed_verb=verb)
         context["forms"][verb] = form
         return page_or_partial(request, DETAIL, "decision", context, status=status)
@@ -98,7 +102,7 @@ def held_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -> H
     try:
         decided = _decide(verb, intent, request.user, form.cleaned_data)
     except (ResolutionRefused, IntentMoved) as exc:
-        return refuse(exc.detail, exc.status)
+        return refuse(exc.detail, exc.status, audited=True)
     done = f"{'Released' if verb == 'release' else 'Rejected'}. The intent is {decided.status}."
     if request.htmx:
         return page_or_partial(

@@ -9,6 +9,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_GET, require_POST
@@ -21,7 +22,7 @@ from console.forms import (
     first_error,
 )
 from console.permissions import can_resolve, console_role_required
-from console.views.common import HtmxHttpRequest, page_or_partial
+from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal
 from operations import selectors, services
 from operations.adapters.registry import ActionUnavailable, capabilities_for, serving_problem
 from operations.exceptions import IntentMoved, ResolutionRefused
@@ -164,6 +165,7 @@ def _resolve(verb: str, intent: Intent, user: Any, data: dict[str, Any]) -> Inte
 
 @require_POST
 @console_role_required
+@transaction.atomic
 def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -> HttpResponse:
     """Resolve an UNKNOWN intent as ``confirmed``, ``absent`` or ``compensate``, or decide on an
     escalated COMPENSATING intent: ``reopen``, ``compensated`` or ``kept`` (a reason is always
@@ -174,7 +176,9 @@ def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -
     intent = get_object_or_404(Intent, id=intent_id)
     form = form_class(request.POST)
 
-    def refuse(message: str, status: int) -> HttpResponse:
+    def refuse(message: str, status: int, *, audited: bool = False) -> HttpResponse:
+        if not audited:  # the service audits its own refusals
+            record_refusal(request, intent.id, f"resolve {verb}", message)
         intent.refresh_from_db()
         context = detail_context(request, intent, error=message, failed_verb=verb)
         context["forms"][verb] = form
@@ -189,7 +193,7 @@ def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -
     try:
         resolved = _resolve(verb, intent, request.user, form.cleaned_data)
     except (ResolutionRefused, IntentMoved) as exc:
-        return refuse(exc.detail, exc.status)
+        return refuse(exc.detail, exc.status, audited=True)
     done = f"Resolved as {verb}. The intent is {resolved.status}."
     if request.htmx:
         return page_or_partial(request, DETAIL, "resolution", detail_context(request, resolved, success=done))
@@ -199,6 +203,7 @@ def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -
 
 @require_POST
 @console_role_required
+@transaction.atomic
 def unknown_lookup(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
     """Look an UNKNOWN intent up at its provider now (``reconciliation.resolution.lookup_now``)
     and show what came of it; refusals are shown in place."""

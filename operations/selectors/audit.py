@@ -11,6 +11,7 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
+from operations.audit import REFUSAL_EVENT
 from operations.models import AuditEvent
 from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
 
@@ -28,9 +29,14 @@ class AuditFilters:
 
 def last_audit_seq(intent_id: uuid.UUID) -> int:
     """The ``seq`` of the intent's newest audit event (0 before any): what a page showed, so a
-    decision sent from it can be refused once the intent has moved on."""
+    decision sent from it can be refused once the intent has moved on. Refused decisions
+    (``decision_refused`` events) are not a move: they never make a page stale."""
     return (
-        AuditEvent.objects.filter(intent_id=intent_id).order_by("-seq").values_list("seq", flat=True).first()
+        AuditEvent.objects.filter(intent_id=intent_id)
+        .exclude(event=REFUSAL_EVENT)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
         or 0
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from operations.approval_validity import user_principal
+from operations.audit import REFUSAL_EVENT
 from operations.services.approvals import (
     intent_approve,
     intent_expire_approval,
@@ -26,6 +27,7 @@ from operations.services.execution import (
     intent_schedule_retry,
 )
 from operations.services.recovery import intent_redispatch, intent_take_over_lease
+from operations.services.refusals import intent_record_refusal, refusals_audited
 from operations.services.resolution import (
     COMPENSATION_DEAD_ENDS,
     complete_compensated_original,
@@ -58,6 +60,9 @@ from operations.services.submission import (
 from operations.services.transitions import check_allowed, transition
 
 __all__ = [
+    "REFUSAL_EVENT",
+    "intent_record_refusal",
+    "refusals_audited",
     "business_key",
     "intent_hold_for_a_person",
     "intent_reject_held",

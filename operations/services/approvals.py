@@ -15,6 +15,7 @@ from operations.audit import audit_append
 from operations.exceptions import ApprovalRefused, IntentMoved
 from operations.models import Approval, Intent
 from operations.policies import Policy
+from operations.services.refusals import refusals_audited
 from operations.services.transitions import transition
 
 
@@ -27,6 +28,7 @@ def _check_decision(*, intent: Intent, user: User, shown_hash: str) -> None:
         raise ApprovalRefused(validity.reason)
 
 
+@refusals_audited("approve")
 def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reason: str = "") -> Intent:
     """Record ``user``'s approval of the exact payload ``request_hash``; when enough approvers
     have approved (two for the critical tier), move the intent to READY and write its outbox
@@ -81,6 +83,7 @@ def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reaso
     return intent
 
 
+@refusals_audited("reject")
 def intent_reject(*, intent_id: uuid.UUID, user: User, request_hash: str, reason: str) -> Intent:
     """Reject a gated intent (terminal REJECTED); same checks as ``intent_approve``.
 

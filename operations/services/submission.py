@@ -33,6 +33,7 @@ from operations.idempotency import (
 from operations.models import Intent
 from operations.policies import Policy, policy_for
 from operations.services.business import business_key, open_intent_for
+from operations.services.refusals import refusals_audited
 from operations.services.transitions import outbox_enqueue, transition
 
 REFERENCE_MAX_LENGTH = Intent._meta.get_field("reference").max_length or 200
@@ -256,6 +257,7 @@ def intent_submit(
     return SubmitResult(intent=intent, created=True)
 
 
+@refusals_audited("cancel")
 def intent_cancel(*, intent_id: uuid.UUID, actor: str, reason: str = "") -> Intent:
     """Cancel an intent that has not started running (AWAITING_APPROVAL, READY or HELD).
 

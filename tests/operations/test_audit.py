@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
@@ -97,3 +98,22 @@ def test_removed_event_makes_verify_fail() -> None:
     code, message = verify()
     # then
     assert code == 1 and "seq 2 where 1 was expected" in message
+
+
+def test_i11_audit_times_come_from_the_database_clock() -> None:
+    """A process whose clock runs 60 s fast must not stamp events 60 s in the future."""
+    import time_machine
+    from django.utils import timezone
+
+    with time_machine.travel(timezone.now() + timedelta(seconds=60), tick=True):
+        intent = submit()
+        intent_cancel(intent_id=intent.id, actor="agent:agent-1", reason="not needed")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        (database_now,) = cursor.fetchone()
+    events = list(AuditEvent.objects.filter(intent=intent).order_by("seq"))
+    assert [e.event for e in events] == ["submitted", "cancelled"]
+    for event in events:
+        assert abs((database_now - event.created_at).total_seconds()) < 5
+    assert events[0].created_at <= events[1].created_at
+    assert verify()[0] == 0

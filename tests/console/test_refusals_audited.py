@@ -1,0 +1,112 @@
+"""The console audits every decision it refuses, also those refused before any service runs
+(no permission, an invalid form), and a decision is one transaction with its answer: an error
+while answering leaves nothing changed (issue 11 items 3 and 4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from console.views import approvals as approval_views
+from console.views.common import SHOWN_MAX_CHARS
+from operations.audit import REFUSAL_EVENT
+from operations.models import Approval, AuditEvent, Intent, OutboxMessage
+from operations.selectors import last_audit_seq
+from tests.console.conftest import gated, make_unknown, seen
+from tests.console.test_held import held_pair
+from tests.factories import charge_arguments
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+def refusals(intent: Intent) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(intent=intent, event=REFUSAL_EVENT).order_by("seq"))
+
+
+def test_i11_4_a_viewer_resolving_an_unknown_intent_is_refused_and_audited(viewer_client: Client) -> None:
+    intent = make_unknown(arguments=charge_arguments())
+    seq = seen(intent)
+    response = viewer_client.post(
+        reverse("unknown-resolve", args=[intent.id, "absent"]),
+        {"reason": "looked", "accept_duplicate_risk": "on", "seen_seq": seq},
+        **HTMX,
+    )
+    assert response.status_code == 403
+    (event,) = refusals(intent)
+    assert event.actor == "user:vera" and event.data["decision"] == "resolve absent"
+    assert event.data["shown"] == {"seen_seq": seq}
+    assert "operators and admins" in event.reason
+    assert Intent.objects.get(id=intent.id).status == Intent.Status.UNKNOWN
+    assert last_audit_seq(intent.id) == int(seq)  # a refusal makes no page stale
+
+
+def test_i11_4_an_invalid_held_decision_is_refused_and_audited(operator_client: Client) -> None:
+    _, held = held_pair()
+    response = operator_client.post(
+        reverse("held-resolve", args=[held.id, "reject"]), {"reason": "", "seen_seq": seen(held)}, **HTMX
+    )
+    assert response.status_code == 422
+    (event,) = refusals(held)
+    assert event.actor == "user:otto" and event.data["decision"] == "reject held"
+    assert Intent.objects.get(id=held.id).status == Intent.Status.HELD
+
+
+def test_i11_4_a_service_refusal_is_audited_once(operator_client: Client) -> None:
+    # the page state is from before the intent moved: the service refuses and audits it, the
+    # view must not audit it a second time
+    intent = make_unknown(arguments=charge_arguments())
+    response = operator_client.post(
+        reverse("unknown-resolve", args=[intent.id, "absent"]),
+        {"reason": "looked", "accept_duplicate_risk": "on", "seen_seq": "1"},
+        **HTMX,
+    )
+    assert response.status_code == 409
+    (event,) = refusals(intent)
+    assert event.data["shown"] == {"seen_seq": 1}
+
+
+def test_i11_4_a_malformed_approval_is_audited_with_what_was_posted_cut_short(
+    approver_client: Client,
+) -> None:
+    intent = gated()
+    posted = "x" * 5000
+    response = approver_client.post(
+        reverse("approval-approve", args=[intent.id]), {"request_hash": posted}, **HTMX
+    )
+    assert response.status_code == 422
+    (event,) = refusals(intent)
+    assert event.data["decision"] == "approve"
+    assert event.data["shown"] == {"request_hash": posted[:SHOWN_MAX_CHARS]}
+    assert not Approval.objects.filter(intent=intent).exists()
+
+
+def test_i11_3_an_error_while_answering_an_approval_leaves_nothing_changed(
+    approver: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: the decision commits, then answering it fails (as the 1e16 page did)
+    intent = gated()
+    real = approval_views.detail_context
+
+    def failing(request: Any, shown: Intent, **extra: Any) -> dict[str, Any]:
+        if "success" in extra:
+            raise RuntimeError("rendering failed after the decision")
+        return real(request, shown, **extra)
+
+    monkeypatch.setattr(approval_views, "detail_context", failing)
+    client = Client(raise_request_exception=False)
+    client.force_login(approver)
+    # when
+    response = client.post(
+        reverse("approval-approve", args=[intent.id]), {"request_hash": intent.request_hash}, **HTMX
+    )
+    # then: a 500, and the intent did not move: no approval, no outbox row, no audit event
+    assert response.status_code == 500
+    assert Intent.objects.get(id=intent.id).status == Intent.Status.AWAITING_APPROVAL
+    assert not Approval.objects.filter(intent=intent).exists()
+    assert not OutboxMessage.objects.filter(intent=intent).exists()
+    assert not AuditEvent.objects.filter(intent=intent, event="approved").exists()
