@@ -43,6 +43,8 @@ def test_i11_4_a_viewer_resolving_an_unknown_intent_is_refused_and_audited(viewe
     assert "operators and admins" in event.reason
     assert Intent.objects.get(id=intent.id).status == Intent.Status.UNKNOWN
     assert last_audit_seq(intent.id) == int(seq)  # a refusal makes no page stale
+    page = viewer_client.get(reverse("intent-detail", args=[intent.id]))
+    assert page.status_code == 200 and REFUSAL_EVENT in page.content.decode()
 
 
 def test_i11_4_an_invalid_held_decision_is_refused_and_audited(operator_client: Client) -> None:
