@@ -63,6 +63,7 @@ urlpatterns = [
     path("intents/<uuid:intent_id>/", views.intent_detail, name="intent-detail"),
     path("audit/", views.audit_log, name="audit"),
     path("audit/export.csv", views.audit_export, name="audit-export"),
+    path("audit/export.jsonl", views.audit_export_jsonl, name="audit-export-jsonl"),
     path("audit/verify/", views.audit_verify_view, name="audit-verify"),
     # The lab's pages (drills), mounted by dotted name like an installed app: no product module
     # imports the lab (lint-imports), and the URLconf only names it.

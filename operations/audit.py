@@ -11,8 +11,9 @@ constraint makes a fork impossible.
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -148,32 +149,43 @@ class ChainBreak:
     problem: str
 
 
-def audit_verify(batch_size: int = 2000) -> Iterator[ChainBreak]:
-    """Walk every chain in (intent, seq) order and yield each break found.
+#: The fields of an exported event (JSON Lines), everything ``event_hash`` covers plus ``id``.
+EXPORT_FIELDS = (
+    "id",
+    "intent_id",
+    "seq",
+    "event",
+    "from_status",
+    "to_status",
+    "actor",
+    "reason",
+    "data",
+    "created_at",
+    "prev_hash",
+    "hash",
+)
 
-    A break is an event whose ``hash`` does not match its content (tampered), whose
-    ``prev_hash`` is not its predecessor's hash, or whose ``seq`` skips (an event removed).
+
+def _chain_breaks(rows: Iterable[dict[str, Any]], *, anchored: bool = False) -> Iterator[ChainBreak]:
+    """Check rows (``EXPORT_FIELDS``; ``created_at`` a datetime or its ISO 8601 string) given
+    in (intent, seq) order, and yield each break.
+
+    Args:
+        anchored: the rows may begin each chain after its first event (an export filtered by
+            time); the first row of a chain is then taken as it is and only its own hash and
+            the links after it are checked.
     """
-    previous: Any = None
-    queryset = AuditEvent.objects.order_by("intent_id", "seq").values(
-        "id",
-        "intent_id",
-        "seq",
-        "event",
-        "from_status",
-        "to_status",
-        "actor",
-        "reason",
-        "data",
-        "created_at",
-        "prev_hash",
-        "hash",
-    )
-    for row in queryset.iterator(chunk_size=batch_size):
+    previous: dict[str, Any] | None = None
+    for row in rows:
         same_chain = previous is not None and previous["intent_id"] == row["intent_id"]
-        expected_prev = previous["hash"] if same_chain and previous else GENESIS
-        expected_seq = previous["seq"] + 1 if same_chain and previous else 1
+        if same_chain and previous is not None:
+            expected_prev, expected_seq = previous["hash"], previous["seq"] + 1
+        elif anchored:
+            expected_prev, expected_seq = row["prev_hash"], row["seq"]
+        else:
+            expected_prev, expected_seq = GENESIS, 1
         intent_id = str(row["intent_id"]) if row["intent_id"] else None
+        created_at = row["created_at"]
         recomputed = event_hash(
             intent_id=row["intent_id"],
             seq=row["seq"],
@@ -183,7 +195,7 @@ def audit_verify(batch_size: int = 2000) -> Iterator[ChainBreak]:
             actor=row["actor"],
             reason=row["reason"],
             data=row["data"],
-            created_at=row["created_at"].isoformat(),
+            created_at=created_at if isinstance(created_at, str) else created_at.isoformat(),
             prev_hash=row["prev_hash"],
         )
         if row["seq"] != expected_seq:
@@ -193,3 +205,56 @@ def audit_verify(batch_size: int = 2000) -> Iterator[ChainBreak]:
         elif recomputed != row["hash"]:
             yield ChainBreak(row["id"], intent_id, "hash does not match the event's content")
         previous = row
+
+
+def audit_verify(batch_size: int = 2000) -> Iterator[ChainBreak]:
+    """Walk every chain in (intent, seq) order and yield each break found.
+
+    A break is an event whose ``hash`` does not match its content (tampered), whose
+    ``prev_hash`` is not its predecessor's hash, or whose ``seq`` skips (an event removed).
+    """
+    queryset = AuditEvent.objects.order_by("intent_id", "seq").values(*EXPORT_FIELDS)
+    yield from _chain_breaks(queryset.iterator(chunk_size=batch_size))
+
+
+def export_line(event: AuditEvent) -> str:
+    """One event as a JSON Lines record (``EXPORT_FIELDS``, values exactly as hashed; no
+    trailing newline): what ``verify_export`` re-checks, away from the database."""
+    record = {name: getattr(event, name) for name in EXPORT_FIELDS}
+    record["intent_id"] = str(event.intent_id) if event.intent_id else None
+    record["created_at"] = event.created_at.isoformat()
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def _is_exported_event(record: Any) -> bool:
+    """Whether ``record`` has every field of ``EXPORT_FIELDS`` with the type ``export_line`` writes."""
+    if not isinstance(record, dict) or not set(EXPORT_FIELDS) <= record.keys():
+        return False
+    texts = ("event", "from_status", "to_status", "actor", "reason", "created_at", "prev_hash", "hash")
+    return (
+        all(isinstance(record[name], str) for name in texts)
+        and isinstance(record["seq"], int)
+        and isinstance(record["intent_id"], str | None)
+    )
+
+
+def verify_export(lines: Iterable[str]) -> Iterator[ChainBreak]:
+    """Re-check an audit export (``export_line`` records, in any order) without the database:
+    every event's hash against its content, and the links between the events of each chain
+    that the export holds. An export filtered by time may start a chain after its first event
+    (that event's ``prev_hash`` is taken as given); one filtered by actor or event kind leaves
+    gaps, which are reported as breaks. Holds the whole export in memory.
+
+    Raises:
+        ValueError: a line is not a JSON object with every field of ``EXPORT_FIELDS``.
+    """
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if not _is_exported_event(record):
+            raise ValueError(f"line {number} is not an exported audit event")
+        rows.append(record)
+    rows.sort(key=lambda row: (row["intent_id"] or "", row["seq"]))
+    yield from _chain_breaks(rows, anchored=True)

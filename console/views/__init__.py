@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from console.views.approvals import approval_approve, approval_detail, approval_reject, approvals_inbox
-from console.views.audit import audit_export, audit_log, audit_verify_view
+from console.views.audit import audit_export, audit_export_jsonl, audit_log, audit_verify_view
 from console.views.auth import login_view
 from console.views.dashboard import dashboard, metrics
 from console.views.duplicates import duplicate_detail, duplicate_resolve
@@ -17,6 +17,7 @@ __all__ = [
     "approval_reject",
     "approvals_inbox",
     "audit_export",
+    "audit_export_jsonl",
     "audit_log",
     "audit_verify_view",
     "dashboard",
