@@ -32,4 +32,10 @@ app.conf.beat_schedule = {
         "task": "reconciliation.reconcile",
         "schedule": settings.EFFECT_LEDGER["RECONCILE_PERIOD_SECONDS"],
     },
+    # A signed checkpoint of every audit chain's head (skipped when nothing changed); it reads
+    # one consistent snapshot without locking the writers (operations.checkpoints).
+    "audit-checkpoint": {
+        "task": "operations.audit_checkpoint",
+        "schedule": settings.EFFECT_LEDGER["AUDIT_CHECKPOINT_PERIOD_SECONDS"],
+    },
 }

@@ -222,6 +222,22 @@ EFFECT_LEDGER: dict[str, Any] = {
     "RECONCILIATION_RUN_RETENTION_DAYS": env_float("EFFECT_LEDGER_RECONCILIATION_RUN_RETENTION_DAYS", 7),
     "RECONCILE_BATCH": env_int("EFFECT_LEDGER_RECONCILE_BATCH", 500),
     "OUTBOX_LAG_WARNING_SECONDS": env_int("EFFECT_LEDGER_OUTBOX_LAG_WARNING_SECONDS", 60),
+    # Signed audit checkpoints (operations/checkpoints.py). The Ed25519 private key (PEM, PKCS#8)
+    # lives in a file, never in the database; it is created on first use (mode 0600) only where
+    # AUDIT_SIGNING_KEY_CREATE is on: by default in embedded mode (no DATABASE_URL), as quickstart
+    # runs. An auditor's copy may verify with the public key alone (AUDIT_PUBLIC_KEY_FILE).
+    "AUDIT_SIGNING_KEY_FILE": env_str(
+        "EFFECT_LEDGER_AUDIT_SIGNING_KEY_FILE", str(DATA_DIR / "audit-signing-key.pem")
+    ),
+    "AUDIT_SIGNING_KEY_CREATE": env_bool(
+        "EFFECT_LEDGER_AUDIT_SIGNING_KEY_CREATE", not env_str("DATABASE_URL")
+    ),
+    "AUDIT_PUBLIC_KEY_FILE": env_str("EFFECT_LEDGER_AUDIT_PUBLIC_KEY_FILE"),
+    # Every checkpoint is also appended to this file (one JSON line) and logged; ship both away.
+    "AUDIT_CHECKPOINT_FILE": env_str(
+        "EFFECT_LEDGER_AUDIT_CHECKPOINT_FILE", str(DATA_DIR / "audit-checkpoints.jsonl")
+    ),
+    "AUDIT_CHECKPOINT_PERIOD_SECONDS": env_float("EFFECT_LEDGER_AUDIT_CHECKPOINT_PERIOD_SECONDS", 300.0),
 }
 
 # Policies per action (risk decision table in shared/seeds/004). The policy in force is

@@ -1,12 +1,14 @@
-"""System checks (``manage.py check``, and every ``runserver``/``migrate``) for delivery settings."""
+"""System checks (``manage.py check``, and every ``runserver``/``migrate``) for delivery settings
+and the audit checkpoints' key."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, register
+from django.core.checks import CheckMessage, Error, Warning, register
 
+from operations.audit_keys import AuditKeyError, public_key_path, signing_key_load, signing_key_path
 from operations.delivery import MAX_COUNTDOWN_SECONDS
 
 
@@ -65,3 +67,26 @@ def provider_deadline_check(app_configs: Any = None, **kwargs: Any) -> list[Chec
             )
         )
     return errors
+
+
+@register()
+def audit_signing_key_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``operations.W003``: audit checkpoints need an Ed25519 signing key in a file
+    (``AUDIT_SIGNING_KEY_FILE``). Without one, ``audit_checkpoint`` and the beat refuse to sign
+    (nothing is signed with an empty key), so deleted tails and chains go unseen: say so here.
+    A key the next checkpoint will create (``AUDIT_SIGNING_KEY_CREATE``) is fine."""
+    conf = settings.EFFECT_LEDGER
+    if conf.get("AUDIT_SIGNING_KEY_CREATE") and not signing_key_path().exists():
+        return []
+    try:
+        signing_key_load(create=False)
+    except AuditKeyError as exc:
+        verify_only = f" (verification uses {public_key_path()})" if public_key_path() else ""
+        return [
+            Warning(
+                f"audit checkpoints cannot be signed{verify_only}: {exc}",
+                hint="provision an Ed25519 key: openssl genpkey -algorithm ed25519 -out KEY.pem; chmod 600 KEY.pem",
+                id="operations.W003",
+            )
+        ]
+    return []

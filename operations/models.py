@@ -296,6 +296,25 @@ class AuditEvent(models.Model):
         indexes = [models.Index(fields=["-created_at", "-id"], name="audit_created")]
 
 
+class AuditCheckpoint(models.Model):
+    """A signed checkpoint of the whole audit log (operations/checkpoints.py): every chain's
+    head (intent, last seq, last hash) at one moment, summarised by an RFC 9162 Merkle tree
+    head and signed with Ed25519 by a key kept outside the database. Append-only like the
+    events (a trigger refuses UPDATE, DELETE and TRUNCATE, migration 0013); checkpoints chain
+    to each other through ``prev_hash`` and gap-free ``number``s.
+    """
+
+    number = models.PositiveBigIntegerField(unique=True, help_text="1-based position in the series")
+    created_at = models.DateTimeField()
+    chains = models.PositiveBigIntegerField(help_text="chains (intents) covered: the Merkle tree size")
+    events = models.PositiveBigIntegerField(help_text="events covered: the sum of the heads' seqs")
+    root = models.CharField(max_length=64, help_text="RFC 9162 Merkle tree hash of the heads, hex")
+    prev_hash = models.CharField(max_length=64, help_text="sha256 of the previous checkpoint's statement")
+    key_id = models.CharField(max_length=64, help_text="sha256 hex of the raw Ed25519 public key")
+    signature = models.CharField(max_length=128, help_text="Ed25519 signature of the statement, hex")
+    heads = models.BinaryField(help_text="zlib-compressed JSON [[intent_id, seq, hash], ...] in leaf order")
+
+
 class Agent(models.Model):
     """A machine principal (an AI agent or program) authenticating with a bearer token.
 

@@ -12,7 +12,8 @@ from celery import shared_task
 from celery.exceptions import Reject
 from django.db import DatabaseError, connections
 
-from operations import engine, metrics, outbox
+from operations import checkpoints, engine, metrics, outbox
+from operations.audit_keys import AuditKeyError
 from operations.delivery import database_retry_countdown, database_unavailable
 
 logger = logging.getLogger(__name__)
@@ -64,3 +65,19 @@ def execute_intent(self: Any, intent_id: str, message_id: str | None = None) -> 
 def relay_outbox() -> int:
     """Publish pending outbox rows (the periodic safety net behind the post-commit kick)."""
     return outbox.outbox_relay()
+
+
+@shared_task(name="operations.audit_checkpoint")
+def audit_checkpoint() -> int | None:
+    """Sign a checkpoint of the audit chains' heads when they changed since the last one (the
+    beat's, every ``AUDIT_CHECKPOINT_PERIOD_SECONDS``); returns its number, or None.
+
+    A missing key or an unwritable checkpoint file is logged as an error, not raised: the next
+    period tries again, and ``manage.py check`` warns about the key (``operations.W003``).
+    """
+    try:
+        row = checkpoints.audit_checkpoint_create(only_if_changed=True)
+    except (AuditKeyError, checkpoints.CheckpointError) as exc:
+        logger.error("audit checkpoint failed: %s", exc)
+        return None
+    return row.number if row else None

@@ -19,7 +19,9 @@ from console.views.common import HtmxHttpRequest, page_or_partial
 from operations import selectors
 from operations.api_support import PROBLEM_CONTENT_TYPE, problem
 from operations.audit import audit_verify, export_line
-from operations.models import AuditEvent
+from operations.audit_keys import AuditKeyError, public_key_load
+from operations.checkpoint_verification import checkpoint_verify
+from operations.models import AuditCheckpoint, AuditEvent
 
 VERIFY_CACHE_KEY = "console:audit-verify"
 VERIFY_CACHE_SECONDS = 60
@@ -161,9 +163,33 @@ def audit_export_jsonl(request: HtmxHttpRequest) -> HttpResponseBase:
     return _export(request, _jsonl_rows, "application/jsonl; charset=utf-8", "jsonl")
 
 
+def _checkpoint_status() -> dict[str, Any]:
+    """The latest checkpoint's verification: ``{"exists", "ok", "number", "created_at", "chains",
+    "events", "faults" (at most VERIFY_MAX_BREAKS), "omitted", "error"}``; ``error`` says why it
+    could not be checked (no public key)."""
+    if not AuditCheckpoint.objects.exists():
+        return {"exists": False, "ok": False}
+    try:
+        report = checkpoint_verify(public_key=public_key_load(), limit=VERIFY_MAX_BREAKS)
+    except AuditKeyError as exc:
+        return {"exists": True, "ok": False, "error": str(exc)}
+    statement = report.checkpoint.statement if report.checkpoint else {}
+    return {
+        "exists": True,
+        "ok": report.ok,
+        "number": statement.get("number"),
+        "created_at": statement.get("created_at"),
+        "chains": statement.get("chains"),
+        "events": statement.get("events"),
+        "faults": report.faults,
+        "omitted": report.omitted,
+    }
+
+
 def verification_status(*, refresh: bool = False) -> dict[str, Any]:
-    """Walk every chain with ``operations.audit.audit_verify`` (cached for a minute, since it
-    reads the whole table): ``{"ok", "breaks", "events", "checked_at"}``."""
+    """Walk every chain with ``operations.audit.audit_verify`` and check the log against the
+    latest signed checkpoint (cached for a minute, since it reads the whole table):
+    ``{"ok", "breaks", "events", "checked_at", "checkpoint"}`` (see ``_checkpoint_status``)."""
     result: dict[str, Any] | None = None if refresh else cache.get(VERIFY_CACHE_KEY)
     if result is None:
         breaks = []
@@ -176,6 +202,7 @@ def verification_status(*, refresh: bool = False) -> dict[str, Any]:
             "breaks": breaks,
             "events": AuditEvent.objects.count(),
             "checked_at": timezone.now(),
+            "checkpoint": _checkpoint_status(),
         }
         cache.set(VERIFY_CACHE_KEY, result, VERIFY_CACHE_SECONDS)
     return result

@@ -1,22 +1,105 @@
-"""``manage.py verify_audit``: exit 0 when every audit chain is intact, 1 naming the first break."""
+"""``manage.py verify_audit``: walk every audit chain, then check the log against the latest
+signed checkpoint (``operations.checkpoint_verification``).
+
+Exit codes:
+
+- 0: every chain is intact and, when a checkpoint exists, every checkpointed head is still there
+  with its hash. With events but no checkpoint at all, a warning goes to stderr and the exit is
+  still 0, unless ``--require-checkpoint`` (then 1): without a checkpoint, deleted tails and
+  chains cannot be seen.
+- 1: something was found; each finding is named on stderr (a chain break with its event id,
+  ``deleted tail``, ``deleted chain``, ``recomputed chain``, ``truncation``, ``bad signature``,
+  ``deleted checkpoint``...).
+- 2: verification could not run: no public key to check a checkpoint with, or an unreadable
+  ``--checkpoint-file`` (a chain break found before that still exits 1).
+
+``--checkpoint-file PATH`` verifies against the last line of PATH (an auditor's copy of
+``AUDIT_CHECKPOINT_FILE``) instead of the newest stored checkpoint, and reports it when the
+database no longer holds that checkpoint.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from operations.audit import audit_verify
-from operations.models import AuditEvent
+from operations.audit_keys import AuditKeyError, public_key_load
+from operations.checkpoint_verification import CheckpointReport, checkpoint_verify
+from operations.checkpoints import CheckpointError, SignedCheckpoint, checkpoint_from_file
+from operations.models import AuditCheckpoint, AuditEvent
+
+MAX_BREAKS_SHOWN = 50
 
 
 class Command(BaseCommand):
-    help = "Verify the hash chains of the audit log."
+    help = "Verify the hash chains of the audit log and check them against the latest signed checkpoint."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--checkpoint-file",
+            type=Path,
+            help="verify against the last checkpoint in this file (a copy kept outside the database)",
+        )
+        parser.add_argument(
+            "--require-checkpoint",
+            action="store_true",
+            help="exit 1 when the log has events but there is no checkpoint to check them against",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        for broken in audit_verify():
-            self.stderr.write(
-                f"audit chain broken at event id {broken.event_id} (intent {broken.intent_id}): {broken.problem}"
-            )
+        failed = self._walk_chains()
+        try:
+            outside = checkpoint_from_file(options["checkpoint_file"]) if options["checkpoint_file"] else None
+            report = self._verify_checkpoint(outside)
+        except (AuditKeyError, CheckpointError) as exc:
+            if failed:
+                self.stderr.write(f"the checkpoint was not checked: {exc}")
+                raise SystemExit(1) from exc
+            raise CommandError(f"cannot verify against a checkpoint: {exc}", returncode=2) from exc
+        if report is not None:
+            number = f"#{report.checkpoint.number}" if report.checkpoint else "(none)"
+            for fault in report.faults:
+                self.stderr.write(f"audit checkpoint {number}: {fault}")
+            if report.omitted:
+                self.stderr.write(f"audit checkpoint {number}: {report.omitted} more findings not listed")
+            failed = failed or not report.ok
+        if failed:
             raise SystemExit(1)
-        self.stdout.write(f"audit chain intact: {AuditEvent.objects.count()} events verified")
+        events = AuditEvent.objects.count()
+        self.stdout.write(f"audit chain intact: {events} events verified")
+        if report is not None and report.checkpoint is not None:
+            statement = report.checkpoint.statement
+            self.stdout.write(
+                f"audit checkpoint #{statement['number']} ({report.source}, {statement['created_at']}) verified: "
+                f"{statement['chains']} chains and {statement['events']} events all present, "
+                f"{events - int(statement['events'])} events written since"
+            )
+        elif events:
+            self.stderr.write(
+                "no audit checkpoint exists: deleted tails or chains cannot be detected "
+                "(make one with manage.py audit_checkpoint)"
+            )
+            if options["require_checkpoint"]:
+                raise SystemExit(1)
+
+    def _walk_chains(self) -> bool:
+        """Print the chain breaks (the first ``MAX_BREAKS_SHOWN``); True when there was one."""
+        found = 0
+        for broken in audit_verify():
+            found += 1
+            if found <= MAX_BREAKS_SHOWN:
+                self.stderr.write(
+                    f"audit chain broken at event id {broken.event_id} (intent {broken.intent_id}): {broken.problem}"
+                )
+        if found > MAX_BREAKS_SHOWN:
+            self.stderr.write(f"{found - MAX_BREAKS_SHOWN} more chain breaks not listed")
+        return found > 0
+
+    def _verify_checkpoint(self, outside: SignedCheckpoint | None) -> CheckpointReport | None:
+        """The checkpoint report, or None when no checkpoint exists anywhere."""
+        if outside is None and not AuditCheckpoint.objects.exists():
+            return None
+        return checkpoint_verify(public_key=public_key_load(), checkpoint=outside)

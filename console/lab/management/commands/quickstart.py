@@ -29,6 +29,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from console.lab import LAB_TASK_MODULES
+from operations.audit_keys import signing_key_create, signing_key_path
 from operations.authentication import agent_create
 from operations.models import Agent
 
@@ -45,6 +46,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         call_command("migrate", interactive=False, verbosity=0)
         self._create_accounts()
+        self._create_audit_signing_key()
         if options["no_run"]:
             return
         self._run(options)
@@ -65,6 +67,12 @@ class Command(BaseCommand):
             self.stdout.write(
                 "demo agent exists (new token: python manage.py create_agent NAME --tenant demo)"
             )
+
+    def _create_audit_signing_key(self) -> None:
+        """The Ed25519 key audit checkpoints are signed with, in the data directory (0600)."""
+        path = signing_key_path()
+        if signing_key_create(path):
+            self.stdout.write(f"audit signing key created: {path} (manage.py audit_checkpoint --public-key)")
 
     def _run(self, options: dict[str, Any]) -> None:
         data_dir = Path(settings.DATA_DIR)

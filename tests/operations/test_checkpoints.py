@@ -1,0 +1,477 @@
+"""Signed audit checkpoints (issue 11 item 1): deleted tails, deleted chains, recomputed chains
+and truncation are found against the latest checkpoint, by name, and ``verify_audit`` exits 1.
+
+Faults are made the way an attacker with superuser rights would: ``session_replication_role =
+replica`` turns the append-only triggers off for the statements in between.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import DatabaseError, connection, transaction
+from django.test import Client
+from django.urls import reverse
+
+from console.celery import app as celery_app
+from operations import tasks
+from operations.audit import GENESIS, audit_verify, event_hash
+from operations.audit_keys import public_key_load, public_key_pem
+from operations.checkpoints import (
+    SignedCheckpoint,
+    audit_checkpoint_create,
+    checkpoint_from_file,
+    leaf_input,
+)
+from operations.checks import audit_signing_key_check
+from operations.merkle import leaf_hash, merkle_root, node_hash
+from operations.models import AuditCheckpoint, AuditEvent, Intent
+from operations.services import intent_cancel
+from tests.factories import UserFactory, submit
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def checkpoint_files(settings: Any, tmp_path: Path) -> dict[str, Path]:
+    """A signing key created on first use and a checkpoint file, both under ``tmp_path``."""
+    paths = {"key": tmp_path / "keys" / "audit-signing-key.pem", "file": tmp_path / "audit-checkpoints.jsonl"}
+    settings.EFFECT_LEDGER = {
+        **settings.EFFECT_LEDGER,
+        "AUDIT_SIGNING_KEY_FILE": str(paths["key"]),
+        "AUDIT_SIGNING_KEY_CREATE": True,
+        "AUDIT_PUBLIC_KEY_FILE": "",
+        "AUDIT_CHECKPOINT_FILE": str(paths["file"]),
+    }
+    return paths
+
+
+def behind_the_triggers(*statements: tuple[str, list[Any]]) -> None:
+    """Run SQL with the append-only triggers off, as a superuser can."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
+        for sql, params in statements:
+            cursor.execute(sql, params)
+        cursor.execute("SET session_replication_role = origin")
+
+
+def verify(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        call_command("verify_audit", *args, stdout=out, stderr=err)
+    except SystemExit as exc:
+        return int(exc.code or 0), out.getvalue(), err.getvalue()
+    return 0, out.getvalue(), err.getvalue()
+
+
+def chain(intent: Intent) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(intent=intent).order_by("seq"))
+
+
+def cancelled() -> Intent:
+    """An intent with a two-event chain (submitted, cancelled)."""
+    intent = submit()
+    intent_cancel(intent_id=intent.id, actor="agent:agent-1")
+    return intent
+
+
+def forged_heads(intent: Intent, seq: int) -> tuple[bytes, str]:
+    """Compressed heads and their Merkle root claiming ``intent``'s chain ends at ``seq``."""
+    leaf = leaf_input(str(intent.id), seq, chain(intent)[seq - 1].hash)
+    return zlib.compress(f"[{leaf}]".encode()), merkle_root([leaf.encode()])
+
+
+# --- the checkpoint itself ------------------------------------------------------------------
+
+
+def test_i11_1_merkle_root_is_the_rfc9162_tree_hash() -> None:
+    # given: RFC 9162 §2.1.1 written as its recursion
+    def mth(items: list[bytes]) -> bytes:
+        if not items:
+            return hashlib.sha256(b"").digest()
+        if len(items) == 1:
+            return leaf_hash(items[0])
+        k = 1
+        while k * 2 < len(items):
+            k *= 2
+        return node_hash(mth(items[:k]), mth(items[k:]))
+
+    # then: the one-pass accumulator agrees for every size, complete trees or not
+    for size in range(0, 40):
+        items = [f"leaf {i}".encode() for i in range(size)]
+        assert merkle_root(items) == mth(items).hex(), size
+    assert merkle_root([]) == hashlib.sha256(b"").hexdigest()
+
+
+def test_i11_1_checkpoint_records_every_head_signs_and_writes_outward(
+    checkpoint_files: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    # given
+    first, second = cancelled(), submit()
+    # when
+    with caplog.at_level(logging.INFO, logger="operations.checkpoints"):
+        row = audit_checkpoint_create()
+    # then: the heads, in intent order, with their Merkle root and the events they cover
+    assert row is not None and row.number == 1 and row.prev_hash == GENESIS
+    expected = sorted((str(i.id), e.seq, e.hash) for i in (first, second) for e in chain(i)[-1:])
+    stored = SignedCheckpoint.from_row(row)
+    assert stored.head_rows() == expected
+    assert row.root == merkle_root(leaf_input(*head).encode() for head in expected)
+    assert (row.chains, row.events) == (2, 3)
+    # the key file was created private to its owner
+    assert checkpoint_files["key"].stat().st_mode & 0o777 == 0o600
+    # written outward: the file's last line is the same signed checkpoint; one log record
+    assert checkpoint_from_file(checkpoint_files["file"]) == stored
+    [record] = [r for r in caplog.records if r.getMessage() == "audit checkpoint signed"]
+    assert record.audit_checkpoint["root"] == row.root  # type: ignore[attr-defined]
+    assert record.signature == row.signature  # type: ignore[attr-defined]
+    # the next checkpoint links to this one
+    later = audit_checkpoint_create()
+    assert later is not None and later.number == 2 and later.prev_hash == stored.statement_hash()
+    assert len(checkpoint_files["file"].read_text().splitlines()) == 2
+
+
+def test_i11_1_checkpoint_rows_are_append_only() -> None:
+    # given
+    submit()
+    audit_checkpoint_create()
+    with connection.cursor() as cursor:  # PostgreSQL refuses TRUNCATE while FK checks are pending
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    # when / then
+    with pytest.raises(DatabaseError, match="append-only: UPDATE refused"), transaction.atomic():
+        AuditCheckpoint.objects.update(events=0)
+    with pytest.raises(DatabaseError, match="append-only: DELETE refused"), transaction.atomic():
+        AuditCheckpoint.objects.all().delete()
+    with (
+        pytest.raises(DatabaseError, match="append-only: TRUNCATE refused"),
+        transaction.atomic(),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute("TRUNCATE operations_auditcheckpoint")
+    assert AuditCheckpoint.objects.count() == 1
+
+
+def test_i11_1_beat_checkpoints_only_when_the_log_changed() -> None:
+    # given
+    intent = submit()
+    # when / then
+    assert celery_app.conf.beat_schedule["audit-checkpoint"]["task"] == "operations.audit_checkpoint"
+    assert tasks.audit_checkpoint() == 1
+    assert tasks.audit_checkpoint() is None  # nothing new: no second checkpoint
+    intent_cancel(intent_id=intent.id, actor="agent:agent-1")
+    assert tasks.audit_checkpoint() == 2
+
+
+# --- what verification finds ----------------------------------------------------------------
+
+
+def test_i11_1_events_appended_after_a_checkpoint_are_no_fault() -> None:
+    # given
+    growing = submit()
+    submit()
+    audit_checkpoint_create()
+    # when: the chains grow and new ones start
+    intent_cancel(intent_id=growing.id, actor="agent:agent-1")
+    submit()
+    # then
+    code, out, err = verify()
+    assert (code, err) == (0, "")
+    assert out.startswith("audit chain intact: 4 events verified\n")
+    assert "audit checkpoint #1 (database" in out
+    assert "2 chains and 2 events all present, 2 events written since" in out
+
+
+def test_i11_1_deleted_tail_is_detected_against_the_checkpoint() -> None:
+    # given
+    victim = cancelled()
+    submit()
+    audit_checkpoint_create()
+    # when: the newest event of one chain is deleted (what is left is still a valid chain)
+    behind_the_triggers(("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [victim.id]))
+    assert list(audit_verify()) == []
+    # then
+    code, _, err = verify()
+    assert code == 1
+    assert (
+        f"audit checkpoint #1: deleted tail: intent {victim.id} has seq 1 but checkpoint #1 saw seq 2" in err
+    )
+
+
+def test_i11_1_deleted_chain_is_detected_against_the_checkpoint() -> None:
+    # given
+    victim, survivor = cancelled(), submit()
+    audit_checkpoint_create()
+    # when: every event of one intent is deleted
+    behind_the_triggers(("DELETE FROM operations_auditevent WHERE intent_id = %s", [victim.id]))
+    assert list(audit_verify()) == []
+    # then: that chain is named, the other is fine, and it is not called a truncation
+    code, _, err = verify()
+    assert code == 1
+    assert f"deleted chain: intent {victim.id} has no events but checkpoint #1 saw seq 2" in err
+    assert str(survivor.id) not in err and "truncation" not in err
+
+
+def test_i11_1_recomputed_chain_is_detected_against_the_checkpoint() -> None:
+    # given
+    victim = cancelled()
+    audit_checkpoint_create()
+    # when: the first event is edited and the chain re-hashed from there, so every link holds
+    prev_hash = GENESIS
+    for event in chain(victim):
+        actor = "user:mallory" if event.seq == 1 else event.actor
+        new_hash = event_hash(
+            intent_id=victim.id,
+            seq=event.seq,
+            event=event.event,
+            from_status=event.from_status,
+            to_status=event.to_status,
+            actor=actor,
+            reason=event.reason,
+            data=event.data,
+            created_at=event.created_at.isoformat(),
+            prev_hash=prev_hash,
+        )
+        behind_the_triggers(
+            (
+                "UPDATE operations_auditevent SET actor = %s, prev_hash = %s, hash = %s WHERE id = %s",
+                [actor, prev_hash, new_hash, event.id],
+            )
+        )
+        prev_hash = new_hash
+    assert list(audit_verify()) == []
+    # then
+    code, _, err = verify()
+    assert code == 1
+    assert f"audit checkpoint #1: recomputed chain: intent {victim.id}'s event seq 2 hashes to" in err
+
+
+def test_i11_1_truncation_is_detected_against_the_checkpoint() -> None:
+    # given
+    cancelled()
+    submit()
+    audit_checkpoint_create()
+    with connection.cursor() as cursor:  # PostgreSQL refuses TRUNCATE while FK checks are pending
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    # when: the whole log is emptied past the trigger
+    behind_the_triggers(("TRUNCATE operations_auditevent", []))
+    # then: one finding, not one per chain
+    code, out, err = verify()
+    assert (code, out) == (1, "")
+    assert err == (
+        "audit checkpoint #1: truncation: the audit log holds 0 events; "
+        "none of the 2 chains (3 events) checkpoint #1 saw remains\n"
+    )
+
+
+def test_i11_1_edited_event_without_recomputing_is_still_named() -> None:
+    # given
+    victim = cancelled()
+    audit_checkpoint_create()
+    first = chain(victim)[0]
+    # when
+    behind_the_triggers(("UPDATE operations_auditevent SET reason = 'edited' WHERE id = %s", [first.id]))
+    # then: the chain walk names the event (the checkpointed head, seq 2, is unchanged)
+    code, _, err = verify()
+    assert code == 1
+    assert f"audit chain broken at event id {first.id} (intent {victim.id}): hash does not match" in err
+
+
+def test_i11_1_tampered_checkpoint_row_is_detected() -> None:
+    # given
+    victim = cancelled()
+    audit_checkpoint_create()
+    # when: the tail is deleted and the checkpoint's heads, root and count rewritten to match
+    heads, root = forged_heads(victim, 1)
+    behind_the_triggers(
+        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [victim.id]),
+        ("UPDATE operations_auditcheckpoint SET heads = %s, root = %s, events = 1", [heads, root]),
+    )
+    # then: the signature no longer matches; the forged heads are not trusted
+    code, _, err = verify()
+    assert code == 1
+    assert "audit checkpoint #1: bad signature: checkpoint #1 as stored does not match its signature" in err
+    assert "checkpoint #1 cannot be trusted: its heads were not compared" in err
+
+
+def test_i11_1_edited_heads_under_a_valid_signature_are_detected() -> None:
+    # given
+    victim = cancelled()
+    audit_checkpoint_create()
+    # when: only the compressed heads are swapped (the signed root stays)
+    heads, _ = forged_heads(victim, 1)
+    behind_the_triggers(("UPDATE operations_auditcheckpoint SET heads = %s", [heads]))
+    # then
+    code, _, err = verify()
+    assert code == 1 and "altered checkpoint: checkpoint #1's heads do not match its signed root" in err
+
+
+def test_i11_1_deleted_checkpoints_are_detected_with_the_file_copy(checkpoint_files: dict[str, Path]) -> None:
+    # given: the checkpoint file is also kept elsewhere (an auditor's copy)
+    victim = cancelled()
+    audit_checkpoint_create()
+    auditor_copy = checkpoint_files["file"].parent / "auditor-copy.jsonl"
+    auditor_copy.write_text(checkpoint_files["file"].read_text())
+    # when: the tail and every checkpoint row are deleted past the triggers
+    behind_the_triggers(
+        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [victim.id]),
+        ("DELETE FROM operations_auditcheckpoint", []),
+    )
+    # then: the database alone can no longer tell (it only warns that there is no checkpoint)
+    code, _, err = verify()
+    assert code == 0 and "no audit checkpoint exists" in err
+    assert verify("--require-checkpoint")[0] == 1
+    # the outside copy shows both deletions
+    code, _, err = verify("--checkpoint-file", str(auditor_copy))
+    assert code == 1
+    assert "deleted checkpoint: the file's checkpoint #1 is not in the database (its newest is none)" in err
+    assert f"deleted tail: intent {victim.id} has seq 1 but checkpoint #1 saw seq 2" in err
+
+
+def test_i11_1_a_gap_in_the_checkpoint_series_is_detected() -> None:
+    # given
+    intent = submit()
+    audit_checkpoint_create()
+    intent_cancel(intent_id=intent.id, actor="agent:agent-1")
+    audit_checkpoint_create()
+    audit_checkpoint_create()
+    # when
+    behind_the_triggers(("DELETE FROM operations_auditcheckpoint WHERE number = 2", []))
+    # then
+    code, _, err = verify()
+    assert code == 1 and "deleted checkpoint: checkpoint #3 follows #1: 1 checkpoint(s) are missing" in err
+
+
+def test_i11_1_file_copy_that_differs_from_the_database_is_reported(
+    checkpoint_files: dict[str, Path],
+) -> None:
+    # given
+    submit()
+    audit_checkpoint_create()
+    line = json.loads(checkpoint_files["file"].read_text())
+    line["checkpoint"]["events"] = 7  # an edited copy: the signature no longer matches it
+    forged = checkpoint_files["file"].parent / "forged.jsonl"
+    forged.write_text(json.dumps(line) + "\n")
+    # when
+    code, _, err = verify("--checkpoint-file", str(forged))
+    # then
+    assert code == 1
+    assert "altered checkpoint: checkpoint #1 in the database differs from the file's copy" in err
+    assert "bad signature: the file's checkpoint #1 does not match its signature" in err
+
+
+def test_i11_1_an_auditor_verifies_with_the_public_key_alone(
+    settings: Any, checkpoint_files: dict[str, Path]
+) -> None:
+    # given: only the public key, no private key where the auditor runs
+    submit()
+    audit_checkpoint_create()
+    public = checkpoint_files["key"].parent / "audit-public-key.pem"
+    public.write_text(public_key_pem(public_key_load()))
+    checkpoint_files["key"].unlink()
+    settings.EFFECT_LEDGER = {
+        **settings.EFFECT_LEDGER,
+        "AUDIT_SIGNING_KEY_CREATE": False,
+        "AUDIT_PUBLIC_KEY_FILE": str(public),
+    }
+    # when / then
+    code, out, _ = verify("--checkpoint-file", str(checkpoint_files["file"]))
+    assert code == 0 and "audit checkpoint #1 (file" in out
+
+
+# --- refusals -------------------------------------------------------------------------------
+
+
+def test_i11_1_missing_signing_key_is_a_clear_error(settings: Any, tmp_path: Path) -> None:
+    # given: a key file that does not exist and may not be created (production)
+    submit()
+    missing = tmp_path / "nowhere" / "key.pem"
+    settings.EFFECT_LEDGER = {
+        **settings.EFFECT_LEDGER,
+        "AUDIT_SIGNING_KEY_FILE": str(missing),
+        "AUDIT_SIGNING_KEY_CREATE": False,
+    }
+    # when / then: the command refuses with the path and the setting, nothing is stored
+    with pytest.raises(
+        CommandError, match="no audit signing key at .*: set EFFECT_LEDGER_AUDIT_SIGNING_KEY_FILE"
+    ):
+        call_command("audit_checkpoint", stdout=io.StringIO())
+    assert not AuditCheckpoint.objects.exists() and not missing.exists()
+    # the beat logs it and carries on
+    assert tasks.audit_checkpoint() is None
+    # manage.py check warns
+    [warning] = audit_signing_key_check()
+    assert warning.id == "operations.W003" and "cannot be signed" in warning.msg
+
+
+def test_i11_1_verify_without_a_key_exits_2_not_a_traceback(
+    settings: Any, checkpoint_files: dict[str, Path]
+) -> None:
+    # given: a checkpoint exists, then the key is gone
+    submit()
+    audit_checkpoint_create()
+    checkpoint_files["key"].unlink()
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "AUDIT_SIGNING_KEY_CREATE": False}
+    # when / then
+    with pytest.raises(
+        CommandError, match="cannot verify against a checkpoint: no audit signing key"
+    ) as raised:
+        verify()
+    assert raised.value.returncode == 2
+
+
+def test_i11_1_unreadable_checkpoint_file_is_a_clear_error(tmp_path: Path) -> None:
+    # given
+    submit()
+    empty, garbage = tmp_path / "empty.jsonl", tmp_path / "garbage.jsonl"
+    empty.write_text("")
+    garbage.write_text("{not json\n")
+    # when / then
+    for path, reason in (
+        (empty, "holds no checkpoint"),
+        (garbage, "not an audit checkpoint line"),
+        (tmp_path / "absent.jsonl", "cannot read the checkpoint file"),
+    ):
+        with pytest.raises(CommandError, match=reason) as raised:
+            verify("--checkpoint-file", str(path))
+        assert raised.value.returncode == 2
+
+
+def test_i11_1_audit_checkpoint_command_reports_the_checkpoint(checkpoint_files: dict[str, Path]) -> None:
+    # given
+    submit()
+    out = io.StringIO()
+    # when
+    call_command("audit_checkpoint", stdout=out)
+    call_command("audit_checkpoint", "--if-changed", stdout=out)
+    # then
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("audit checkpoint #1: 1 chains, 1 events, root ")
+    assert lines[0].endswith(f"appended to {checkpoint_files['file']}")
+    assert lines[1] == "no audit checkpoint made: nothing changed since the latest one"
+
+
+# --- the console page -----------------------------------------------------------------------
+
+
+def test_i11_1_console_shows_the_checkpoint_and_its_findings(client: Client) -> None:
+    # given
+    client.force_login(UserFactory(username="vera", groups=["viewer"]))
+    victim = cancelled()
+    page = client.get(reverse("audit-verify"), {"refresh": "1"}).content.decode()
+    assert "No signed checkpoint yet" in page
+    audit_checkpoint_create()
+    assert "Checkpoint #1 of" in client.get(reverse("audit-verify"), {"refresh": "1"}).content.decode()
+    # when
+    behind_the_triggers(("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [victim.id]))
+    # then
+    page = client.get(reverse("audit-verify"), {"refresh": "1"}).content.decode()
+    assert "All chains verify" in page and "deleted tail" in page and str(victim.id) in page
