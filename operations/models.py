@@ -54,7 +54,13 @@ class Intent(models.Model):
     action_version = models.PositiveIntegerField(default=1)
     arguments = models.JSONField(help_text="canonical arguments; money in integer minor units")
     request_hash = models.CharField(
-        max_length=64, help_text="sha256 hex of canonical {tenant, action, version, args}"
+        max_length=64, help_text="sha256 hex of the canonical request fingerprint (fingerprint_version)"
+    )
+    fingerprint_version = models.PositiveSmallIntegerField(
+        default=2,
+        db_default=2,
+        help_text="what request_hash covers: 2 = {tenant, action, version, arguments, reference}; "
+        "1 = the same without reference (intents submitted before migration 0014)",
     )
     client_key = models.CharField(max_length=255, help_text="the caller's Idempotency-Key")
     idempotency_key = models.CharField(max_length=200, unique=True, help_text="the key sent to the provider")
@@ -127,6 +133,9 @@ class Intent(models.Model):
             models.CheckConstraint(
                 condition=Q(status__in=STATUS_VALUES),
                 name="intent_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(fingerprint_version__in=[1, 2]), name="intent_fingerprint_version_known"
             ),
         ]
         indexes = [
