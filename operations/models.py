@@ -349,7 +349,10 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     # READY -> SUCCEEDED: a lookup still in flight when the intent was sent back to READY found
     # the effect before any worker re-sent it (evidence wins; issue 21 item 9).
     S.READY: frozenset({S.RUNNING, S.CANCELLED, S.HELD, S.SUCCEEDED}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.READY, S.UNKNOWN}),
+    # RUNNING -> HELD: the re-check right before the provider call found that the stored
+    # request no longer hashes to its request_hash (issue 11 item 2); nothing was sent and a
+    # person decides.
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.READY, S.UNKNOWN, S.HELD}),
     # UNKNOWN -> FAILED: an operator says "absent" for an intent that cannot be sent again
     # (attempt budget spent, action or version not served): it ends without effect (issue 21).
     S.UNKNOWN: frozenset({S.SUCCEEDED, S.READY, S.COMPENSATING, S.FAILED}),
