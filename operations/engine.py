@@ -1,6 +1,7 @@
 """``execute_intent``: steps 3-7 of the execution protocol (DESIGN.md).
 
-claim (fence + lease, one transaction) -> re-check (approval hash and expiry, ceilings) ->
+claim (fence + lease, one transaction) -> re-check (the stored request re-hashed, approval
+hash and expiry, ceilings) ->
 act (adapter call, outside any transaction, deadline shorter than the lease) -> record
 (conditional on the fence) -> classify:
 
@@ -66,6 +67,7 @@ from operations.delivery import database_unavailable
 from operations.engine_errors import answer_evidence, describe, transient_error
 from operations.idempotency import key_digest
 from operations.models import Intent
+from operations.request_integrity import stored_request_problem
 from operations.services import execution as svc
 from operations.services.approvals import intent_mark_approvals_used
 from operations.services.business import intent_hold_unserved
@@ -117,7 +119,11 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
     adapter cannot be loaded, or its ``action_version`` is no longer served: ``serving_problem``)
     is HELD for a person with that reason; nothing is sent and no attempt is spent.
 
-    Returns a label of what happened: ``held`` (not served here; a person decides),
+    After the claim, the claimed row is re-hashed before anything else: a row whose stored
+    request no longer hashes to its request_hash is HELD for a person (nothing is sent).
+
+    Returns a label of what happened: ``held`` (not served here, or its stored request does not
+    match its request_hash; a person decides),
     ``duplicate`` (nothing to claim), ``refused`` (re-check failed, nothing sent), ``succeeded``, ``failed``, ``retry``, ``unknown``, ``stale`` (a
     newer fence took over while we were calling; our write was refused), or ``unrecorded``
     (even the fallback could not be written; the lease takeover moves the intent on).
@@ -155,7 +161,15 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
 
 
 def _prepare(claim: svc.Claim, context: dict[str, object]) -> tuple[Adapter, ExecutionCall] | str:
-    """Step 4 (re-check) and the call to make; ``refused`` when the re-check refused it."""
+    """Step 4 (re-check) and the call to make; ``held`` when the claimed row no longer hashes to
+    its request_hash (the call would be built from exactly this row), ``refused`` when the
+    approval or ceiling re-check refused it."""
+    problem = stored_request_problem(claim.intent)
+    if problem:
+        logger.error(
+            "stored request does not match its request_hash; held", extra={**context, "reason": problem}
+        )
+        return "held" if svc.intent_hold_mismatch(claim=claim, problem=problem) else "stale"
     refusal = svc.precheck_refusal(claim.intent)
     if refusal:
         logger.warning("re-check refused the attempt", extra={**context, "reason": refusal})

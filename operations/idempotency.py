@@ -3,8 +3,14 @@
 * Canonical JSON follows RFC 8785 (JSON Canonicalization Scheme): sorted keys, no
   insignificant whitespace, I-JSON numbers. Integers outside +/-(2**53 - 1) and non-finite
   floats cannot be canonicalised and are refused.
-* ``request_hash`` is sha256 over canonical ``{tenant, action, action_version, arguments}``;
-  metadata is deliberately not part of it, so volatile fields cannot change it (cases C06).
+* ``request_hash`` is sha256 over the canonical *request fingerprint*: ``{tenant, action,
+  action_version, arguments, reference}`` (fingerprint version 2; intents submitted before
+  reference took part carry version 1, without it). Only metadata is left out, so volatile
+  fields cannot change it (cases C06).
+* Arguments must come back from PostgreSQL's ``jsonb`` in the same canonical form: a number
+  whose magnitude exceeds 2**53 - 1 is refused at submission, floats included
+  (``storage_problems``), because ``jsonb`` keeps numbers as ``numeric`` and prints ``1e16`` as
+  the integer ``10000000000000000``, which has no canonical form any more.
 * The provider idempotency key is derived ONCE, at submission, from tenant, action, version
   and intent_id, then stored and re-sent verbatim on every attempt; it is never recomputed.
 """
@@ -12,6 +18,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import uuid
 from typing import Any
@@ -44,17 +51,58 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def request_hash(*, tenant: str, action: str, action_version: int, arguments: Any) -> str:
-    """Return sha256 hex over canonical ``{tenant, action, action_version, arguments}``.
+#: The request fingerprint new intents are hashed with: 2 covers the reference, 1 (intents
+#: submitted before it did) does not. Stored per intent (``Intent.fingerprint_version``) and
+#: recorded in its ``submitted`` audit event, so a stored hash is re-derived the way it was made.
+FINGERPRINT_VERSION = 2
+FINGERPRINT_VERSIONS = (1, 2)
 
-    This is what an approval binds to and what decides "same request" for a replayed client
-    key (draft-ietf-httpapi-idempotency-key-header, section 2.6: same key, different payload
-    is an error).
+
+def fingerprint_document(
+    *, tenant: str, action: str, action_version: int, arguments: Any, reference: str, fingerprint_version: int
+) -> dict[str, Any]:
+    """The request fingerprint that ``request_hash`` hashes: ``{tenant, action, action_version,
+    arguments, reference}`` for version 2, the same without ``reference`` for version 1.
+    Metadata never takes part.
+
+    Raises:
+        ValueError: an unknown ``fingerprint_version``.
+    """
+    if fingerprint_version not in FINGERPRINT_VERSIONS:
+        raise ValueError(f"unknown fingerprint version {fingerprint_version!r}")
+    document = {"tenant": tenant, "action": action, "action_version": action_version, "arguments": arguments}
+    if fingerprint_version >= 2:
+        document["reference"] = reference
+    return document
+
+
+def request_hash(
+    *, tenant: str, action: str, action_version: int, arguments: Any, reference: str, fingerprint_version: int
+) -> str:
+    """Return sha256 hex (64 characters) over the RFC 8785 canonical ``fingerprint_document``.
+
+    This is what an approval binds to, what the approval and the worker re-derive from the
+    stored intent before acting, and what decides "same request" for a replayed client key
+    (draft-ietf-httpapi-idempotency-key-header, section 2.6: same key, different payload is an
+    error).
+
+    Args:
+        reference: the business reference stored on the intent (hashed from version 2 on).
+        fingerprint_version: ``FINGERPRINT_VERSION`` for a new intent; the intent's own for a
+            stored one.
 
     Raises:
         CanonicalizationError: ``arguments`` cannot be canonicalised.
+        ValueError: an unknown ``fingerprint_version``.
     """
-    document = {"tenant": tenant, "action": action, "action_version": action_version, "arguments": arguments}
+    document = fingerprint_document(
+        tenant=tenant,
+        action=action,
+        action_version=action_version,
+        arguments=arguments,
+        reference=reference,
+        fingerprint_version=fingerprint_version,
+    )
     return sha256_hex(canonical_json(document))
 
 
@@ -85,16 +133,55 @@ def is_valid_client_key(key: str | None) -> bool:
 
 #: Deepest nesting accepted in arguments and metadata (objects and arrays).
 MAX_JSON_DEPTH = 32
+#: The largest magnitude of a number in hashed arguments: I-JSON's exact integer range
+#: (RFC 7493 section 2.2), which RFC 8785 section 3.2.2.3 serialises.
+MAX_SAFE_NUMBER = 2**53 - 1
 
 
-def storage_problems(value: Any, *, field: str, depth: int = 0) -> list[dict[str, str]]:
+def number_problem(value: Any) -> str | None:
+    """Why the number ``value`` cannot travel through ``jsonb`` and still hash the same, or None.
+
+    The rule: a number (integer or float) in hashed arguments has a magnitude of at most
+    ``MAX_SAFE_NUMBER`` (2**53 - 1) and is finite. PostgreSQL's ``jsonb`` stores numbers as
+    ``numeric`` and prints a float such as ``1e16`` or ``1.5e300`` as an integer
+    (``10000000000000000``), which RFC 8785 cannot canonicalise (RFC 7493 section 2.2); floats
+    within the range, ``-0.0`` (stored as ``0``, canonical ``0`` either way) and small
+    exponents (``1e-7`` comes back as ``0.0000001``, the same float) round-trip exactly.
+    Booleans are not numbers here.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value!r} is not a finite number (JSON has no NaN or Infinity)"
+    if abs(value) > MAX_SAFE_NUMBER:
+        # str() of a huge integer is refused past 4300 digits: name its size instead.
+        shown = (
+            repr(value)
+            if isinstance(value, float) or value.bit_length() <= 96
+            else f"of {value.bit_length()} bits"
+        )
+        return (
+            f"the number {shown} is beyond ±(2^53−1): it cannot be stored and hashed exactly "
+            "(send it as a string, or in smaller units)"
+        )
+    return None
+
+
+def storage_problems(value: Any, *, field: str, depth: int = 0, hashed: bool = False) -> list[dict[str, str]]:
     """Why ``value`` cannot be stored and shown safely, as ``[{"field", "message"}]``.
 
     PostgreSQL's JSONB refuses the NUL character (U+0000) and lone UTF-16 surrogates; nesting
     deeper than ``MAX_JSON_DEPTH`` is refused so one small request cannot make huge pages.
+    With ``hashed`` (the arguments), every number must also come back from ``jsonb`` with the
+    same canonical form (``number_problem``), so the stored arguments still hash to the
+    intent's ``request_hash``.
     """
     if depth > MAX_JSON_DEPTH:
         return [{"field": field, "message": f"nested deeper than {MAX_JSON_DEPTH} levels"}]
+    if hashed:
+        problem = number_problem(value)
+        if problem:
+            return [{"field": field, "message": problem}]
     if isinstance(value, str):
         if "\x00" in value:
             return [{"field": field, "message": "contains the NUL character (U+0000)"}]
@@ -105,8 +192,8 @@ def storage_problems(value: Any, *, field: str, depth: int = 0) -> list[dict[str
     if isinstance(value, dict):
         for key, item in value.items():
             problems += storage_problems(str(key), field=f"{field} (key)", depth=depth)
-            problems += storage_problems(item, field=f"{field}.{key}", depth=depth + 1)
+            problems += storage_problems(item, field=f"{field}.{key}", depth=depth + 1, hashed=hashed)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            problems += storage_problems(item, field=f"{field}.{index}", depth=depth + 1)
+            problems += storage_problems(item, field=f"{field}.{index}", depth=depth + 1, hashed=hashed)
     return problems[:20]

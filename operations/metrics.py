@@ -47,6 +47,12 @@ STALE_FENCES_REJECTED = Counter(
 )
 RETRIES_SCHEDULED = Counter("effect_ledger_retries_scheduled_total", "Attempts rescheduled with backoff")
 TERMINAL_FAILURES = Counter("effect_ledger_terminal_failures_total", "Intents recorded FAILED")
+REQUEST_MISMATCHES = Counter(
+    "effect_ledger_request_mismatches_total",
+    "Intents whose stored request no longer hashes to its request_hash, refused before acting, by stage "
+    "(approval: an approval refused; execution: held before the provider call; release: a release refused)",
+    ["stage"],
+)
 REDISPATCHES = Counter(
     "effect_ledger_redispatches_total",
     "Fresh outbox messages for READY intents whose delivery was presumed lost",

@@ -54,7 +54,13 @@ class Intent(models.Model):
     action_version = models.PositiveIntegerField(default=1)
     arguments = models.JSONField(help_text="canonical arguments; money in integer minor units")
     request_hash = models.CharField(
-        max_length=64, help_text="sha256 hex of canonical {tenant, action, version, args}"
+        max_length=64, help_text="sha256 hex of the canonical request fingerprint (fingerprint_version)"
+    )
+    fingerprint_version = models.PositiveSmallIntegerField(
+        default=2,
+        db_default=2,
+        help_text="what request_hash covers: 2 = {tenant, action, version, arguments, reference}; "
+        "1 = the same without reference (intents submitted before migration 0014)",
     )
     client_key = models.CharField(max_length=255, help_text="the caller's Idempotency-Key")
     idempotency_key = models.CharField(max_length=200, unique=True, help_text="the key sent to the provider")
@@ -127,6 +133,9 @@ class Intent(models.Model):
             models.CheckConstraint(
                 condition=Q(status__in=STATUS_VALUES),
                 name="intent_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(fingerprint_version__in=[1, 2]), name="intent_fingerprint_version_known"
             ),
         ]
         indexes = [
@@ -359,7 +368,10 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     # READY -> SUCCEEDED: a lookup still in flight when the intent was sent back to READY found
     # the effect before any worker re-sent it (evidence wins; issue 21 item 9).
     S.READY: frozenset({S.RUNNING, S.CANCELLED, S.HELD, S.SUCCEEDED}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.READY, S.UNKNOWN}),
+    # RUNNING -> HELD: the re-check right before the provider call found that the stored
+    # request no longer hashes to its request_hash (issue 11 item 2); nothing was sent and a
+    # person decides.
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.READY, S.UNKNOWN, S.HELD}),
     # UNKNOWN -> FAILED: an operator says "absent" for an intent that cannot be sent again
     # (attempt budget spent, action or version not served): it ends without effect (issue 21).
     S.UNKNOWN: frozenset({S.SUCCEEDED, S.READY, S.COMPENSATING, S.FAILED}),

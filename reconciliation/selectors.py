@@ -13,6 +13,7 @@ from django.db.models.functions import Now
 
 from operations.adapters.base import LookupStatus
 from operations.models import AuditEvent, Intent, Outcome
+from operations.request_integrity import MISMATCH_HOLD
 from reconciliation.models import DuplicateFinding, Evidence, ReconciliationRun
 
 #: How far back the queue lists operator confirmations the provider could not verify.
@@ -129,13 +130,15 @@ def likely_duplicate_event(intent: Intent) -> AuditEvent | None:
 def decision_counts() -> dict[str, int]:
     """How many items wait for an operator's decision besides UNKNOWN intents:
     ``{"escalated_compensations": n, "open_duplicate_findings": n, "held": n,
-    "held_likely_duplicates": n, "held_unserved": n}`` (``held`` counts every HELD intent; the
-    likely duplicates and those whose action or version is not served (``hold_reason``) wait
+    "held_likely_duplicates": n, "held_unserved": n, "held_request_mismatch": n}`` (``held``
+    counts every HELD intent; the likely duplicates, those whose action or version is not served
+    and those whose stored request no longer hashes to its request_hash (``hold_reason``) wait
     for a person, the others for their earlier intent to end)."""
     held = Intent.objects.filter(status=Intent.Status.HELD).aggregate(
         held=Count("id"),
         likely_duplicates=Count("id", filter=Q(escalated_at__isnull=False, hold_reason="")),
-        unserved=Count("id", filter=~Q(hold_reason="")),
+        unserved=Count("id", filter=~Q(hold_reason="") & ~Q(hold_reason__startswith=MISMATCH_HOLD)),
+        mismatched=Count("id", filter=Q(hold_reason__startswith=MISMATCH_HOLD)),
     )
     return {
         "escalated_compensations": Intent.objects.filter(
@@ -145,6 +148,7 @@ def decision_counts() -> dict[str, int]:
         "held": held["held"],
         "held_likely_duplicates": held["likely_duplicates"],
         "held_unserved": held["unserved"],
+        "held_request_mismatch": held["mismatched"],
     }
 
 

@@ -11,6 +11,7 @@ from django import template
 from django.utils import timezone
 
 from operations.idempotency import key_digest as _key_digest
+from operations.request_integrity import MISMATCH_HOLD
 
 register = template.Library()
 
@@ -54,6 +55,13 @@ def amount(arguments: Any) -> str:
 def pretty_json(value: Any) -> str:
     """Indented JSON with sorted keys, for payloads and snapshots."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+@register.filter
+def mismatch_hold(hold_reason: str) -> bool:
+    """Whether a HELD intent's ``hold_reason`` says its stored request no longer hashes to its
+    request_hash (``operations.request_integrity``), rather than that it is not served here."""
+    return isinstance(hold_reason, str) and hold_reason.startswith(MISMATCH_HOLD)
 
 
 @register.filter

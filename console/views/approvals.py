@@ -18,9 +18,10 @@ from console.views.common import HtmxHttpRequest, page_or_partial, record_refusa
 from operations import selectors
 from operations.approval_validity import approval_validity
 from operations.exceptions import ApprovalRefused, IntentMoved, ValidationFailed
-from operations.idempotency import canonical_json
+from operations.idempotency import CanonicalizationError, canonical_json, fingerprint_document
 from operations.models import Intent
 from operations.policies import Policy
+from operations.request_integrity import stored_request_problem
 from operations.services import intent_approve, intent_preview, intent_reject
 
 DETAIL = "console/approval_detail.html"
@@ -44,17 +45,25 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
             action=intent.action,
             arguments=intent.arguments,
             action_version=intent.action_version,
+            reference=intent.reference,
             policy=policy,
         )
     except ValidationFailed as exc:
         context["preview_error"] = exc.detail
-    document = {
-        "tenant": intent.tenant,
-        "action": intent.action,
-        "action_version": intent.action_version,
-        "arguments": intent.arguments,
-    }
-    context["canonical"] = canonical_json(document).decode()
+    document = fingerprint_document(
+        tenant=intent.tenant,
+        action=intent.action,
+        action_version=intent.action_version,
+        arguments=intent.arguments,
+        reference=intent.reference,
+        fingerprint_version=intent.fingerprint_version,
+    )
+    try:
+        context["canonical"] = canonical_json(document).decode()
+    except CanonicalizationError as exc:  # stored before numbers were checked (issue 11 item 3)
+        context["canonical_error"] = str(exc)
+    # The same check the approval service refuses with: the stored request re-hashed.
+    context["integrity_problem"] = stored_request_problem(intent)
     previous = selectors.previous_with_reference(intent)
     context["previous"] = previous
     context["diff"] = payload_diff(previous.arguments, intent.arguments) if previous else []

@@ -60,7 +60,7 @@ def duplicate_detail(request: HtmxHttpRequest, finding_id: int) -> HttpResponse:
 
 @require_POST
 @console_role_required
-@transaction.atomic
+@transaction.atomic  # an error while answering rolls the decision back (no 500 with a moved intent)
 def duplicate_resolve(request: HtmxHttpRequest, finding_id: int, verb: str) -> HttpResponse:
     """Decide on an open finding through ``reconciliation.resolution.resolve_duplicate_finding``
     (a reason is required); refusals (no permission, not open any more, no compensation for

@@ -77,7 +77,7 @@ def _decide(verb: str, intent: Intent, user: Any, data: dict[str, Any]) -> Inten
 
 @require_POST
 @console_role_required
-@transaction.atomic
+@transaction.atomic  # an error while answering rolls the decision back (no 500 with a moved intent)
 def held_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -> HttpResponse:
     """Release a HELD intent (a reason and the duplicate risk accepted) or reject it (a reason)
     through ``reconciliation.resolution``; refusals (no permission, no reason, risk not

@@ -21,6 +21,7 @@ from operations.services.duplicates import duplicate_check_updates
 from operations.services.execution import (
     Claim,
     intent_claim,
+    intent_hold_mismatch,
     intent_mark_unknown,
     intent_record_failure,
     intent_record_success,
@@ -86,6 +87,7 @@ __all__ = [
     "intent_begin_compensation",
     "intent_end_absent",
     "intent_hold_unserved",
+    "intent_hold_mismatch",
     "resend_refusal",
     "intent_escalate",
     "intent_open_compensation",

@@ -10,22 +10,31 @@ from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 
+from operations import metrics
 from operations.approval_validity import Verdict, approval_validity, user_principal
 from operations.audit import audit_append
 from operations.exceptions import ApprovalRefused, IntentMoved
 from operations.models import Approval, Intent
 from operations.policies import Policy
+from operations.request_integrity import stored_request_problem
 from operations.services.refusals import refusals_audited
 from operations.services.transitions import transition
 
 
-def _check_decision(*, intent: Intent, user: User, shown_hash: str) -> None:
-    """Refuse a decision ``approval_validity`` refuses (the intent row is locked by the caller)."""
+def _check_decision(*, intent: Intent, user: User, shown_hash: str, approving: bool) -> None:
+    """Refuse a decision ``approval_validity`` refuses (the intent row is locked by the caller);
+    an approval also when the stored request no longer hashes to its request_hash
+    (``stored_request_problem``, issue 11 item 2). A rejection of such an intent is allowed:
+    it ends it without effect."""
     validity = approval_validity(intent, approver=user, request_hash=shown_hash)
     if validity.verdict == Verdict.NOT_AWAITING:
         raise IntentMoved(intent_id=intent.id, expected="AWAITING_APPROVAL", current=intent.status)
     if not validity.usable:
         raise ApprovalRefused(validity.reason)
+    problem = stored_request_problem(intent) if approving else None
+    if problem:
+        metrics.REQUEST_MISMATCHES.labels(stage="approval").inc()
+        raise ApprovalRefused(f"This payload cannot be approved: {problem}. Reject it, or let it expire.")
 
 
 @refusals_audited("approve")
@@ -38,14 +47,15 @@ def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reaso
         request_hash: the hash the approver was shown; anything else is refused (C10).
 
     Raises:
-        ApprovalRefused: wrong hash, expired request, missing permission, own request, or this
-            approver already decided.
+        ApprovalRefused: wrong hash, expired request, missing permission, own request, this
+            approver already decided, or the stored request no longer hashes to its
+            request_hash (edited in the database, or arguments that no longer canonicalise).
         IntentMoved: the intent is no longer awaiting approval.
     """
     with transaction.atomic():
         # Lock the intent so concurrent approvers are counted one after the other.
         intent = Intent.objects.select_for_update().get(id=intent_id)
-        _check_decision(intent=intent, user=user, shown_hash=request_hash)
+        _check_decision(intent=intent, user=user, shown_hash=request_hash, approving=True)
         ttl = timedelta(seconds=Policy.from_snapshot(intent.policy).approval_ttl_seconds)
         Approval.objects.create(
             intent=intent,
@@ -94,7 +104,7 @@ def intent_reject(*, intent_id: uuid.UUID, user: User, request_hash: str, reason
         raise ApprovalRefused("a rejection needs a reason")
     with transaction.atomic():
         intent = Intent.objects.select_for_update().get(id=intent_id)
-        _check_decision(intent=intent, user=user, shown_hash=request_hash)
+        _check_decision(intent=intent, user=user, shown_hash=request_hash, approving=False)
         Approval.objects.create(
             intent=intent,
             request_hash=request_hash,

@@ -29,12 +29,14 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
+from operations import metrics
 from operations.adapters.registry import serving_problem
 from operations.audit import audit_append
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.idempotency import canonical_json
 from operations.models import OPEN_STATUSES, Intent
 from operations.policies import Policy
+from operations.request_integrity import stored_request_problem
 from operations.services.transitions import transition, transition_or_raise
 
 
@@ -94,14 +96,26 @@ def intent_release_held(
     version is not served) is released only once it is served again; ``hold_reason`` is then
     cleared (the audit event keeps it).
 
+    Every release re-derives the request_hash from the stored request first
+    (``stored_request_problem``): an intent whose row was changed after submission (held by the
+    worker with ``hold_reason`` "request_hash mismatch", or edited while held) is never released.
+
     Raises:
         IntentMoved: the intent is not HELD any more.
-        ResolutionRefused: it is held because its action or version is not served, and still is.
+        ResolutionRefused: its stored request no longer hashes to its request_hash; or it is
+            held because its action or version is not served, and still is.
     """
     with transaction.atomic():
         intent = Intent.objects.select_for_update().get(id=intent_id)
         if intent.status != Intent.Status.HELD:
             raise IntentMoved(intent_id=intent_id, expected="HELD", current=intent.status)
+        mismatch = stored_request_problem(intent)
+        if mismatch:
+            # Never released to run unchanged: a row edited after submission stays held.
+            metrics.REQUEST_MISMATCHES.labels(stage="release").inc()
+            raise ResolutionRefused(
+                f"it cannot be released: {mismatch}. Reject it; the agent submits it again if it is wanted."
+            )
         if intent.hold_reason:
             problem = serving_problem(intent.action, intent.action_version)
             if problem:

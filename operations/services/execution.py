@@ -320,6 +320,29 @@ def intent_record_failure(
     return moved
 
 
+def intent_hold_mismatch(*, claim: Claim, problem: str) -> bool:
+    """RUNNING -> HELD for a person, before anything was sent: the stored request no longer
+    hashes to its request_hash (``operations.request_integrity.stored_request_problem``). The
+    attempt is ``skipped``, the lease released; ``hold_reason`` (starting ``request_hash
+    mismatch``) and ``escalated_at`` put it in the operators' queue at once, with the audit
+    event ``request_hash_mismatch``. Release is refused while the mismatch lasts; an operator
+    rejects it. Conditional on the claim's fence; returns True when it moved.
+    """
+    with transaction.atomic():
+        moved = _record(
+            claim,
+            to_status=Intent.Status.HELD,
+            event="request_hash_mismatch",
+            attempt_result=Attempt.Result.SKIPPED,
+            error=problem,
+            data={"sent": False, "hold_reason": problem},
+            updates={"hold_reason": problem, "escalated_at": Now(), "not_before": None},
+        )
+    if moved:
+        metrics.REQUEST_MISMATCHES.labels(stage="execution").inc()
+    return moved
+
+
 def intent_schedule_retry(
     *,
     claim: Claim,
@@ -337,7 +360,9 @@ def intent_schedule_retry(
             and the backoff, but never more than the policy's ``retry.cap_seconds``.
     """
     retry = Policy.from_snapshot(claim.intent.policy).retry
-    delay = backoff_seconds(attempt_no=claim.attempt.attempt_no, base=retry.base_seconds, cap=retry.cap_seconds)
+    delay = backoff_seconds(
+        attempt_no=claim.attempt.attempt_no, base=retry.base_seconds, cap=retry.cap_seconds
+    )
     if min_delay_seconds is not None:
         delay = max(delay, min(float(min_delay_seconds), retry.cap_seconds))
     with transaction.atomic():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -24,6 +25,7 @@ from operations.exceptions import (
     ValidationFailed,
 )
 from operations.idempotency import (
+    FINGERPRINT_VERSION,
     CanonicalizationError,
     derive_provider_key,
     is_valid_client_key,
@@ -47,11 +49,31 @@ class SubmitResult:
     created: bool
 
 
-def _replay_or_refuse(existing: Intent, digest: str) -> SubmitResult:
-    if existing.request_hash != digest:
+def _same_request(existing: Intent, *, digest: str, reference: str, arguments: Any) -> bool:
+    """Whether a replayed request is the one ``existing`` recorded: same request_hash under the
+    current fingerprint; for an intent hashed before reference took part (fingerprint version
+    1), the same hash under version 1 and the same reference, compared directly."""
+    if existing.fingerprint_version == FINGERPRINT_VERSION:
+        return existing.request_hash == digest
+    try:
+        earlier = request_hash(
+            tenant=existing.tenant,
+            action=existing.action,
+            action_version=existing.action_version,
+            arguments=arguments,
+            reference=reference,
+            fingerprint_version=existing.fingerprint_version,
+        )
+    except ValueError:  # CanonicalizationError cannot happen (already hashed); unknown version
+        return False
+    return existing.request_hash == earlier and existing.reference == reference
+
+
+def _replay_or_refuse(existing: Intent, *, digest: str, reference: str, arguments: Any) -> SubmitResult:
+    if not _same_request(existing, digest=digest, reference=reference, arguments=arguments):
         raise IdempotencyKeyReused(
-            "this Idempotency-Key was already used for a different request; "
-            "use a new key for a new request (the first intent is unchanged)",
+            "this Idempotency-Key was already used for a different request (tenant, action, version, "
+            "arguments or reference differ); use a new key for a new request (the first intent is unchanged)",
             intent_id=str(existing.id),
         )
     metrics.IDEMPOTENCY_HITS.labels(layer="api").inc()
@@ -59,7 +81,13 @@ def _replay_or_refuse(existing: Intent, digest: str) -> SubmitResult:
 
 
 def _check_storable(**values: Any) -> None:
-    problems = [p for name, value in values.items() for p in storage_problems(value, field=name)]
+    """Refuse what cannot be stored; the arguments must also come back from ``jsonb`` with the
+    same canonical form (``storage_problems(hashed=True)``: numbers within ±(2^53−1))."""
+    problems = [
+        p
+        for name, value in values.items()
+        for p in storage_problems(value, field=name, hashed=name == "arguments")
+    ]
     if problems:
         detail = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
         raise ValidationFailed(f"the request cannot be stored: {detail}", errors=problems)
@@ -114,7 +142,9 @@ def _validate(action: str, action_version: int, arguments: Any) -> None:
 def _check_requester(principal: str, requested_by: User | None) -> None:
     """A user principal comes with the user it names now, so the id stored is the asker's."""
     if requested_by is not None and principal != user_principal(requested_by):
-        raise ValueError(f"principal {principal!r} is not user {requested_by.pk} ({requested_by.get_username()})")
+        raise ValueError(
+            f"principal {principal!r} is not user {requested_by.pk} ({requested_by.get_username()})"
+        )
     if requested_by is None and principal.startswith("user:"):
         raise ValueError(f"principal {principal!r} names a console user: pass requested_by")
 
@@ -135,7 +165,8 @@ def intent_submit(
     """Validate and record a new intent, or replay the one already recorded under the key.
 
     Behaviour follows draft-ietf-httpapi-idempotency-key-header: the client key is scoped by
-    (tenant, principal); the same key with the same request_hash returns the stored intent
+    (tenant, principal); the same key with the same request_hash (tenant, action, version,
+    arguments and reference; metadata is not compared) returns the stored intent
     (``created=False``); the same key with another request_hash is refused. A refused request
     stores nothing, so the caller may correct it and reuse the key. Two concurrent identical
     submissions create one intent: the loser of the unique-index race re-reads and replays.
@@ -153,7 +184,9 @@ def intent_submit(
 
     Raises:
         ClientKeyInvalid: missing key or not 1-255 printable ASCII.
-        ValidationFailed: unknown action or version, or arguments failing the schema.
+        ValidationFailed: unknown action or version, arguments failing the schema, or
+            arguments that would not come back from the database with the same canonical form
+            (a number beyond ±(2^53−1), ``operations.idempotency.number_problem``).
         IdempotencyKeyReused: the key was used for a different request.
     """
     _check_requester(principal, requested_by)
@@ -166,14 +199,20 @@ def intent_submit(
     _validate(action, action_version, arguments)
     try:
         digest = request_hash(
-            tenant=tenant, action=action, action_version=action_version, arguments=arguments
+            tenant=tenant,
+            action=action,
+            action_version=action_version,
+            arguments=arguments,
+            reference=reference,
+            fingerprint_version=FINGERPRINT_VERSION,
         )
     except CanonicalizationError as exc:
         raise ValidationFailed(f"arguments cannot be canonicalised: {exc}") from exc
+    replay = partial(_replay_or_refuse, digest=digest, reference=reference, arguments=arguments)
 
     existing = Intent.objects.filter(tenant=tenant, principal=principal, client_key=client_key).first()
     if existing is not None:
-        return _replay_or_refuse(existing, digest)
+        return replay(existing)
 
     policy = policy_for(action)
     key = (
@@ -201,6 +240,7 @@ def intent_submit(
         action_version=action_version,
         arguments=arguments,
         request_hash=digest,
+        fingerprint_version=FINGERPRINT_VERSION,
         idempotency_key=derive_provider_key(
             tenant=tenant, action=action, action_version=action_version, intent_id=intent_id
         ),
@@ -238,6 +278,7 @@ def intent_submit(
                 ),
                 data={
                     "request_hash": digest,
+                    "fingerprint_version": FINGERPRINT_VERSION,
                     "client_key": client_key,
                     "needs_approval": gated,
                     **({"held_behind": str(earlier.id)} if earlier else {}),
@@ -251,7 +292,7 @@ def intent_submit(
         existing = Intent.objects.filter(tenant=tenant, principal=principal, client_key=client_key).first()
         if existing is None:
             raise
-        return _replay_or_refuse(existing, digest)
+        return replay(existing)
     if gated and intent.status == Intent.Status.AWAITING_APPROVAL:  # set by the database clock
         intent.refresh_from_db(fields=["approval_expires_at"])
     return SubmitResult(intent=intent, created=True)
@@ -299,11 +340,19 @@ class PreviewResult:
 
 
 def intent_preview(
-    *, tenant: str, action: str, arguments: Any, action_version: int = 1, policy: Policy | None = None
+    *,
+    tenant: str,
+    action: str,
+    arguments: Any,
+    action_version: int = 1,
+    reference: str = "",
+    policy: Policy | None = None,
 ) -> PreviewResult:
     """Validate and describe an intent without persisting anything or calling the provider.
 
     Args:
+        reference: the request's business reference (part of the request_hash); the one in the
+            arguments is used when it is blank, as at submission.
         policy: the policy to judge by: a submitted intent's snapshot
             (``Policy.from_snapshot(intent.policy)``); by default the policy in force for
             ``action`` now, which is what a new submission would get.
@@ -315,7 +364,12 @@ def intent_preview(
     _validate(action, action_version, arguments)
     try:
         digest = request_hash(
-            tenant=tenant, action=action, action_version=action_version, arguments=arguments
+            tenant=tenant,
+            action=action,
+            action_version=action_version,
+            arguments=arguments,
+            reference=_business_reference(reference, arguments),
+            fingerprint_version=FINGERPRINT_VERSION,
         )
     except CanonicalizationError as exc:
         raise ValidationFailed(f"arguments cannot be canonicalised: {exc}") from exc

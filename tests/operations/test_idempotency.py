@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from operations.idempotency import (
+    FINGERPRINT_VERSION,
     CanonicalizationError,
     canonical_json,
     derive_provider_key,
@@ -28,6 +29,8 @@ json_values = st.recursive(
     max_leaves=20,
 )
 documents = st.dictionaries(st.text(max_size=8), json_values, max_size=6)
+#: The reference and fingerprint version of a new intent with no reference.
+FINGERPRINT: dict[str, Any] = {"reference": "", "fingerprint_version": FINGERPRINT_VERSION}
 
 
 def shuffled(value: Any, seed: int) -> Any:
@@ -57,8 +60,8 @@ def test_any_value_change_changes_the_hash(doc: dict[str, Any], key: str, value:
     # given a document and the same document with one member set to another value
     changed = {**doc, key: value}
     # when
-    h1 = request_hash(tenant="t", action="a", action_version=1, arguments=doc)
-    h2 = request_hash(tenant="t", action="a", action_version=1, arguments=changed)
+    h1 = request_hash(tenant="t", action="a", action_version=1, arguments=doc, **FINGERPRINT)
+    h2 = request_hash(tenant="t", action="a", action_version=1, arguments=changed, **FINGERPRINT)
     # then: the hashes differ exactly when the canonical documents differ
     assert (h1 == h2) == (canonical_json(doc) == canonical_json(changed))
     if key not in doc or json.dumps(doc[key], sort_keys=True) != json.dumps(value, sort_keys=True):
@@ -69,14 +72,18 @@ def test_any_value_change_changes_the_hash(doc: dict[str, Any], key: str, value:
 def test_amount_change_changes_the_hash(a: int, b: int) -> None:
     def h(amount):
         return request_hash(
-            tenant="t", action="payments.charge", action_version=1, arguments={"amount": amount}
+            tenant="t",
+            action="payments.charge",
+            action_version=1,
+            arguments={"amount": amount},
+            **FINGERPRINT,
         )  # noqa: E731
 
     assert (h(a) == h(b)) == (a == b)
 
 
 def test_hash_covers_tenant_action_and_version() -> None:
-    base = {"tenant": "t", "action": "a", "action_version": 1, "arguments": {"x": 1}}
+    base = {"tenant": "t", "action": "a", "action_version": 1, "arguments": {"x": 1}, **FINGERPRINT}
     hashes = {
         request_hash(**base),
         request_hash(**{**base, "tenant": "u"}),

@@ -1,0 +1,74 @@
+"""Does a stored intent still prove itself? Its request_hash re-derived from what is stored.
+
+An approval binds to an intent's ``request_hash`` and the worker sends the stored arguments, so
+both re-derive the hash from the stored tenant, action, action_version, arguments and reference
+(the intent's ``fingerprint_version`` says which of them it covers) right before they act
+(issue 11 item 2; DESIGN.md, Evidence). A row edited in the database after submission, or
+arguments that no longer canonicalise, are refused: the approval is refused, the worker holds
+the intent for a person (``MISMATCH_HOLD``) without sending anything, and a release is refused
+while the mismatch lasts.
+
+The hash and fingerprint version are also compared with what the intent's ``submitted`` audit
+event recorded (one primary-key-range read). A writer who edits the arguments *and* stores
+their new hash, or downgrades ``fingerprint_version`` to 1 to take the reference out of the
+hash, must then also rewrite the hash-chained, checkpointed audit trail to go unnoticed.
+"""
+
+from __future__ import annotations
+
+from operations.idempotency import CanonicalizationError, request_hash
+from operations.models import AuditEvent, Intent
+
+#: How ``Intent.hold_reason`` starts for an intent held because its stored request no longer
+#: hashes to its request_hash (the console tells it apart from an unserved action by this).
+MISMATCH_HOLD = "request_hash mismatch"
+
+
+def stored_request_problem(intent: Intent) -> str | None:
+    """Why ``intent``'s stored request cannot be trusted any more, or None when it proves itself.
+
+    Re-derives ``request_hash`` (RFC 8785 canonical fingerprint, ``operations.idempotency``)
+    from the stored fields under the intent's ``fingerprint_version`` and compares it with the
+    stored ``request_hash``; then compares both with the ``submitted`` audit event (an intent
+    without one, e.g. a synthetic bench row, is judged by the first comparison alone).
+
+    Returns a sentence starting with ``MISMATCH_HOLD`` that a person can act on. Never raises
+    for stored data (a value that cannot be canonicalised is a problem, not an error).
+    """
+    try:
+        derived = request_hash(
+            tenant=intent.tenant,
+            action=intent.action,
+            action_version=intent.action_version,
+            arguments=intent.arguments,
+            reference=intent.reference,
+            fingerprint_version=intent.fingerprint_version,
+        )
+    except (CanonicalizationError, ValueError) as exc:
+        return (
+            f"{MISMATCH_HOLD}: the stored arguments cannot be canonicalised any more ({exc}), so they "
+            "cannot be proved to be what was submitted and approved; nothing is sent"
+        )
+    if derived != intent.request_hash:
+        return (
+            f"{MISMATCH_HOLD}: the stored tenant, action, version, arguments or reference no longer hash "
+            f"to the request_hash {intent.request_hash[:12]}… it was submitted with (they hash to "
+            f"{derived[:12]}…): the row was changed after submission; nothing is sent"
+        )
+    recorded = (
+        AuditEvent.objects.filter(intent_id=intent.id, seq=1, event="submitted")
+        .values_list("data", flat=True)
+        .first()
+    )
+    if isinstance(recorded, dict):
+        if recorded.get("request_hash") != intent.request_hash:
+            return (
+                f"{MISMATCH_HOLD}: the stored request_hash is not the one its submitted audit event "
+                "records: the row was changed after submission; nothing is sent"
+            )
+        if recorded.get("fingerprint_version", 1) != intent.fingerprint_version:
+            return (
+                f"{MISMATCH_HOLD}: the stored fingerprint version is not the one its submitted audit "
+                "event records: the row was changed after submission; nothing is sent"
+            )
+    return None
