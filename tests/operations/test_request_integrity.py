@@ -69,12 +69,13 @@ def test_i11_2_an_edited_gated_charge_is_refused_at_approval_and_nothing_changes
     # when: approving with the hash the approver was shown at first
     with pytest.raises(ApprovalRefused) as caught:
         intent_approve(intent_id=intent.id, user=approver, request_hash=intent.request_hash)
-    # then: refused with the reason; nothing recorded, nothing moved
+    # then: refused with the reason; nothing moved, only the refusal is audited (item 4)
     assert MISMATCH_HOLD in caught.value.detail
     intent.refresh_from_db()
     assert intent.status == S.AWAITING_APPROVAL and intent.arguments["amount"] == 4_999_999
     assert not Approval.objects.filter(intent=intent).exists()
-    assert AuditEvent.objects.filter(intent=intent).count() == events
+    (refusal,) = AuditEvent.objects.filter(intent=intent, seq__gt=events)
+    assert refusal.event == "decision_refused" and MISMATCH_HOLD in refusal.reason
     assert counter(metrics.REQUEST_MISMATCHES, stage="approval") == refused + 1
 
 
