@@ -127,6 +127,7 @@ class IntentPreviewView(APIView):
             action=data["action"],
             action_version=data["action_version"],
             arguments=data["arguments"],
+            reference=data["reference"],
         )
         payload = {
             "action": result.action,

@@ -48,6 +48,7 @@ class IntentPreviewSerializer(StrictSerializer):
     action = serializers.CharField(max_length=100)
     action_version = JsonIntegerField(min_value=1, max_value=1000, default=1)
     arguments = serializers.DictField(child=serializers.JSONField(), allow_empty=True)
+    reference = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
 
 class IntentCancelSerializer(StrictSerializer):

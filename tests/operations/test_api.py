@@ -293,6 +293,19 @@ def test_list_filters_and_cursor_pagination(api: APIClient) -> None:
     assert_problem(api.get(URL, {"created_after": "yesterday"}), 422)
 
 
+def test_i11_6_preview_hashes_the_reference_as_submit_does(api: APIClient) -> None:
+    # given: the same request previewed, then submitted, with a business reference
+    body = charge(12_000, reference="order-9")
+    # when
+    previewed = api.post(f"{URL}/preview", data=body, format="json")
+    unreferenced = api.post(f"{URL}/preview", data=charge(12_000), format="json")
+    submitted = post(api, body)
+    # then: the preview's request_hash is the one the approver will be shown
+    assert previewed.status_code == 200 and submitted.status_code == 201
+    assert previewed.json()["request_hash"] == submitted.json()["request_hash"]
+    assert unreferenced.json()["request_hash"] != previewed.json()["request_hash"]
+
+
 def test_preview_persists_nothing(api: APIClient) -> None:
     # when
     response = api.post(f"{URL}/preview", data=charge(12_000), format="json")
