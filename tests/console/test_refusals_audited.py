@@ -10,7 +10,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from console.views import approvals as approval_views
+from console.views import held as held_views
+from console.views import unknown as unknown_views
 from console.views.common import SHOWN_MAX_CHARS
 from operations.audit import REFUSAL_EVENT
 from operations.models import Approval, AuditEvent, Intent, OutboxMessage
@@ -87,28 +88,53 @@ def test_i11_4_a_malformed_approval_is_audited_with_what_was_posted_cut_short(
     assert not Approval.objects.filter(intent=intent).exists()
 
 
-def test_i11_3_an_error_while_answering_an_approval_leaves_nothing_changed(
-    approver: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # given: the decision commits, then answering it fails (as the 1e16 page did)
-    intent = gated()
-    real = approval_views.detail_context
+def failing_on_success(monkeypatch: pytest.MonkeyPatch, module: Any, name: str) -> Client:
+    """Make ``module.name`` (a page context builder) fail when it builds the answer to a
+    decision that succeeded; return a client that reports the 500 instead of raising."""
+    real = getattr(module, name)
 
-    def failing(request: Any, shown: Intent, **extra: Any) -> dict[str, Any]:
+    def failing(request: Any, shown: Any, **extra: Any) -> dict[str, Any]:
         if "success" in extra:
             raise RuntimeError("rendering failed after the decision")
         return real(request, shown, **extra)
 
-    monkeypatch.setattr(approval_views, "detail_context", failing)
-    client = Client(raise_request_exception=False)
-    client.force_login(approver)
+    monkeypatch.setattr(module, name, failing)
+    return Client(raise_request_exception=False)
+
+
+def test_i11_3_an_error_while_answering_a_held_release_leaves_nothing_changed(
+    operator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: a held intent, and a page that fails while answering its release
+    _, held = held_pair()
+    client = failing_on_success(monkeypatch, held_views, "held_context")
+    client.force_login(operator)
+    events = AuditEvent.objects.filter(intent=held).count()
     # when
     response = client.post(
-        reverse("approval-approve", args=[intent.id]), {"request_hash": intent.request_hash}, **HTMX
+        reverse("held-resolve", args=[held.id, "release"]),
+        {"reason": "checked", "accept_duplicate_risk": "on", "seen_seq": seen(held)},
+        **HTMX,
     )
-    # then: a 500, and the intent did not move: no approval, no outbox row, no audit event
+    # then: a 500, and the release was rolled back with it
     assert response.status_code == 500
-    assert Intent.objects.get(id=intent.id).status == Intent.Status.AWAITING_APPROVAL
-    assert not Approval.objects.filter(intent=intent).exists()
-    assert not OutboxMessage.objects.filter(intent=intent).exists()
-    assert not AuditEvent.objects.filter(intent=intent, event="approved").exists()
+    assert Intent.objects.get(id=held.id).status == Intent.Status.HELD
+    assert AuditEvent.objects.filter(intent=held).count() == events
+    assert not OutboxMessage.objects.filter(intent=held).exists()
+
+
+def test_i11_3_an_error_while_answering_a_resolution_leaves_nothing_changed(
+    operator: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    intent = make_unknown(arguments=charge_arguments())
+    client = failing_on_success(monkeypatch, unknown_views, "detail_context")
+    client.force_login(operator)
+    events = AuditEvent.objects.filter(intent=intent).count()
+    response = client.post(
+        reverse("unknown-resolve", args=[intent.id, "absent"]),
+        {"reason": "looked", "accept_duplicate_risk": "on", "seen_seq": seen(intent)},
+        **HTMX,
+    )
+    assert response.status_code == 500
+    assert Intent.objects.get(id=intent.id).status == Intent.Status.UNKNOWN
+    assert AuditEvent.objects.filter(intent=intent).count() == events

@@ -106,7 +106,7 @@ def test_i11_2_the_approval_page_shows_an_edited_payload_and_approve_is_refused(
     assert gate_everything.requests == []
 
 
-def test_i11_3_an_intent_stored_with_1e16_renders_and_approve_is_refused(
+def test_c13_i11_3_an_intent_stored_with_1e16_renders_and_approve_is_refused(
     gate_everything: FakeProvider, approver_client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # given: a generic intent stored with "fx_rate": 1e16 before submit refused it (the number

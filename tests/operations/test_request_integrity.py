@@ -207,7 +207,7 @@ def test_i11_6_downgrading_the_fingerprint_version_to_drop_the_reference_is_caug
 # --- item 3: one canonical form from submit to execution ---------------------------------------
 
 
-def test_i11_3_a_float_of_1e16_is_refused_at_submit_naming_the_field(api: APIClient, settings: Any) -> None:
+def test_c13_i11_3_a_float_of_1e16_is_refused_at_submit_naming_the_field(api: APIClient, settings: Any) -> None:
     # given: a generic action whose arguments carry an exchange rate of 1e16
     settings.EFFECT_LEDGER_GENERIC_HTTP = {"acme.transfer": {"url": "http://127.0.0.1:9/v1/transfers"}}
     body = {"action": "acme.transfer", "arguments": {**TRANSFER, "fx_rate": 1e16}}
