@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 
+from operations.idempotency import MAX_SAFE_NUMBER
 from operations.models import Intent
 
 
@@ -44,6 +45,7 @@ class SeenStateForm(forms.Form):
 
     seen_seq = forms.IntegerField(
         min_value=0,
+        max_value=MAX_SAFE_NUMBER,
         widget=forms.HiddenInput,
         error_messages={"required": "This page is out of date or incomplete: reload it and decide again."},
     )

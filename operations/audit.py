@@ -21,7 +21,7 @@ from typing import Any
 from django.db import connection
 
 from operations.idempotency import canonical_json, sha256_hex
-from operations.models import AuditEvent
+from operations.models import AuditEvent, Intent
 
 GENESIS = "0" * 64
 
@@ -142,9 +142,10 @@ def audit_append(
 
 @dataclass(frozen=True)
 class ChainBreak:
-    """The first event whose stored hash or link does not match its content."""
+    """An event whose stored hash, link or status does not match (``event_id``), or an intent
+    whose row does not match its chain (``event_id`` None)."""
 
-    event_id: int
+    event_id: int | None
     intent_id: str | None
     problem: str
 
@@ -176,8 +177,11 @@ def _chain_breaks(rows: Iterable[dict[str, Any]], *, anchored: bool = False) -> 
             the links after it are checked.
     """
     previous: dict[str, Any] | None = None
+    status: str | None = None  # where the chain's transitions so far left the intent
     for row in rows:
         same_chain = previous is not None and previous["intent_id"] == row["intent_id"]
+        if not same_chain:
+            status = None
         if same_chain and previous is not None:
             expected_prev, expected_seq = previous["hash"], previous["seq"] + 1
         elif anchored:
@@ -204,6 +208,15 @@ def _chain_breaks(rows: Iterable[dict[str, Any]], *, anchored: bool = False) -> 
             yield ChainBreak(row["id"], intent_id, "prev_hash does not match the previous event")
         elif recomputed != row["hash"]:
             yield ChainBreak(row["id"], intent_id, "hash does not match the event's content")
+        elif row["from_status"] and status is not None and row["from_status"] != status:
+            yield ChainBreak(
+                row["id"],
+                intent_id,
+                f"moves from {row['from_status']} but the chain left the intent {status}: its status was "
+                "changed without a transition",
+            )
+        if row["to_status"]:
+            status = row["to_status"]
         previous = row
 
 
@@ -215,6 +228,39 @@ def audit_verify(batch_size: int = 2000) -> Iterator[ChainBreak]:
     """
     queryset = AuditEvent.objects.order_by("intent_id", "seq").values(*EXPORT_FIELDS)
     yield from _chain_breaks(queryset.iterator(chunk_size=batch_size))
+    yield from _rows_off_their_chains()
+
+
+def _rows_off_their_chains() -> Iterator[ChainBreak]:
+    """Intents whose row is not where their chain left them: a status no transition wrote (the
+    row was edited), or no chain at all (its events were deleted). Every status change is a
+    transition that appends an event with its ``to_status`` (``services.transitions``), so the
+    newest event with a ``to_status`` names the status the row must have."""
+    intents = Intent._meta.db_table
+    events = AuditEvent._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT i.id, i.status, last.to_status
+            FROM {intents} AS i
+            LEFT JOIN LATERAL (
+                SELECT e.to_status FROM {events} AS e
+                WHERE e.intent_id = i.id AND e.to_status <> ''
+                ORDER BY e.seq DESC LIMIT 1
+            ) AS last ON true
+            WHERE last.to_status IS DISTINCT FROM i.status
+            ORDER BY i.id
+            """
+        )
+        for intent_id, status, chain_status in cursor:
+            if chain_status is None:
+                problem = f"the intent is {status} but has no audit events: its chain was deleted"
+            else:
+                problem = (
+                    f"the intent is {status} but its audit chain left it {chain_status}: its status was "
+                    "changed without a transition"
+                )
+            yield ChainBreak(None, str(intent_id), problem)
 
 
 def export_line(event: AuditEvent) -> str:

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 from operations.adapters.base import LookupResult, LookupStatus
+from operations.idempotency import MAX_SAFE_NUMBER
 
 #: Characters of a provider reference we store (``Outcome.provider_reference`` is varchar(200)).
 REFERENCE_MAX_CHARS = 200
@@ -86,10 +87,14 @@ def reference_problem(reference: Any) -> str | None:
 def clean_json(value: Any, *, depth: int = 0) -> Any:
     """``value`` as JSON that ``jsonb`` accepts and ``json.dumps`` can write: strings cleaned
     (``clean_text``, ``DETAIL_STRING_MAX_CHARS``), keys made strings, non-finite floats and
-    values of other types turned into text, at most ``DETAIL_MAX_ITEMS`` keys or items per
-    level (``"…": n`` names the rest) and ``DETAIL_MAX_DEPTH`` levels."""
-    if value is None or isinstance(value, bool | int):
+    values of other types turned into text, integers beyond ±(2^53 − 1) too (the audit chain
+    hashes RFC 8785 canonical JSON, which has no exact form for them: RFC 7493 §2.2), at most
+    ``DETAIL_MAX_ITEMS`` keys or items per level (``"…": n`` names the rest) and
+    ``DETAIL_MAX_DEPTH`` levels."""
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, int):
+        return value if abs(value) <= MAX_SAFE_NUMBER else str(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
     if isinstance(value, str):

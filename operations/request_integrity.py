@@ -8,20 +8,38 @@ arguments that no longer canonicalise, are refused: the approval is refused, the
 the intent for a person (``MISMATCH_HOLD``) without sending anything, and a release is refused
 while the mismatch lasts.
 
-The hash and fingerprint version are also compared with what the intent's ``submitted`` audit
-event recorded (one primary-key-range read). A writer who edits the arguments *and* stores
+The hash and fingerprint version, and the policy snapshot and provider idempotency key
+(``submission_seal``), are also compared with what the intent's ``submitted`` audit event
+recorded (one primary-key-range read). A writer who edits the arguments *and* stores
 their new hash, or downgrades ``fingerprint_version`` to 1 to take the reference out of the
 hash, must then also rewrite the hash-chained, checkpointed audit trail to go unnoticed.
 """
 
 from __future__ import annotations
 
-from operations.idempotency import CanonicalizationError, request_hash
+from typing import Any
+
+from operations.idempotency import CanonicalizationError, canonical_json, request_hash, sha256_hex
 from operations.models import AuditEvent, Intent
 
 #: How ``Intent.hold_reason`` starts for an intent held because its stored request no longer
 #: hashes to its request_hash (the console tells it apart from an unserved action by this).
 MISMATCH_HOLD = "request_hash mismatch"
+
+
+def submission_seal(*, policy: dict[str, Any], idempotency_key: str) -> dict[str, str]:
+    """What the ``submitted`` audit event records besides the request_hash, so that the row's
+    other decisive columns cannot be changed unseen either: the sha256 of the canonical policy
+    snapshot (it decides whether an approval is needed) and of the provider idempotency key
+    (what the provider deduplicates on). ``{"policy_sha256", "idempotency_key_sha256"}``, hex.
+
+    Raises:
+        CanonicalizationError: the policy snapshot cannot be canonicalised (a bug in a policy).
+    """
+    return {
+        "policy_sha256": sha256_hex(canonical_json(policy)),
+        "idempotency_key_sha256": sha256_hex(idempotency_key.encode()),
+    }
 
 
 def stored_request_problem(intent: Intent) -> str | None:
@@ -70,5 +88,24 @@ def stored_request_problem(intent: Intent) -> str | None:
             return (
                 f"{MISMATCH_HOLD}: the stored fingerprint version is not the one its submitted audit "
                 "event records: the row was changed after submission; nothing is sent"
+            )
+        return _seal_problem(intent, recorded)
+    return None
+
+
+def _seal_problem(intent: Intent, recorded: dict[str, Any]) -> str | None:
+    """Compare the row's policy and provider key with the ``submission_seal`` its submitted
+    event recorded (intents submitted before the seal existed have none: not compared)."""
+    if "policy_sha256" not in recorded:
+        return None
+    try:
+        seal = submission_seal(policy=intent.policy, idempotency_key=intent.idempotency_key)
+    except (CanonicalizationError, ValueError, TypeError):
+        seal = {}
+    for name, what in (("policy_sha256", "policy"), ("idempotency_key_sha256", "provider idempotency key")):
+        if seal.get(name) != recorded.get(name):
+            return (
+                f"{MISMATCH_HOLD}: the stored {what} is not the one its submitted audit event records: "
+                "the row was changed after submission; nothing is sent"
             )
     return None

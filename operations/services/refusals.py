@@ -24,6 +24,7 @@ from django.db import transaction
 
 from operations.approval_validity import user_principal
 from operations.audit import REFUSAL_EVENT, audit_append
+from operations.bounds import clean_json, clean_text
 from operations.exceptions import ApprovalRefused, CancelRefused, IntentMoved, ResolutionRefused
 from operations.models import AuditEvent, Intent
 
@@ -53,8 +54,8 @@ def intent_record_refusal(
             ``release held`` ...).
         reason: why, as the person or agent was told.
         shown: what the decision was based on, as sent (``request_hash`` the approval page
-            displayed, ``seen_seq`` of a resolution page); stored as given, bounded by the
-            form or serializer that accepted it.
+            displayed, ``seen_seq`` of a resolution page), as sent: made storable and
+            hashable by ``bounds.clean_json`` (a tampered form can post anything).
 
     Returns None when no such intent exists (there is no chain to append to; the caller
     answers 404). Takes the intent's row lock, like every append, for at most one INSERT.
@@ -69,10 +70,10 @@ def intent_record_refusal(
             intent_id=intent_id,
             event=REFUSAL_EVENT,
             actor=actor,
-            reason=reason,
+            reason=clean_text(reason),
             data={
-                "decision": decision,
-                "shown": shown or {},
+                "decision": clean_text(decision, 200),
+                "shown": clean_json(shown or {}),
                 "status": current["status"],
                 "request_hash": current["request_hash"],
             },

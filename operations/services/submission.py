@@ -34,6 +34,7 @@ from operations.idempotency import (
 )
 from operations.models import Intent
 from operations.policies import Policy, policy_for
+from operations.request_integrity import submission_seal
 from operations.services.business import business_key, open_intent_for
 from operations.services.refusals import refusals_audited
 from operations.services.transitions import outbox_enqueue, transition
@@ -281,6 +282,7 @@ def intent_submit(
                     "fingerprint_version": FINGERPRINT_VERSION,
                     "client_key": client_key,
                     "needs_approval": gated,
+                    **submission_seal(policy=intent.policy, idempotency_key=intent.idempotency_key),
                     **({"held_behind": str(earlier.id)} if earlier else {}),
                 },
             )

@@ -138,3 +138,57 @@ def test_i11_3_an_error_while_answering_a_resolution_leaves_nothing_changed(
     assert response.status_code == 500
     assert Intent.objects.get(id=intent.id).status == Intent.Status.UNKNOWN
     assert AuditEvent.objects.filter(intent=intent).count() == events
+
+
+@pytest.mark.parametrize(
+    ("verb", "data"),
+    [
+        ("reject", {"request_hash": "\x00abc", "reason": "no"}),
+        ("approve", {"request_hash": "ab\x00" * 30}),
+    ],
+    ids=["nul-reject", "nul-approve"],
+)
+def test_i11_4_a_nul_in_a_posted_hash_is_refused_and_audited_not_a_500(
+    approver_client: Client, verb: str, data: dict[str, str]
+) -> None:
+    intent = gated()
+    response = approver_client.post(reverse(f"approval-{verb}", args=[intent.id]), data, **HTMX)
+    assert response.status_code == 422
+    (event,) = refusals(intent)
+    assert "\x00" not in event.data["shown"]["request_hash"]
+    assert Intent.objects.get(id=intent.id).status == Intent.Status.AWAITING_APPROVAL
+
+
+@pytest.mark.parametrize("seen_seq", ["\x00", "999999999999999999999999999999", "-1"])
+def test_i11_4_a_crafted_seen_seq_is_refused_and_audited_not_a_500(
+    operator_client: Client, seen_seq: str
+) -> None:
+    intent = make_unknown(arguments=charge_arguments())
+    response = operator_client.post(
+        reverse("unknown-resolve", args=[intent.id, "absent"]),
+        {"reason": "looked", "accept_duplicate_risk": "on", "seen_seq": seen_seq},
+        **HTMX,
+    )
+    assert response.status_code == 422
+    (event,) = refusals(intent)
+    assert event.data["shown"] == {"seen_seq": seen_seq.replace("\x00", "")}
+    assert Intent.objects.get(id=intent.id).status == Intent.Status.UNKNOWN
+
+
+def test_i11_4_a_refusal_of_a_crafted_service_call_is_still_audited(approver: Any) -> None:
+    # a caller of the service itself (not the console form) passing a page state beyond I-JSON
+    from operations.services import intent_record_refusal
+
+    intent = gated()
+    event = intent_record_refusal(
+        intent_id=intent.id,
+        actor="user:alice",
+        decision="resolve absent",
+        reason="stale\x00page",
+        shown={"seen_seq": 10**30, "request_hash": "\x00" * 3},
+    )
+    assert event is not None
+    assert event.reason == "stalepage" and event.data["shown"] == {
+        "seen_seq": str(10**30),
+        "request_hash": "",
+    }

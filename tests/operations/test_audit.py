@@ -9,9 +9,9 @@ import pytest
 from django.core.management import call_command
 from django.db import DatabaseError, connection, transaction
 
-from operations.models import AuditEvent
-from operations.services import intent_cancel
-from tests.factories import submit
+from operations.models import AuditEvent, Intent
+from operations.services import intent_cancel, intent_claim
+from tests.factories import charge_arguments, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -117,3 +117,39 @@ def test_i11_audit_times_come_from_the_database_clock() -> None:
         assert abs((database_now - event.created_at).total_seconds()) < 5
     assert events[0].created_at <= events[1].created_at
     assert verify()[0] == 0
+
+
+def test_i11_2_a_status_changed_behind_the_ledger_is_named() -> None:
+    # given: a gated charge whose row a database writer moves to READY (no transition)
+    intent = submit(arguments=charge_arguments(25_000))
+    assert intent.status == Intent.Status.AWAITING_APPROVAL
+    Intent.objects.filter(id=intent.id).update(status=Intent.Status.READY)
+    # then: verify_audit names the intent: its row is not where its chain left it
+    code, err = verify()
+    assert code == 1
+    assert (
+        f"intent {intent.id} does not match its audit chain: the intent is READY but its audit chain "
+        "left it AWAITING_APPROVAL" in err
+    )
+    # when: a worker claims it anyway, the chain itself shows the jump
+    assert intent_claim(intent_id=intent.id, worker="w", lease_seconds=30) is not None
+    claimed = AuditEvent.objects.get(intent=intent, event="claimed")
+    code, err = verify()
+    assert code == 1
+    assert (
+        f"audit chain broken at event id {claimed.id} (intent {intent.id}): moves from READY but the chain "
+        "left the intent AWAITING_APPROVAL" in err
+    )
+
+
+def test_i11_1_an_intent_whose_chain_was_deleted_is_named_without_a_checkpoint() -> None:
+    intent = submit()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL session_replication_role = replica")
+        cursor.execute("DELETE FROM operations_auditevent WHERE intent_id = %s", [intent.id])
+    code, err = verify()
+    assert code == 1
+    assert (
+        f"intent {intent.id} does not match its audit chain: the intent is READY but has no audit events"
+        in err
+    )

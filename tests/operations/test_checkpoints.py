@@ -35,7 +35,7 @@ from operations.checkpoints import (
 from operations.checks import audit_signing_key_check
 from operations.merkle import leaf_hash, merkle_root, node_hash
 from operations.models import AuditCheckpoint, AuditEvent, Intent
-from operations.services import intent_cancel
+from operations.services import intent_cancel, intent_record_refusal
 from tests.factories import UserFactory, submit
 
 pytestmark = pytest.mark.django_db
@@ -82,6 +82,16 @@ def cancelled() -> Intent:
     intent = submit()
     intent_cancel(intent_id=intent.id, actor="agent:agent-1")
     return intent
+
+
+def with_quiet_tail(intent: Intent) -> int:
+    """Append an event that moves nothing (a refused decision) to ``intent``'s chain and return
+    its seq: deleting it leaves a valid chain whose last transition still matches the row."""
+    event = intent_record_refusal(
+        intent_id=intent.id, actor="user:mallory", decision="approve", reason="not awaiting approval"
+    )
+    assert event is not None
+    return event.seq
 
 
 def forged_heads(intent: Intent, seq: int) -> tuple[bytes, str]:
@@ -193,16 +203,20 @@ def test_i11_1_events_appended_after_a_checkpoint_are_no_fault() -> None:
 def test_i11_1_deleted_tail_is_detected_against_the_checkpoint() -> None:
     # given
     victim = cancelled()
+    tail = with_quiet_tail(victim)
     submit()
     audit_checkpoint_create()
-    # when: the newest event of one chain is deleted (what is left is still a valid chain)
-    behind_the_triggers(("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [victim.id]))
+    # when: the newest event of one chain is deleted (what is left is still a valid chain, and
+    # its last transition still matches the intent's row)
+    behind_the_triggers(
+        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = %s", [victim.id, tail])
+    )
     assert list(audit_verify()) == []
     # then
     code, _, err = verify()
     assert code == 1
     assert (
-        f"audit checkpoint #1: deleted tail: intent {victim.id} has seq 1 but checkpoint #1 saw seq 2" in err
+        f"audit checkpoint #1: deleted tail: intent {victim.id} has seq 2 but checkpoint #1 saw seq 3" in err
     )
 
 
@@ -212,7 +226,10 @@ def test_i11_1_deleted_chain_is_detected_against_the_checkpoint() -> None:
     audit_checkpoint_create()
     # when: every event of one intent is deleted
     behind_the_triggers(("DELETE FROM operations_auditevent WHERE intent_id = %s", [victim.id]))
-    assert list(audit_verify()) == []
+    # (the chain walk sees an intent without a chain, but not what the chain held)
+    assert [(b.intent_id, b.problem) for b in audit_verify()] == [
+        (str(victim.id), "the intent is CANCELLED but has no audit events: its chain was deleted")
+    ]
     # then: that chain is named, the other is fine, and it is not called a truncation
     code, _, err = verify()
     assert code == 1
@@ -263,10 +280,12 @@ def test_i11_1_truncation_is_detected_against_the_checkpoint() -> None:
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
     # when: the whole log is emptied past the trigger
     behind_the_triggers(("TRUNCATE operations_auditevent", []))
-    # then: one finding, not one per chain
+    # then: one checkpoint finding, not one per chain (the chain walk names each intent
+    # left without a chain)
     code, out, err = verify()
     assert (code, out) == (1, "")
-    assert err == (
+    assert err.count("has no audit events: its chain was deleted") == 2
+    assert err.endswith(
         "audit checkpoint #1: truncation: the audit log holds 0 events; "
         "none of the 2 chains (3 events) checkpoint #1 saw remains\n"
     )
@@ -317,12 +336,13 @@ def test_i11_1_edited_heads_under_a_valid_signature_are_detected() -> None:
 def test_i11_1_deleted_checkpoints_are_detected_with_the_file_copy(checkpoint_files: dict[str, Path]) -> None:
     # given: the checkpoint file is also kept elsewhere (an auditor's copy)
     victim = cancelled()
+    tail = with_quiet_tail(victim)
     audit_checkpoint_create()
     auditor_copy = checkpoint_files["file"].parent / "auditor-copy.jsonl"
     auditor_copy.write_text(checkpoint_files["file"].read_text())
     # when: the tail and every checkpoint row are deleted past the triggers
     behind_the_triggers(
-        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [victim.id]),
+        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = %s", [victim.id, tail]),
         ("DELETE FROM operations_auditcheckpoint", []),
     )
     # then: the database alone can no longer tell (it only warns that there is no checkpoint)
@@ -333,7 +353,7 @@ def test_i11_1_deleted_checkpoints_are_detected_with_the_file_copy(checkpoint_fi
     code, _, err = verify("--checkpoint-file", str(auditor_copy))
     assert code == 1
     assert "deleted checkpoint: the file's checkpoint #1 is not in the database (its newest is none)" in err
-    assert f"deleted tail: intent {victim.id} has seq 1 but checkpoint #1 saw seq 2" in err
+    assert f"deleted tail: intent {victim.id} has seq 2 but checkpoint #1 saw seq 3" in err
 
 
 def test_i11_1_a_gap_in_the_checkpoint_series_is_detected() -> None:
@@ -466,12 +486,15 @@ def test_i11_1_console_shows_the_checkpoint_and_its_findings(client: Client) -> 
     # given
     client.force_login(UserFactory(username="vera", groups=["viewer"]))
     victim = cancelled()
+    tail = with_quiet_tail(victim)
     page = client.get(reverse("audit-verify"), {"refresh": "1"}).content.decode()
     assert "No signed checkpoint yet" in page
     audit_checkpoint_create()
     assert "Checkpoint #1 of" in client.get(reverse("audit-verify"), {"refresh": "1"}).content.decode()
     # when
-    behind_the_triggers(("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [victim.id]))
+    behind_the_triggers(
+        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = %s", [victim.id, tail])
+    )
     # then
     page = client.get(reverse("audit-verify"), {"refresh": "1"}).content.decode()
     assert "All chains verify" in page and "deleted tail" in page and str(victim.id) in page

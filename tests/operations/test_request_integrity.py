@@ -108,6 +108,41 @@ def test_i11_2_a_charge_edited_after_approval_is_held_and_never_sent(
     assert not Approval.objects.filter(intent=intent, used_at__isnull=False).exists()
 
 
+def test_i11_2_a_gated_charge_whose_row_skips_approval_is_held_and_never_sent(provider: FakeProvider) -> None:
+    # given: a gated charge; a database writer marks it READY and rewrites its policy snapshot
+    # so that it needs no approval (the arguments and their hash are untouched)
+    intent = submit(arguments=charge_arguments(88_800))
+    assert intent.status == S.AWAITING_APPROVAL
+    edit_row(
+        intent,
+        "status = 'READY', approval_expires_at = NULL, policy = jsonb_set(policy, '{approval}', %s::jsonb)",
+        ['"never"'],
+    )
+    # when: a worker runs it
+    label = execute_intent(intent.id)
+    # then: nothing was sent; held for a person, naming the policy
+    assert label == "held" and provider.requests == []
+    intent.refresh_from_db()
+    assert intent.status == S.HELD and "stored policy" in intent.hold_reason
+
+
+@pytest.mark.parametrize("kind", ["payments", "generic"])
+def test_i11_2_an_edited_provider_key_is_held_and_never_sent(provider: FakeProvider, kind: str) -> None:
+    # given: an intent that runs without approval; its provider idempotency key is rewritten
+    action, arguments = (
+        ("payments.charge", charge_arguments()) if kind == "payments" else ("acme.transfer", TRANSFER)
+    )
+    intent = submit(action=action, arguments=arguments)
+    assert intent.status == S.READY
+    edit_row(intent, "idempotency_key = %s", ["attacker-chosen-key"])
+    # when
+    label = execute_intent(intent.id)
+    # then: the provider never saw the chosen key
+    assert label == "held" and provider.requests == []
+    intent.refresh_from_db()
+    assert intent.status == S.HELD and "provider idempotency key" in intent.hold_reason
+
+
 @pytest.mark.parametrize(
     ("action", "arguments", "column", "value"),
     [
@@ -207,7 +242,9 @@ def test_i11_6_downgrading_the_fingerprint_version_to_drop_the_reference_is_caug
 # --- item 3: one canonical form from submit to execution ---------------------------------------
 
 
-def test_c13_i11_3_a_float_of_1e16_is_refused_at_submit_naming_the_field(api: APIClient, settings: Any) -> None:
+def test_c13_i11_3_a_float_of_1e16_is_refused_at_submit_naming_the_field(
+    api: APIClient, settings: Any
+) -> None:
     # given: a generic action whose arguments carry an exchange rate of 1e16
     settings.EFFECT_LEDGER_GENERIC_HTTP = {"acme.transfer": {"url": "http://127.0.0.1:9/v1/transfers"}}
     body = {"action": "acme.transfer", "arguments": {**TRANSFER, "fx_rate": 1e16}}

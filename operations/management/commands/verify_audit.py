@@ -93,6 +93,8 @@ class Command(BaseCommand):
             if found <= MAX_BREAKS_SHOWN:
                 self.stderr.write(
                     f"audit chain broken at event id {broken.event_id} (intent {broken.intent_id}): {broken.problem}"
+                    if broken.event_id is not None
+                    else f"intent {broken.intent_id} does not match its audit chain: {broken.problem}"
                 )
         if found > MAX_BREAKS_SHOWN:
             self.stderr.write(f"{found - MAX_BREAKS_SHOWN} more chain breaks not listed")
