@@ -284,15 +284,31 @@ def _is_exported_event(record: Any) -> bool:
     )
 
 
-def verify_export(lines: Iterable[str]) -> Iterator[ChainBreak]:
+@dataclass(frozen=True)
+class ExportReport:
+    """What ``verify_export`` found: ``events`` and ``chains`` read, ``partial`` chains that
+    start after their first event (an export filtered by time, or its first events removed),
+    and the ``breaks``."""
+
+    events: int
+    chains: int
+    partial: int
+    breaks: list[ChainBreak]
+
+
+def verify_export(lines: Iterable[str], *, complete: bool = False) -> ExportReport:
     """Re-check an audit export (``export_line`` records, in any order) without the database:
     every event's hash against its content, and the links between the events of each chain
     that the export holds. An export filtered by time may start a chain after its first event
-    (that event's ``prev_hash`` is taken as given); one filtered by actor or event kind leaves
-    gaps, which are reported as breaks. Holds the whole export in memory.
+    (that event's ``prev_hash`` is taken as given, and the chain is counted ``partial``) unless
+    ``complete``, which makes such a start a break; one filtered by actor or event kind leaves
+    gaps, which are reported as breaks. Events removed from the end of a chain, or whole chains,
+    cannot be seen in an export alone (``verify_audit`` against a signed checkpoint can). Holds
+    the whole export in memory.
 
     Raises:
-        ValueError: a line is not a JSON object with every field of ``EXPORT_FIELDS``.
+        ValueError: a line is not a JSON object with every field of ``EXPORT_FIELDS``, or the
+            export holds no event at all.
     """
     rows = []
     for number, line in enumerate(lines, start=1):
@@ -302,5 +318,13 @@ def verify_export(lines: Iterable[str]) -> Iterator[ChainBreak]:
         if not _is_exported_event(record):
             raise ValueError(f"line {number} is not an exported audit event")
         rows.append(record)
+    if not rows:
+        raise ValueError("it holds no audit event")
     rows.sort(key=lambda row: (row["intent_id"] or "", row["seq"]))
-    yield from _chain_breaks(rows, anchored=True)
+    firsts = {row["intent_id"]: row["seq"] for row in reversed(rows)}
+    return ExportReport(
+        events=len(rows),
+        chains=len(firsts),
+        partial=sum(1 for seq in firsts.values() if seq != 1),
+        breaks=list(_chain_breaks(rows, anchored=not complete)),
+    )

@@ -53,4 +53,5 @@ def record_refusal(request: HttpRequest, intent_id: uuid.UUID, decision: str, re
         decision=decision,
         reason=reason,
         shown=shown,
+        given_reason=request.POST.get("reason", ""),
     )

@@ -45,7 +45,13 @@ def actor_of(who: User | str) -> str:
 
 
 def intent_record_refusal(
-    *, intent_id: uuid.UUID, actor: str, decision: str, reason: str, shown: dict[str, Any] | None = None
+    *,
+    intent_id: uuid.UUID,
+    actor: str,
+    decision: str,
+    reason: str,
+    shown: dict[str, Any] | None = None,
+    given_reason: str = "",
 ) -> AuditEvent | None:
     """Append a ``decision_refused`` event to the intent's chain and return it.
 
@@ -56,6 +62,7 @@ def intent_record_refusal(
         shown: what the decision was based on, as sent (``request_hash`` the approval page
             displayed, ``seen_seq`` of a resolution page), as sent: made storable and
             hashable by ``bounds.clean_json`` (a tampered form can post anything).
+        given_reason: the reason the person or agent gave for the decision they tried, if any.
 
     Returns None when no such intent exists (there is no chain to append to; the caller
     answers 404). Takes the intent's row lock, like every append, for at most one INSERT.
@@ -74,6 +81,7 @@ def intent_record_refusal(
             data={
                 "decision": clean_text(decision, 200),
                 "shown": clean_json(shown or {}),
+                **({"given_reason": clean_text(given_reason)} if given_reason else {}),
                 "status": current["status"],
                 "request_hash": current["request_hash"],
             },
@@ -113,6 +121,7 @@ def refusals_audited(
                     decision=f"{decision} {verb}" if verb else decision,
                     reason=refused.detail,
                     shown={name: kwargs[name] for name in SHOWN_ARGUMENTS if name in kwargs},
+                    given_reason=str(kwargs.get("reason") or ""),
                 )
                 raise
 

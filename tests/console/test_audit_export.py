@@ -30,10 +30,10 @@ def export_to(client: Client, path: Path, **filters: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines()]
 
 
-def verify_file(path: Path) -> tuple[int, str]:
+def verify_file(path: Path, *options: str) -> tuple[int, str]:
     out, err = io.StringIO(), io.StringIO()
     try:
-        call_command("verify_audit_export", str(path), stdout=out, stderr=err)
+        call_command("verify_audit_export", str(path), *options, stdout=out, stderr=err)
     except SystemExit as exc:
         return int(exc.code or 0), err.getvalue()
     return 0, out.getvalue()
@@ -54,7 +54,7 @@ def test_c12_the_machine_export_keeps_the_raw_value_and_verifies(
     assert cancelled["reason"] == FORMULA and cancelled["intent_id"] == str(intent.id)
     assert set(EXPORT_FIELDS) == set(cancelled)
     assert {r["intent_id"] for r in records} == {str(intent.id), str(other.id)}
-    assert verify_file(path) == (0, f"export intact: {path}\n")
+    assert verify_file(path) == (0, f"export intact: {path}: {len(records)} events in 2 chains\n")
 
 
 def test_c12_an_edited_export_is_caught_by_name(viewer_client: Client, tmp_path: Path) -> None:
@@ -92,12 +92,19 @@ def test_c12_an_export_filtered_by_time_verifies_from_its_first_event(
     path = tmp_path / "audit.jsonl"
     records = export_to(viewer_client, path, intent_id=str(intent.id))
     path.write_text(json.dumps(records[0]) + "\n")  # only the newest event, seq 2
-    assert verify_file(path)[0] == 0
+    code, out = verify_file(path)
+    assert code == 0
+    assert out.startswith(
+        f"export intact: {path}: 1 events in 1 chains; 1 chains start after their first event"
+    )
+    # an auditor who asked for the whole log says so, and the missing start is a break
+    code, err = verify_file(path, "--complete")
+    assert code == 1 and "seq 2 where 1 was expected" in err
 
 
 @pytest.mark.parametrize(
     "content",
-    ["not json\n", "[1, 2]\n", '{"id": 1}\n', json.dumps({f: "x" for f in EXPORT_FIELDS}) + "\n"],
+    ["not json\n", "[1, 2]\n", '{"id": 1}\n', json.dumps({f: "x" for f in EXPORT_FIELDS}) + "\n", "", "\n\n"],
 )
 def test_c12_a_file_that_is_no_export_is_refused_clearly(tmp_path: Path, content: str) -> None:
     path = tmp_path / "audit.jsonl"

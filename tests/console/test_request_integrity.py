@@ -92,6 +92,7 @@ def test_i11_2_the_approval_page_shows_an_edited_payload_and_approve_is_refused(
     body = page.content.decode()
     assert page.status_code == 200
     assert 'id="integrity-problem"' in body and "request_hash mismatch" in body
+    assert 'id="preview-untrusted"' in body
     assert reverse("approval-approve", args=[intent.id]) not in body
     assert reverse("approval-reject", args=[intent.id]) in body
     # when: the approval is posted anyway (the hash the page showed)

@@ -105,6 +105,7 @@ def test_i11_4_an_agents_cancel_of_a_running_intent_is_refused_and_audited() -> 
         intent_cancel(intent_id=intent.id, actor="agent:agent-1", reason="changed my mind")
     (event,) = refusals(intent)
     assert event.actor == "agent:agent-1" and event.data["decision"] == "cancel"
+    assert event.data["given_reason"] == "changed my mind"
     assert event.data["status"] == Intent.Status.RUNNING
     assert Intent.objects.get(id=intent.id).status == Intent.Status.RUNNING
 
