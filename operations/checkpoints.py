@@ -22,6 +22,10 @@ Each checkpoint is stored (``AuditCheckpoint``, append-only like the events, wit
 zlib-compressed), logged as one JSON line and appended to a file (``AUDIT_CHECKPOINT_FILE``)
 meant to be shipped away from the database (README, "Threat model of the audit trail").
 
+This module is the format: the statement, the heads, the file's lines (written and read back,
+every field checked, since an auditor's copy may hold anything). Signing a new checkpoint, which
+first verifies the log against the previous one, is ``operations.checkpoint_signing``.
+
 Chains only grow, so a head read at any moment stays valid: verification asks whether the live
 table still holds, for every checkpointed head, an event at that seq with that hash. Events
 written after the checkpoint are covered by the next one (``operations.checkpoint_verification``).
@@ -35,19 +39,17 @@ import base64
 import binascii
 import json
 import logging
-import os
+import re
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.utils import timezone
+from django.db import connection
 
-from operations.audit import GENESIS
-from operations.audit_keys import key_id, signing_key_load
-from operations.idempotency import canonical_json, sha256_hex
+from operations.idempotency import CanonicalizationError, canonical_json, sha256_hex
 from operations.merkle import MerkleRoot
 from operations.models import AuditCheckpoint
 
@@ -55,9 +57,28 @@ logger = logging.getLogger(__name__)
 
 STATEMENT_VERSION = 1
 DIGEST = "rfc9162-merkle-sha256"
-# pg_advisory_xact_lock key serialising checkpoint writers (never the event writers).
-ADVISORY_LOCK_ID = 0x61756469_74636B70  # "auditckp"
 FETCH_ROWS = 5000
+# RFC 8785 §3.2.2.3 / I-JSON (RFC 7493 §2.2): integers beyond 2**53 - 1 are not exact.
+MAX_JSON_INTEGER = 2**53 - 1
+# The statement's fields and their JSON types; ``accepted`` appears only on a checkpoint an
+# operator signed over acknowledged faults (``audit_checkpoint --accept-faults``).
+STATEMENT_FIELDS: dict[str, type] = {
+    "version": int,
+    "digest": str,
+    "number": int,
+    "created_at": str,
+    "chains": int,
+    "events": int,
+    "root": str,
+    "prev_hash": str,
+    "key_id": str,
+}
+LINE_FIELDS = {"checkpoint", "signature", "heads_zlib_base64"}
+HEAD_INTENT = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+HEAD_HASH = re.compile(r"[0-9a-f]{64}")
+# A leaf input is at most 36 + 16 + 64 + 8 bytes; the heads of a checkpoint naming ``chains``
+# chains never decompress past this many bytes per chain (a bound against zlib bombs).
+HEAD_BYTES_MAX = 128
 
 # One consistent snapshot (a single statement), plain reads: no lock an event writer waits on.
 # DISTINCT ON keeps each intent's highest seq; PostgreSQL walks the (intent, seq) unique index.
@@ -70,8 +91,8 @@ ORDER BY intent_id, seq DESC
 
 
 class CheckpointError(Exception):
-    """A checkpoint line or file cannot be read (malformed JSON, missing fields, no line), or
-    the checkpoint file cannot be written."""
+    """A checkpoint line or file cannot be read (not UTF-8, malformed JSON, a field missing or of
+    the wrong type, no line), or the checkpoint file cannot be written."""
 
 
 def leaf_input(intent_id: str, seq: int, head_hash: str) -> str:
@@ -108,11 +129,20 @@ class SignedCheckpoint:
         Raises:
             CheckpointError: the heads do not decompress or parse.
         """
+        problem = f"checkpoint #{self.number}: the heads cannot be read"
+        chains = self.statement.get("chains")
+        limit = 2 + HEAD_BYTES_MAX * (chains if isinstance(chains, int) and chains > 0 else 1)
         try:
-            rows = json.loads(zlib.decompress(self.heads))
-            return [(str(intent), int(seq), str(digest)) for intent, seq, digest in rows]
-        except (zlib.error, ValueError, TypeError) as exc:
-            raise CheckpointError(f"checkpoint #{self.number}: the heads cannot be read: {exc}") from exc
+            inflater = zlib.decompressobj()
+            text = inflater.decompress(self.heads, limit)
+            if inflater.unconsumed_tail or not inflater.eof:
+                raise CheckpointError(f"{problem}: longer than {chains} chains' heads, or cut short")
+            rows = json.loads(text)
+        except (zlib.error, ValueError, RecursionError) as exc:
+            raise CheckpointError(f"{problem}: {exc}") from exc
+        if not isinstance(rows, list) or not all(_is_head(row) for row in rows):
+            raise CheckpointError(f"{problem}: not a list of [intent_id, seq, hash]")
+        return [(intent, seq, digest) for intent, seq, digest in rows]
 
     def to_line(self) -> str:
         """One JSON line (no newline) for the checkpoint file: ``{"checkpoint": statement,
@@ -129,21 +159,33 @@ class SignedCheckpoint:
 
     @classmethod
     def from_line(cls, line: str) -> SignedCheckpoint:
-        """Parse a line written by ``to_line``.
+        """Parse a line written by ``to_line``: every field present with its type, integers
+        within RFC 8785's exact range, nothing else (an auditor's copy may hold anything, so
+        nothing here may fail other than with ``CheckpointError``). Whether the signature and
+        the heads are right is verification's question, not this one's.
 
         Raises:
-            CheckpointError: not JSON, or a field is missing or malformed.
+            CheckpointError: not JSON, or a field is missing, unknown or malformed.
         """
         try:
             document = json.loads(line)
-            statement = document["checkpoint"]
-            signature = str(document["signature"])
-            heads = base64.b64decode(document["heads_zlib_base64"], validate=True)
-            int(statement["number"])
-        except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
             raise CheckpointError(f"not an audit checkpoint line: {exc}") from exc
-        if not isinstance(statement, dict):
-            raise CheckpointError("not an audit checkpoint line: 'checkpoint' is not an object")
+        if not isinstance(document, dict) or document.keys() != LINE_FIELDS:
+            raise CheckpointError(f"not an audit checkpoint line: expected the fields {sorted(LINE_FIELDS)}")
+        statement, signature = document["checkpoint"], document["signature"]
+        problem = _statement_problem(statement)
+        if problem:
+            raise CheckpointError(f"not an audit checkpoint line: {problem}")
+        if not isinstance(signature, str) or not isinstance(document["heads_zlib_base64"], str):
+            raise CheckpointError(
+                "not an audit checkpoint line: 'signature' and 'heads_zlib_base64' must be text"
+            )
+        try:
+            heads = base64.b64decode(document["heads_zlib_base64"], validate=True)
+            canonical_json(statement)
+        except (ValueError, binascii.Error, CanonicalizationError) as exc:
+            raise CheckpointError(f"not an audit checkpoint line: {exc}") from exc
         return cls(statement=statement, signature=signature, heads=heads)
 
     @classmethod
@@ -154,10 +196,58 @@ class SignedCheckpoint:
         )
 
 
+def _is_json_integer(value: Any, minimum: int = 0) -> bool:
+    """An int (not a bool) from ``minimum`` to 2**53 - 1."""
+    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_JSON_INTEGER
+
+
+def _is_head(row: Any) -> bool:
+    """``[intent_id (lowercase uuid text), seq (>= 1), hash (64 hex)]``."""
+    return (
+        isinstance(row, list)
+        and len(row) == 3
+        and isinstance(row[0], str)
+        and HEAD_INTENT.fullmatch(row[0]) is not None
+        and _is_json_integer(row[1], 1)
+        and isinstance(row[2], str)
+        and HEAD_HASH.fullmatch(row[2]) is not None
+    )
+
+
+def _statement_problem(statement: Any) -> str:
+    """What is wrong with a statement's shape ('' when nothing): ``STATEMENT_FIELDS`` with their
+    types, and an optional ``accepted`` ``{faults: [text], omitted: int, reason: text}``."""
+    if not isinstance(statement, dict):
+        return "'checkpoint' is not an object"
+    names = statement.keys() - {"accepted"}
+    if names != STATEMENT_FIELDS.keys():
+        return f"'checkpoint' must have the fields {sorted(STATEMENT_FIELDS)} (and may have 'accepted')"
+    for name, kind in STATEMENT_FIELDS.items():
+        value = statement[name]
+        valid = (
+            _is_json_integer(value, 1 if name == "number" else 0) if kind is int else isinstance(value, kind)
+        )
+        if not valid:
+            expected = "an integer from 0 to 2**53 - 1" if kind is int else "text"
+            return f"'checkpoint.{name}' must be {expected}"
+    accepted = statement.get("accepted", {"faults": [], "omitted": 0, "reason": ""})
+    if not (
+        isinstance(accepted, dict)
+        and accepted.keys() == {"faults", "omitted", "reason"}
+        and isinstance(accepted["faults"], list)
+        and all(isinstance(fault, str) for fault in accepted["faults"])
+        and _is_json_integer(accepted["omitted"])
+        and isinstance(accepted["reason"], str)
+    ):
+        return "'checkpoint.accepted' must be {faults: [text], omitted: integer, reason: text}"
+    return ""
+
+
 def checkpoint_statement(row: AuditCheckpoint) -> dict[str, Any]:
     """The statement a stored row was signed over (reads no ``heads``, so a row fetched with
-    ``defer("heads")`` costs no further query)."""
-    return {
+    ``defer("heads")`` costs no further query). ``accepted`` is there only when the row has it,
+    so checkpoints signed without it verify as they always did."""
+    statement: dict[str, Any] = {
         "version": STATEMENT_VERSION,
         "digest": DIGEST,
         "number": row.number,
@@ -168,6 +258,9 @@ def checkpoint_statement(row: AuditCheckpoint) -> dict[str, Any]:
         "prev_hash": row.prev_hash,
         "key_id": row.key_id,
     }
+    if row.accepted is not None:
+        statement["accepted"] = row.accepted
+    return statement
 
 
 def checkpoint_file_path() -> Path:
@@ -175,10 +268,15 @@ def checkpoint_file_path() -> Path:
     return Path(settings.EFFECT_LEDGER["AUDIT_CHECKPOINT_FILE"])
 
 
-def _read_heads() -> tuple[MerkleRoot, int, bytes]:
+def heads_read(*, observe: Callable[[str, int, str], None] | None = None) -> tuple[MerkleRoot, int, bytes]:
     """Every chain's head in one statement: the Merkle tree, the events count (sum of seqs) and
     the zlib-compressed heads. Streams through a server-side cursor (memory O(log n) plus the
-    compressed heads)."""
+    compressed heads).
+
+    Args:
+        observe: called with each head ``(intent_id, seq, hash)``, in leaf order (ascending
+            ``intent_id``), as it streams past.
+    """
     tree, events = MerkleRoot(), 0
     compressor = zlib.compressobj(6)
     chunks = [compressor.compress(b"[")]
@@ -186,6 +284,8 @@ def _read_heads() -> tuple[MerkleRoot, int, bytes]:
         cursor.execute(HEADS_SQL)
         while rows := cursor.fetchmany(FETCH_ROWS):
             for intent_id, seq, head_hash in rows:
+                if observe is not None:
+                    observe(intent_id, seq, head_hash)
                 leaf = leaf_input(intent_id, seq, head_hash).encode("ascii")
                 chunks.append(compressor.compress(leaf if tree.size == 0 else b"," + leaf))
                 tree.add(leaf)
@@ -195,99 +295,48 @@ def _read_heads() -> tuple[MerkleRoot, int, bytes]:
     return tree, events, b"".join(chunks)
 
 
-def audit_checkpoint_create(*, only_if_changed: bool = False) -> AuditCheckpoint | None:
-    """Record, sign, store and publish a checkpoint of every chain's head.
-
-    Call outside any transaction: the row is committed before the checkpoint is written out
-    (logged, and appended to ``AUDIT_CHECKPOINT_FILE``), so the file never holds a checkpoint
-    the database lost by a rollback. Checkpoint writers are serialised by a transaction-level
-    advisory lock; event writers are never blocked (the heads are one plain read).
-
-    Args:
-        only_if_changed: return None without a new checkpoint when the heads equal the latest
-            checkpoint's (the beat's way of not storing one every period while idle).
-
-    Returns:
-        The stored row, or None (``only_if_changed`` and nothing changed).
+def checkpoint_file_read(path: Path) -> Iterator[tuple[int, SignedCheckpoint]]:
+    """Every checkpoint in ``path`` (an auditor's copy of the file), as ``(line number,
+    checkpoint)``, one line in memory at a time; blank lines are skipped.
 
     Raises:
-        operations.audit_keys.AuditKeyError: no usable signing key (nothing is stored).
-        CheckpointError: stored, but the checkpoint file could not be written.
+        CheckpointError: the file cannot be opened or read, a line is not UTF-8 or not a
+            checkpoint line (the message names the line and says "unreadable checkpoint file"),
+            or the file holds no checkpoint.
     """
-    private_key = signing_key_load()
-    signer_id = key_id(private_key.public_key())
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [ADVISORY_LOCK_ID])
-        previous = AuditCheckpoint.objects.defer("heads").order_by("-number").first()
-        tree, events, heads = _read_heads()
-        root = tree.hexdigest()
-        if only_if_changed and previous is not None and (previous.root, previous.chains) == (root, tree.size):
-            return None
-        row = AuditCheckpoint(
-            number=previous.number + 1 if previous else 1,
-            created_at=timezone.now(),
-            chains=tree.size,
-            events=events,
-            root=root,
-            prev_hash=sha256_hex(canonical_json(checkpoint_statement(previous))) if previous else GENESIS,
-            key_id=signer_id,
-            heads=heads,
-        )
-        row.signature = private_key.sign(canonical_json(checkpoint_statement(row))).hex()
-        row.save(force_insert=True)
-    checkpoint_publish(SignedCheckpoint.from_row(row))
-    return row
-
-
-def checkpoint_publish(checkpoint: SignedCheckpoint) -> None:
-    """Write ``checkpoint`` outward: one JSON log line (logger ``operations.checkpoints``, the
-    statement and signature, without the heads) and one line appended to
-    ``AUDIT_CHECKPOINT_FILE`` (with the heads), flushed and fsynced.
-
-    Raises:
-        CheckpointError: the file cannot be written (the error is logged too).
-    """
-    logger.info(
-        "audit checkpoint signed",
-        extra={"audit_checkpoint": checkpoint.statement, "signature": checkpoint.signature},
-    )
-    path = checkpoint_file_path()
+    found = False
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # O_APPEND: the line goes at the end even with several writers.
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(checkpoint.to_line() + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        with path.open("rb") as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                    if not line.strip():
+                        continue
+                    checkpoint = SignedCheckpoint.from_line(line)
+                except (UnicodeDecodeError, CheckpointError) as exc:
+                    reason = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else str(exc)
+                    raise CheckpointError(
+                        f"unreadable checkpoint file {path}, line {number}: {reason}"
+                    ) from exc
+                found = True
+                yield number, checkpoint
     except OSError as exc:
-        message = (
-            f"audit checkpoint #{checkpoint.number} is stored but was not written to {path}: {exc.strerror}"
-        )
-        logger.error(message)
-        raise CheckpointError(message) from exc
+        raise CheckpointError(f"cannot read the checkpoint file {path}: {exc.strerror}") from exc
+    if not found:
+        raise CheckpointError(f"the checkpoint file {path} holds no checkpoint")
 
 
 def checkpoint_from_file(path: Path) -> SignedCheckpoint:
-    """The checkpoint on the last non-blank line of ``path`` (an auditor's copy of the file).
+    """The checkpoint on the last non-blank line of ``path`` (every line is read and checked).
 
     Raises:
-        CheckpointError: the file is unreadable, has no line, or its last line is malformed.
+        CheckpointError: as ``checkpoint_file_read``.
     """
-    last = ""
-    try:
-        with path.open(encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    last = line
-    except OSError as exc:
-        raise CheckpointError(f"cannot read the checkpoint file {path}: {exc.strerror}") from exc
-    if not last:
-        raise CheckpointError(f"the checkpoint file {path} holds no checkpoint")
-    try:
-        return SignedCheckpoint.from_line(last)
-    except CheckpointError as exc:
-        raise CheckpointError(f"{path}, last line: {exc}") from exc
+    last: SignedCheckpoint | None = None
+    for _, checkpoint in checkpoint_file_read(path):
+        last = checkpoint
+    assert last is not None  # checkpoint_file_read raises on a file without a checkpoint
+    return last
 
 
 def checkpoint_latest() -> SignedCheckpoint | None:

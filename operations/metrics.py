@@ -82,6 +82,11 @@ RECONCILE_ITEM_ERRORS = Counter(
     "effect_ledger_reconcile_item_errors_total", "Reconciler items that raised, by sweep", ["sweep"]
 )
 LOOKUPS = Counter("effect_ledger_lookups_total", "Reconciler lookups by result", ["result"])
+AUDIT_CHECKPOINTS_REFUSED = Counter(
+    "effect_ledger_audit_checkpoint_refused_total",
+    "Periodic audit checkpoints not signed because the log no longer holds what the previous checkpoint "
+    "saw, or that checkpoint was altered (the faults are logged)",
+)
 PROVIDER_SECONDS = Histogram(
     "effect_ledger_provider_call_seconds",
     "Adapter execute duration in seconds",

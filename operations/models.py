@@ -322,6 +322,12 @@ class AuditCheckpoint(models.Model):
     key_id = models.CharField(max_length=64, help_text="sha256 hex of the raw Ed25519 public key")
     signature = models.CharField(max_length=128, help_text="Ed25519 signature of the statement, hex")
     heads = models.BinaryField(help_text="zlib-compressed JSON [[intent_id, seq, hash], ...] in leaf order")
+    accepted = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="faults an operator acknowledged to sign this checkpoint anyway (audit_checkpoint "
+        "--accept-faults): {faults: [text], omitted: n, reason: text}; part of the signed statement",
+    )
 
 
 class Agent(models.Model):

@@ -12,7 +12,7 @@ from celery import shared_task
 from celery.exceptions import Reject
 from django.db import DatabaseError, connections
 
-from operations import checkpoints, engine, metrics, outbox
+from operations import checkpoint_signing, checkpoints, engine, metrics, outbox
 from operations.audit_keys import AuditKeyError
 from operations.delivery import database_retry_countdown, database_unavailable
 
@@ -73,10 +73,17 @@ def audit_checkpoint() -> int | None:
     beat's, every ``AUDIT_CHECKPOINT_PERIOD_SECONDS``); returns its number, or None.
 
     A missing key or an unwritable checkpoint file is logged as an error, not raised: the next
-    period tries again, and ``manage.py check`` warns about the key (``operations.W003``).
+    period tries again, and ``manage.py check`` warns about the key (``operations.W003``). A
+    log altered since the previous checkpoint is never signed over: the refusal is logged as an
+    error naming the faults and counted (``effect_ledger_audit_checkpoint_refused_total``), and
+    every later period refuses again until an operator acts (README, "Signed audit checkpoints").
     """
     try:
-        row = checkpoints.audit_checkpoint_create(only_if_changed=True)
+        row = checkpoint_signing.audit_checkpoint_create(only_if_changed=True)
+    except checkpoint_signing.CheckpointRefusedError as exc:
+        metrics.AUDIT_CHECKPOINTS_REFUSED.inc()
+        logger.error("%s", exc, extra={"audit_checkpoint_faults": exc.faults, "omitted": exc.omitted})
+        return None
     except (AuditKeyError, checkpoints.CheckpointError) as exc:
         logger.error("audit checkpoint failed: %s", exc)
         return None

@@ -7,6 +7,7 @@ replica`` turns the append-only triggers off for the statements in between.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import time_machine
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
@@ -23,15 +25,11 @@ from django.test import Client
 from django.urls import reverse
 
 from console.celery import app as celery_app
-from operations import tasks
-from operations.audit import GENESIS, audit_verify, event_hash
+from operations import metrics, tasks
+from operations.audit import GENESIS, audit_append, audit_verify, event_hash
 from operations.audit_keys import public_key_load, public_key_pem
-from operations.checkpoints import (
-    SignedCheckpoint,
-    audit_checkpoint_create,
-    checkpoint_from_file,
-    leaf_input,
-)
+from operations.checkpoint_signing import CheckpointRefusedError, audit_checkpoint_create
+from operations.checkpoints import SignedCheckpoint, checkpoint_from_file, leaf_input
 from operations.checks import audit_signing_key_check
 from operations.merkle import leaf_hash, merkle_root, node_hash
 from operations.models import AuditCheckpoint, AuditEvent, Intent
@@ -382,10 +380,10 @@ def test_i11_1_file_copy_that_differs_from_the_database_is_reported(
     forged.write_text(json.dumps(line) + "\n")
     # when
     code, _, err = verify("--checkpoint-file", str(forged))
-    # then
+    # then: the file's copy is blamed, not the database's
     assert code == 1
-    assert "altered checkpoint: checkpoint #1 in the database differs from the file's copy" in err
-    assert "bad signature: the file's checkpoint #1 does not match its signature" in err
+    assert "bad signature: the file's checkpoint #1 (line 1) does not match its signature" in err
+    assert "in the database" not in err
 
 
 def test_i11_1_an_auditor_verifies_with_the_public_key_alone(
@@ -449,8 +447,9 @@ def test_i11_1_verify_without_a_key_exits_2_not_a_traceback(
 
 
 def test_i11_1_unreadable_checkpoint_file_is_a_clear_error(tmp_path: Path) -> None:
-    # given
+    # given: a key to verify with (a missing key is exit 2 too, and is checked first)
     submit()
+    audit_checkpoint_create()
     empty, garbage = tmp_path / "empty.jsonl", tmp_path / "garbage.jsonl"
     empty.write_text("")
     garbage.write_text("{not json\n")
@@ -498,3 +497,338 @@ def test_i11_1_console_shows_the_checkpoint_and_its_findings(client: Client) -> 
     # then
     page = client.get(reverse("audit-verify"), {"refresh": "1"}).content.decode()
     assert "All chains verify" in page and "deleted tail" in page and str(victim.id) in page
+
+
+# --- review of the checkpoints (issue 11, review items 1-4) ---------------------------------
+
+
+def checkpoint_series(victim: Intent) -> None:
+    """Checkpoints #1-#3 while ``victim``'s chain grows to seq 3 (submitted, cancelled, then a
+    third event appended through the chain's own function)."""
+    intent_cancel(intent_id=victim.id, actor="agent:agent-1")
+    audit_checkpoint_create()
+    audit_checkpoint_create()
+    with transaction.atomic():
+        audit_append(intent_id=victim.id, event="note", actor="user:vera", reason="third event")
+    audit_checkpoint_create()
+    assert AuditCheckpoint.objects.count() == 3 and len(chain(victim)) == 3
+
+
+def refused_count() -> float:
+    return float(metrics.AUDIT_CHECKPOINTS_REFUSED._value.get())
+
+
+def test_i11_1_beat_refuses_to_sign_over_a_deleted_tail(
+    caplog: pytest.LogCaptureFixture, checkpoint_files: dict[str, Path]
+) -> None:
+    # given: checkpoint #3 saw seq 3, then seq 3 is deleted past the triggers
+    victim = submit()
+    submit()
+    checkpoint_series(victim)
+    behind_the_triggers(("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 3", [victim.id]))
+    before = refused_count()
+    # when
+    with caplog.at_level(logging.ERROR, logger="operations.tasks"):
+        assert tasks.audit_checkpoint() is None
+    # then: nothing signed, the refusal logged with the fault and counted
+    assert AuditCheckpoint.objects.count() == 3
+    assert refused_count() == before + 1
+    [record] = [r for r in caplog.records if "audit checkpoint refused" in r.getMessage()]
+    assert f"deleted tail: intent {victim.id} has seq 2 but checkpoint #3 saw seq 3" in record.getMessage()
+    # the tampering stays visible, from the database and from the file
+    assert verify()[0] == 1
+    assert verify("--checkpoint-file", str(checkpoint_files["file"]))[0] == 1
+
+
+def test_i11_1_checkpoint_command_refuses_a_tampered_log() -> None:
+    # given
+    victim = submit()
+    checkpoint_series(victim)
+    behind_the_triggers(("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 3", [victim.id]))
+    # when / then: plain and --if-changed both refuse, exit 1, name the fault, sign nothing
+    for args in ((), ("--if-changed",)):
+        err = io.StringIO()
+        with pytest.raises(
+            CommandError, match="no audit checkpoint made: the audit log no longer holds"
+        ) as raised:
+            call_command("audit_checkpoint", *args, stdout=io.StringIO(), stderr=err)
+        assert raised.value.returncode == 1
+        assert f"audit checkpoint #3: deleted tail: intent {victim.id} has seq 2" in err.getvalue()
+    assert AuditCheckpoint.objects.count() == 3 and verify()[0] == 1
+
+
+def test_i11_1_refusal_names_each_fault_like_verification() -> None:
+    # given: five chains checkpointed, then each altered in another way; two of them grew since
+    gone, shrunk, grown_recomputed, grown_gap, same_seq_recomputed = (cancelled() for _ in range(5))
+    audit_checkpoint_create()
+    for intent in (grown_recomputed, grown_gap):
+        with transaction.atomic():
+            audit_append(intent_id=intent.id, event="note", actor="user:vera")
+    submit()  # a new chain: no fault
+    behind_the_triggers(
+        ("DELETE FROM operations_auditevent WHERE intent_id = %s", [gone.id]),
+        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [shrunk.id]),
+        (
+            "UPDATE operations_auditevent SET hash = %s WHERE intent_id = %s AND seq = 2",
+            ["f" * 64, grown_recomputed.id],
+        ),
+        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [grown_gap.id]),
+        (
+            "UPDATE operations_auditevent SET hash = %s WHERE intent_id = %s AND seq = 2",
+            ["e" * 64, same_seq_recomputed.id],
+        ),
+    )
+    # when
+    with pytest.raises(CheckpointRefusedError) as raised:
+        audit_checkpoint_create()
+    # then
+    faults = "\n".join(raised.value.faults)
+    assert f"deleted chain: intent {gone.id} has no events" in faults
+    assert f"deleted tail: intent {shrunk.id} has seq 1 but checkpoint #1 saw seq 2" in faults
+    assert f"recomputed chain: intent {grown_recomputed.id}'s event seq 2 hashes to ffffffffffff" in faults
+    assert f"deleted event: intent {grown_gap.id} lacks seq 2" in faults
+    assert f"recomputed chain: intent {same_seq_recomputed.id}'s event seq 2 hashes to eeeeeeeeeeee" in faults
+    assert len(raised.value.faults) == 5 and AuditCheckpoint.objects.count() == 1
+
+
+def test_i11_1_refusal_on_truncation_is_one_fault() -> None:
+    # given
+    cancelled()
+    submit()
+    audit_checkpoint_create()
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    behind_the_triggers(("TRUNCATE operations_auditevent", []))
+    submit()  # the log is written to again
+    # when / then
+    with pytest.raises(CheckpointRefusedError) as raised:
+        audit_checkpoint_create()
+    assert raised.value.faults == [
+        "truncation: the audit log none of the 2 chains (3 events) checkpoint #1 saw remains"
+    ]
+
+
+def test_i11_1_refuses_when_the_previous_checkpoint_was_altered() -> None:
+    # given: the tail deleted and the checkpoint's heads, root and count rewritten to match
+    victim = cancelled()
+    audit_checkpoint_create()
+    heads, root = forged_heads(victim, 1)
+    behind_the_triggers(
+        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [victim.id]),
+        ("UPDATE operations_auditcheckpoint SET heads = %s, root = %s, events = 1", [heads, root]),
+    )
+    submit()
+    # when / then
+    with pytest.raises(CheckpointRefusedError, match="checkpoint #1 as stored does not match its signature"):
+        audit_checkpoint_create()
+
+
+def test_i11_1_refuses_when_the_previous_checkpoints_heads_were_swapped() -> None:
+    # given
+    victim = cancelled()
+    audit_checkpoint_create()
+    heads, _ = forged_heads(victim, 1)
+    behind_the_triggers(
+        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [victim.id]),
+        ("UPDATE operations_auditcheckpoint SET heads = %s", [heads]),
+    )
+    # when / then
+    with pytest.raises(CheckpointRefusedError, match="checkpoint #1's heads do not match its signed root"):
+        audit_checkpoint_create()
+
+
+def test_i11_1_accept_faults_re_baselines_with_the_faults_in_the_signed_statement(
+    checkpoint_files: dict[str, Path],
+) -> None:
+    # given: a refused checkpoint
+    victim = submit()
+    checkpoint_series(victim)
+    behind_the_triggers(("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 3", [victim.id]))
+    # when: without a reason it is refused outright; with one it is signed
+    with pytest.raises(CommandError, match="--accept-faults needs --reason") as raised:
+        call_command("audit_checkpoint", "--accept-faults", stdout=io.StringIO())
+    assert raised.value.returncode == 2
+    out = io.StringIO()
+    call_command(
+        "audit_checkpoint", "--accept-faults", "--reason", "INC-42: restored from backup", stdout=out
+    )
+    # then: the faults and the reason are inside the signed statement, in the database and file
+    assert "audit checkpoint #4 signed over 1 acknowledged fault(s)" in out.getvalue()
+    row = AuditCheckpoint.objects.get(number=4)
+    assert row.accepted == {
+        "faults": [f"deleted tail: intent {victim.id} has seq 2 but checkpoint #3 saw seq 3"],
+        "omitted": 0,
+        "reason": "INC-42: restored from backup",
+    }
+    assert SignedCheckpoint.from_row(row).statement["accepted"] == row.accepted
+    assert checkpoint_from_file(checkpoint_files["file"]).statement["accepted"] == row.accepted
+    # verify_audit passes against #4 and names the re-baseline on every run
+    code, out_text, _ = verify()
+    assert code == 0
+    assert (
+        "audit checkpoint #4 was signed over 1 acknowledged fault(s) of the checkpoint before it; "
+        in out_text
+    )
+    assert "reason: INC-42: restored from backup" in out_text
+    assert verify("--checkpoint-file", str(checkpoint_files["file"]))[0] == 0
+    # the beat signs as usual afterwards
+    submit()
+    assert tasks.audit_checkpoint() == 5
+
+
+def test_i11_1_every_file_line_is_checked_against_the_database(checkpoint_files: dict[str, Path]) -> None:
+    # given: #2 saw an event that #1 did not
+    victim = submit()
+    audit_checkpoint_create()
+    intent_cancel(intent_id=victim.id, actor="agent:agent-1")
+    audit_checkpoint_create()
+    # when: the event and checkpoint #2 are deleted, and a new #2 is signed over the rest
+    behind_the_triggers(
+        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [victim.id]),
+        ("DELETE FROM operations_auditcheckpoint WHERE number = 2", []),
+    )
+    submit()
+    assert tasks.audit_checkpoint() == 2  # against #1 the log looks intact
+    # then: the database alone cannot tell; the file, line by line, can
+    assert verify()[0] == 0
+    code, _, err = verify("--checkpoint-file", str(checkpoint_files["file"]))
+    assert code == 1
+    assert (
+        "altered checkpoint: the database's checkpoint #2 is another signed checkpoint than the file's "
+        "(line 2): the database's series was replaced from #2 on" in err
+    )
+
+
+def test_i11_1_older_file_lines_missing_from_the_database_are_found(
+    checkpoint_files: dict[str, Path],
+) -> None:
+    # given: three checkpoints; the file's newest line is intact in the database
+    intent = submit()
+    audit_checkpoint_create()
+    intent_cancel(intent_id=intent.id, actor="agent:agent-1")
+    audit_checkpoint_create()
+    audit_checkpoint_create()
+    # when: #1 and #2 are deleted (the series starts at #3: no gap between rows to see)
+    behind_the_triggers(("DELETE FROM operations_auditcheckpoint WHERE number < 3", []))
+    # then
+    code, _, err = verify("--checkpoint-file", str(checkpoint_files["file"]))
+    assert code == 1
+    assert "deleted checkpoint: the file's checkpoint #1 is not in the database (its newest is #3)" in err
+    assert "deleted checkpoint: the file's checkpoint #2 is not in the database" in err
+
+
+def test_i11_1_file_signature_edit_blames_the_file_and_row_edit_blames_the_database(
+    checkpoint_files: dict[str, Path],
+) -> None:
+    # given
+    submit()
+    audit_checkpoint_create()
+    good = checkpoint_files["file"].read_text()
+    line = json.loads(good)
+    line["signature"] = ("0" if line["signature"][0] != "0" else "1") + line["signature"][1:]
+    edited = checkpoint_files["file"].parent / "edited.jsonl"
+    edited.write_text(json.dumps(line) + "\n")
+    # when / then: only the file line's signature was edited
+    code, _, err = verify("--checkpoint-file", str(edited))
+    assert code == 1
+    assert (
+        "bad signature: the file's checkpoint #1 (line 1) does not match its signature: the file's copy was altered"
+        in err
+    )
+    assert "database" not in err
+    # when / then: the stored row edited, the file intact
+    behind_the_triggers(("UPDATE operations_auditcheckpoint SET events = 9", []))
+    code, _, err = verify("--checkpoint-file", str(checkpoint_files["file"]))
+    assert code == 1
+    assert "bad signature: checkpoint #1 as stored does not match its signature" in err
+    assert (
+        "altered checkpoint: the database's checkpoint #1 was altered: it differs from the file's signed copy"
+        in err
+    )
+    assert "the file's checkpoint #1 (line 1) does not match" not in err
+
+
+def test_i11_1_unreadable_checkpoint_file_lines_exit_2(
+    tmp_path: Path, checkpoint_files: dict[str, Path]
+) -> None:
+    # given: a good file, and variants of it
+    submit()
+    audit_checkpoint_create()
+    good = checkpoint_files["file"].read_bytes()
+    document = json.loads(good)
+
+    def line_with(**changes: Any) -> bytes:
+        edited = json.loads(good)
+        for name, value in changes.items():
+            if name in edited:
+                edited[name] = value
+            else:
+                edited["checkpoint"][name] = value
+        return json.dumps(edited).encode() + b"\n"
+
+    variants = {
+        "binary": Path("/bin/ls").read_bytes()[:300],
+        "latin1": good + b"caf\xe9\n",
+        "huge number": line_with(number=10**30),
+        "huge events": line_with(events=2**53),
+        "text number": line_with(number="1"),
+        "bool chains": line_with(chains=True),
+        "float events": line_with(events=1.5),
+        "nan": good.replace(b'"events":1', b'"events":NaN'),
+        "signature number": line_with(signature=5),
+        "heads object": line_with(heads_zlib_base64={"a": 1}),
+        "nested statement": line_with(checkpoint=[[[[]]]]),
+        "deep nesting": b"[" * 100_000 + b"]" * 100_000 + b"\n",
+        "extra field": line_with(extra=1),
+        "lone surrogate": good.replace(b'"digest":"', b'"digest":"\\ud800'),
+        "accepted garbage": line_with(accepted={"faults": [1], "omitted": 0, "reason": ""}),
+        "not an object": b"[1,2,3]\n",
+    }
+    assert document["checkpoint"]["events"] == 1
+    for name, content in variants.items():
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(content)
+        # when / then
+        with pytest.raises(CommandError, match="unreadable checkpoint file") as raised:
+            verify("--checkpoint-file", str(path))
+        assert raised.value.returncode == 2, name
+
+
+def test_i11_1_unsigned_heads_with_garbage_are_a_fault_not_a_traceback(
+    tmp_path: Path, checkpoint_files: dict[str, Path]
+) -> None:
+    # given: the heads (covered by the signature only through the root) replaced in the file
+    submit()
+    audit_checkpoint_create()
+    line = json.loads(checkpoint_files["file"].read_text())
+    garbage = [
+        zlib.compress('[["é",1,"x"]]'.encode()),
+        zlib.compress(b"[[[[[[[[[[" * 10_000),
+        zlib.compress(b"\x00" * 10_000_000),  # a small line that would inflate far past the signed size
+        b"not zlib",
+    ]
+    for number, heads in enumerate(garbage):
+        line["heads_zlib_base64"] = base64.b64encode(heads).decode()
+        path = tmp_path / f"heads-{number}.jsonl"
+        path.write_text(json.dumps(line) + "\n")
+        # when
+        code, _, err = verify("--checkpoint-file", str(path))
+        # then: the file's copy is named as the altered one
+        assert code == 1, number
+        assert "the file's checkpoint #1 (line 1) holds heads that do not match its signed root" in err, (
+            number
+        )
+
+
+def test_i11_1_checkpoint_time_is_the_database_clock() -> None:
+    # given: this process's clock is a year off
+    submit()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        (database_now,) = cursor.fetchone()
+    # when
+    with time_machine.travel(database_now.replace(year=database_now.year - 1), tick=True):
+        row = audit_checkpoint_create()
+    # then
+    assert row is not None
+    assert abs((row.created_at - database_now).total_seconds()) < 60

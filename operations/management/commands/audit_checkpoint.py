@@ -1,8 +1,19 @@
-"""``manage.py audit_checkpoint``: sign, store and write out a checkpoint of every audit chain's
-head (``operations.checkpoints.audit_checkpoint_create``).
+"""``manage.py audit_checkpoint``: check the audit log against the previous checkpoint, then
+sign, store and write out a checkpoint of every audit chain's head
+(``operations.checkpoint_signing.audit_checkpoint_create``).
 
-Exit 0 with the checkpoint's summary; exit 2 with the reason when there is no usable signing key
-or the checkpoint file cannot be written (then the checkpoint is stored but not written out).
+Exit codes:
+
+- 0: a checkpoint was made (its summary is printed), or ``--if-changed`` and nothing changed.
+- 1: refused: the log no longer holds what the previous checkpoint saw (a deleted tail or
+  chain, a recomputed chain...) or that checkpoint was altered; each fault is printed on
+  stderr and nothing is signed.
+- 2: no usable signing key, or the checkpoint file cannot be written (then the checkpoint is
+  stored but not written out), or ``--accept-faults`` without a ``--reason``.
+
+``--accept-faults --reason TEXT`` is the operator's deliberate re-baseline after such a refusal
+has been investigated: the checkpoint is signed anyway, with the faults and the reason inside
+its signed statement (``accepted``), which ``verify_audit`` shows from then on.
 ``--public-key`` prints the public key (PEM) to hand to an auditor and makes no checkpoint.
 """
 
@@ -13,16 +24,27 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from operations.audit_keys import AuditKeyError, key_id, public_key_load, public_key_pem
-from operations.checkpoints import CheckpointError, audit_checkpoint_create, checkpoint_file_path
+from operations.checkpoint_signing import CheckpointRefusedError, audit_checkpoint_create
+from operations.checkpoints import CheckpointError, checkpoint_file_path
 
 
 class Command(BaseCommand):
-    help = "Sign a checkpoint of the audit chains' heads, store it and append it to the checkpoint file."
+    help = (
+        "Check the audit log against the previous checkpoint, then sign a checkpoint of the chains' "
+        "heads, store it and append it to the checkpoint file."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--if-changed", action="store_true", help="make none when the heads equal the latest checkpoint's"
         )
+        parser.add_argument(
+            "--accept-faults",
+            action="store_true",
+            help="sign even though the log no longer holds what the previous checkpoint saw, recording "
+            "the faults and --reason in the signed checkpoint (a deliberate, permanent re-baseline)",
+        )
+        parser.add_argument("--reason", default="", help="why the faults are accepted (with --accept-faults)")
         parser.add_argument(
             "--public-key",
             action="store_true",
@@ -30,18 +52,41 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["accept_faults"] and not options["reason"].strip():
+            raise CommandError(
+                "--accept-faults needs --reason: say why the faults are accepted", returncode=2
+            )
         try:
             if options["public_key"]:
                 public_key = public_key_load()
                 self.stdout.write(public_key_pem(public_key), ending="")
                 self.stdout.write(f"key id {key_id(public_key)}")
                 return
-            row = audit_checkpoint_create(only_if_changed=options["if_changed"])
+            row = audit_checkpoint_create(
+                only_if_changed=options["if_changed"],
+                accept_faults_reason=options["reason"] if options["accept_faults"] else None,
+            )
+        except CheckpointRefusedError as exc:
+            for fault in exc.faults:
+                self.stderr.write(f"audit checkpoint #{exc.previous}: {fault}")
+            if exc.omitted:
+                self.stderr.write(f"audit checkpoint #{exc.previous}: {exc.omitted} more faults not listed")
+            raise CommandError(
+                f"no audit checkpoint made: the audit log no longer holds what checkpoint #{exc.previous} saw, "
+                "or that checkpoint was altered (the faults are listed above). Investigate; to re-baseline "
+                'deliberately, run audit_checkpoint --accept-faults --reason "..."',
+                returncode=1,
+            ) from exc
         except (AuditKeyError, CheckpointError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
         if row is None:
             self.stdout.write("no audit checkpoint made: nothing changed since the latest one")
             return
+        if row.accepted:
+            self.stdout.write(
+                f"audit checkpoint #{row.number} signed over {len(row.accepted['faults']) + row.accepted['omitted']} "
+                f"acknowledged fault(s), recorded in it with the reason: {row.accepted['reason']}"
+            )
         self.stdout.write(
             f"audit checkpoint #{row.number}: {row.chains} chains, {row.events} events, root {row.root}, "
             f"signed by key {row.key_id[:16]}…; appended to {checkpoint_file_path()}"

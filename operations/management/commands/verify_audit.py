@@ -11,11 +11,16 @@ Exit codes:
   ``deleted tail``, ``deleted chain``, ``recomputed chain``, ``truncation``, ``bad signature``,
   ``deleted checkpoint``...).
 - 2: verification could not run: no public key to check a checkpoint with, or an unreadable
-  ``--checkpoint-file`` (a chain break found before that still exits 1).
+  ``--checkpoint-file`` (not UTF-8, a line that is not a checkpoint line; a chain break found
+  before that still exits 1).
 
-``--checkpoint-file PATH`` verifies against the last line of PATH (an auditor's copy of
-``AUDIT_CHECKPOINT_FILE``) instead of the newest stored checkpoint, and reports it when the
-database no longer holds that checkpoint.
+``--checkpoint-file PATH`` verifies against PATH (an auditor's copy of ``AUDIT_CHECKPOINT_FILE``)
+instead of the newest stored checkpoint: every line's signature, every line's checkpoint present
+and identical in the database (``deleted checkpoint``, ``altered checkpoint``, naming which copy
+is at fault), and the live heads against the file's newest checkpoint.
+
+Checkpoints signed over acknowledged faults (``audit_checkpoint --accept-faults``) are listed on
+stdout with their reason on every run; they do not change the exit code.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from operations.audit import audit_verify
 from operations.audit_keys import AuditKeyError, public_key_load
 from operations.checkpoint_verification import CheckpointReport, checkpoint_verify
-from operations.checkpoints import CheckpointError, SignedCheckpoint, checkpoint_from_file
+from operations.checkpoints import CheckpointError
 from operations.models import AuditCheckpoint, AuditEvent
 
 MAX_BREAKS_SHOWN = 50
@@ -41,7 +46,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--checkpoint-file",
             type=Path,
-            help="verify against the last checkpoint in this file (a copy kept outside the database)",
+            help="verify against this copy of the checkpoint file (kept outside the database): every line "
+            "must be in the database unchanged, and the live heads are checked against its newest",
         )
         parser.add_argument(
             "--require-checkpoint",
@@ -52,8 +58,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         failed = self._walk_chains()
         try:
-            outside = checkpoint_from_file(options["checkpoint_file"]) if options["checkpoint_file"] else None
-            report = self._verify_checkpoint(outside)
+            report = self._verify_checkpoint(options["checkpoint_file"])
         except (AuditKeyError, CheckpointError) as exc:
             if failed:
                 self.stderr.write(f"the checkpoint was not checked: {exc}")
@@ -70,10 +75,16 @@ class Command(BaseCommand):
             raise SystemExit(1)
         events = AuditEvent.objects.count()
         self.stdout.write(f"audit chain intact: {events} events verified")
+        for rebaselined, accepted in report.accepted if report is not None else []:
+            self.stdout.write(
+                f"audit checkpoint #{rebaselined} was signed over {len(accepted['faults']) + accepted['omitted']} "
+                f"acknowledged fault(s) of the checkpoint before it; reason: {accepted['reason']}"
+            )
         if report is not None and report.checkpoint is not None:
             statement = report.checkpoint.statement
             self.stdout.write(
-                f"audit checkpoint #{statement['number']} ({report.source}, {statement['created_at']}) verified: "
+                f"audit checkpoint #{statement['number']} ({self._source(report)}, {statement['created_at']}) "
+                "verified: "
                 f"{statement['chains']} chains and {statement['events']} events all present, "
                 f"{events - int(statement['events'])} events written since"
             )
@@ -100,8 +111,15 @@ class Command(BaseCommand):
             self.stderr.write(f"{found - MAX_BREAKS_SHOWN} more chain breaks not listed")
         return found > 0
 
-    def _verify_checkpoint(self, outside: SignedCheckpoint | None) -> CheckpointReport | None:
+    def _verify_checkpoint(self, checkpoint_file: Path | None) -> CheckpointReport | None:
         """The checkpoint report, or None when no checkpoint exists anywhere."""
-        if outside is None and not AuditCheckpoint.objects.exists():
+        if checkpoint_file is None and not AuditCheckpoint.objects.exists():
             return None
-        return checkpoint_verify(public_key=public_key_load(), checkpoint=outside)
+        return checkpoint_verify(public_key=public_key_load(), checkpoint_file=checkpoint_file)
+
+    @staticmethod
+    def _source(report: CheckpointReport) -> str:
+        """Where the checkpoint verified against came from, for the summary line."""
+        if report.source == "file":
+            return f"file, newest of {report.file_lines} lines all in the database"
+        return report.source

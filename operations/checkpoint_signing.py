@@ -1,0 +1,182 @@
+"""Signing a new audit checkpoint (``operations.checkpoints`` is the format), after checking
+that the log still holds what the previous checkpoint saw.
+
+A checkpoint signed over a log someone altered past the triggers would make the alteration
+invisible: ``verify_audit`` compares the live table with the newest checkpoint only. So before
+signing, the heads about to be signed are compared with the previous checkpoint's, and the
+previous checkpoint's signature and root are checked (``checkpoint_verification.
+CheckpointSuccessor``); on any fault nothing is signed and ``CheckpointRefusedError`` names the
+faults (issue 11, review item 1). The one way past is an operator's explicit re-baseline,
+``accept_faults_reason``: the faults and the reason then go into the signed statement
+(``accepted``), where every later ``verify_audit`` shows them.
+
+Lives apart from ``operations.checkpoints`` because it needs the verification, which needs the
+format: format <- verification <- signing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from django.db import connection, transaction
+
+from operations.audit import GENESIS
+from operations.audit_keys import key_id, signing_key_load
+from operations.checkpoint_verification import CheckpointFault, CheckpointSuccessor
+from operations.checkpoints import (
+    CheckpointError,
+    SignedCheckpoint,
+    checkpoint_file_path,
+    checkpoint_statement,
+    heads_read,
+)
+from operations.idempotency import canonical_json, sha256_hex
+from operations.models import AuditCheckpoint
+
+logger = logging.getLogger("operations.checkpoints")
+
+# pg_advisory_xact_lock key serialising checkpoint writers (never the event writers).
+ADVISORY_LOCK_ID = 0x61756469_74636B70  # "auditckp"
+# Faults listed in a refusal, or in a signed ``accepted`` (the rest are counted).
+FAULTS_LISTED = 1000
+# Faults named in a refusal's message (one log line); the command prints every listed fault.
+FAULTS_IN_MESSAGE = 20
+
+
+class CheckpointRefusedError(CheckpointError):
+    """The log no longer holds what the previous checkpoint saw, or that checkpoint is not
+    intact: nothing was signed. ``faults`` are the findings (text, at most ``FAULTS_LISTED``),
+    ``omitted`` counts the rest, ``previous`` is the previous checkpoint's number."""
+
+    def __init__(self, *, previous: int, faults: list[str], omitted: int) -> None:
+        self.previous, self.faults, self.omitted = previous, faults, omitted
+        shown = faults[:FAULTS_IN_MESSAGE]
+        more = (
+            f"; and {len(faults) + omitted - len(shown)} more" if len(faults) + omitted > len(shown) else ""
+        )
+        super().__init__(
+            f"audit checkpoint refused: the audit log no longer holds what checkpoint #{previous} saw, or "
+            f"that checkpoint was altered; {len(faults) + omitted} fault(s): " + "; ".join(shown) + more
+        )
+
+
+def audit_checkpoint_create(
+    *, only_if_changed: bool = False, accept_faults_reason: str | None = None
+) -> AuditCheckpoint | None:
+    """Check the log against the previous checkpoint, then record, sign, store and publish a
+    checkpoint of every chain's head.
+
+    Call outside any transaction: the row is committed before the checkpoint is written out
+    (logged, and appended to ``AUDIT_CHECKPOINT_FILE``), so the file never holds a checkpoint
+    the database lost by a rollback. Checkpoint writers are serialised by a transaction-level
+    advisory lock; event writers are never blocked (the heads are one plain read). The
+    checkpoint's ``created_at`` is the database's ``statement_timestamp()``, like the events'
+    (``operations.audit._chain_head``): a host whose clock is off does not date it.
+
+    Args:
+        only_if_changed: return None without a new checkpoint when the heads equal the latest
+            checkpoint's (the beat's way of not storing one every period while idle).
+        accept_faults_reason: sign even though the check against the previous checkpoint
+            found faults (a deliberate re-baseline, ``audit_checkpoint --accept-faults``); the
+            faults and this reason (non-blank) are recorded in the signed statement as
+            ``accepted``. Without faults the checkpoint is an ordinary one.
+
+    Returns:
+        The stored row, or None (``only_if_changed`` and nothing changed).
+
+    Raises:
+        operations.audit_keys.AuditKeyError: no usable signing key (nothing is stored).
+        CheckpointRefusedError: the log or the previous checkpoint was altered (nothing is
+            stored; see the module docstring).
+        CheckpointError: stored, but the checkpoint file could not be written.
+        ValueError: ``accept_faults_reason`` is blank.
+    """
+    if accept_faults_reason is not None and not accept_faults_reason.strip():
+        raise ValueError("a re-baseline needs a reason")
+    private_key = signing_key_load()
+    signer_id = key_id(private_key.public_key())
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s), statement_timestamp()", [ADVISORY_LOCK_ID])
+            (_, now) = cursor.fetchone()
+        previous = AuditCheckpoint.objects.order_by("-number").first()
+        successor = (
+            CheckpointSuccessor(
+                SignedCheckpoint.from_row(previous), private_key.public_key(), limit=FAULTS_LISTED
+            )
+            if previous
+            else None
+        )
+        tree, events, heads = heads_read(observe=successor.see if successor else None)
+        root = tree.hexdigest()
+        if only_if_changed and previous is not None and (previous.root, previous.chains) == (root, tree.size):
+            return None
+        accepted = _accepted_faults(successor, accept_faults_reason) if successor else None
+        row = AuditCheckpoint(
+            number=previous.number + 1 if previous else 1,
+            created_at=now,
+            chains=tree.size,
+            events=events,
+            root=root,
+            prev_hash=sha256_hex(canonical_json(checkpoint_statement(previous))) if previous else GENESIS,
+            key_id=signer_id,
+            heads=heads,
+            accepted=accepted,
+        )
+        row.signature = private_key.sign(canonical_json(checkpoint_statement(row))).hex()
+        row.save(force_insert=True)
+    checkpoint_publish(SignedCheckpoint.from_row(row))
+    return row
+
+
+def _accepted_faults(successor: CheckpointSuccessor, reason: str | None) -> dict[str, Any] | None:
+    """The ``accepted`` record of a re-baseline (None when the check found nothing).
+
+    Raises:
+        CheckpointRefusedError: faults, and no ``reason`` to accept them with.
+    """
+    report = successor.finish()
+    if report.ok:
+        return None
+    faults: list[CheckpointFault] = report.faults
+    if reason is None:
+        raise CheckpointRefusedError(
+            previous=successor.previous.number, faults=[str(f) for f in faults], omitted=report.omitted
+        )
+    logger.warning(
+        "audit checkpoint signed over %d acknowledged fault(s) of checkpoint #%d: %s",
+        len(faults) + report.omitted,
+        successor.previous.number,
+        reason,
+    )
+    return {"faults": [str(f) for f in faults], "omitted": report.omitted, "reason": reason}
+
+
+def checkpoint_publish(checkpoint: SignedCheckpoint) -> None:
+    """Write ``checkpoint`` outward: one JSON log line (logger ``operations.checkpoints``, the
+    statement and signature, without the heads) and one line appended to
+    ``AUDIT_CHECKPOINT_FILE`` (with the heads), flushed and fsynced.
+
+    Raises:
+        CheckpointError: the file cannot be written (the error is logged too).
+    """
+    logger.info(
+        "audit checkpoint signed",
+        extra={"audit_checkpoint": checkpoint.statement, "signature": checkpoint.signature},
+    )
+    path = checkpoint_file_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # O_APPEND: the line goes at the end even with several writers.
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write(checkpoint.to_line() + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        message = (
+            f"audit checkpoint #{checkpoint.number} is stored but was not written to {path}: {exc.strerror}"
+        )
+        logger.error(message)
+        raise CheckpointError(message) from exc
