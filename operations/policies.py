@@ -21,6 +21,8 @@ from typing import Any
 
 from django.conf import settings
 
+from operations.idempotency import MAX_SAFE_NUMBER
+
 RISK_TIERS = ("low", "medium", "high", "critical")
 AFTER_SUCCESS_RULES = ("ask", "reject")
 APPROVAL_RULES = ("never", "always", "above_amount")
@@ -104,14 +106,18 @@ class _Reader:
         value = self.values.get(name, default)
         return None if value is None else self._seconds(name, value)
 
+    # Every number of a policy is at most 2^53 - 1 (and finite): the snapshot stored with each
+    # intent goes through PostgreSQL jsonb and is sealed in RFC 8785 canonical JSON, which has
+    # no exact form for larger numbers (RFC 7493 §2.2; ``idempotency.number_problem``).
+
     def _integer(self, name: str, value: Any, *, minimum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self.error(name, f"must be an integer >= {minimum} (got {value!r})")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_SAFE_NUMBER:
+            raise self.error(name, f"must be an integer from {minimum} to {MAX_SAFE_NUMBER} (got {value!r})")
         return int(value)
 
     def _seconds(self, name: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-            raise self.error(name, f"must be a number of seconds >= 0 (got {value!r})")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_SAFE_NUMBER:
+            raise self.error(name, f"must be a number of seconds from 0 to {MAX_SAFE_NUMBER} (got {value!r})")
         return float(value)
 
 

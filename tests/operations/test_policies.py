@@ -94,6 +94,11 @@ def test_above_amount_needs_approval_strictly_above_the_threshold() -> None:
         ({"retry": {"jitter": "full"}}, "retry.jitter"),
         ({"ceilings": {"effects_per_day": "10"}}, "ceilings.effects_per_day"),
         ({"unknown_patience": {"lookups": True}}, "unknown_patience.lookups"),
+        # numbers a stored snapshot cannot keep exactly (issue 11: jsonb and RFC 8785)
+        ({"retry": {"deadline_seconds": 1e16}}, "retry.deadline_seconds"),
+        ({"unknown_patience": {"seconds": float("inf")}}, "unknown_patience.seconds"),
+        ({"unknown_patience": {"seconds": float("nan")}}, "unknown_patience.seconds"),
+        ({"ceilings": {"spend_per_day_minor": 10**16}}, "ceilings.spend_per_day_minor"),
     ],
 )
 def test_a_malformed_policy_is_refused_naming_action_and_field(configured: dict[str, Any], field: str) -> None:

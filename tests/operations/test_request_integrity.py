@@ -392,3 +392,23 @@ def test_i11_6_a_version_1_intent_replays_only_with_its_own_reference(api: APICl
     assert same.status_code == 201 and same.json()["intent_id"] == str(intent.id)
     other = post(api, {**body, "reference": "order-2"})
     assert other.status_code == 422 and other.json()["code"] == "idempotency-key-reused"
+
+
+@pytest.mark.parametrize("action", ["payments.charge", "email.send", "reservations.create", "acme.transfer"])
+def test_i11_2_an_untouched_intent_under_a_policy_with_fractions_proves_itself(
+    provider: FakeProvider, settings: Any, action: str
+) -> None:
+    # given: a policy whose numbers are fractions (they go through jsonb and back)
+    settings.EFFECT_LEDGER_POLICIES = {
+        action: {"retry": {"base_seconds": 0.1, "cap_seconds": 7.5}, "unknown_patience": {"seconds": 0.3}}
+    }
+    arguments = {
+        "payments.charge": charge_arguments(),
+        "email.send": EMAIL,
+        "reservations.create": {"resource": "room-101", "start": "2030-01-01T10:00:00Z", "seats": 2},
+        "acme.transfer": TRANSFER,
+    }[action]
+    intent = submit(action=action, arguments=arguments)
+    intent.refresh_from_db()
+    # then: no false alarm from the seal
+    assert stored_request_problem(intent) is None
