@@ -405,7 +405,12 @@ def test_i11_2_an_untouched_intent_under_a_policy_with_fractions_proves_itself(
     arguments = {
         "payments.charge": charge_arguments(),
         "email.send": EMAIL,
-        "reservations.create": {"resource": "room-101", "start": "2030-01-01T10:00:00Z", "seats": 2},
+        "reservations.create": {
+            "resource": "room-101",
+            "start": "2030-01-01T10:00:00Z",
+            "seats": 2,
+            "reference": "b-1",
+        },
         "acme.transfer": TRANSFER,
     }[action]
     intent = submit(action=action, arguments=arguments)
