@@ -23,7 +23,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from operations.audit import GENESIS
-from operations.audit_keys import key_id, signing_key_load
+from operations.audit_keys import AuditKeyError, key_id, signing_key_load, signing_key_path
 from operations.checkpoint_verification import CheckpointFault, CheckpointSuccessor
 from operations.checkpoints import (
     CheckpointError,
@@ -91,12 +91,26 @@ def audit_checkpoint_create(
         CheckpointRefusedError: the log or the previous checkpoint was altered (nothing is
             stored; see the module docstring).
         CheckpointError: stored, but the checkpoint file could not be written.
-        ValueError: ``accept_faults_reason`` is blank.
+        ValueError: ``accept_faults_reason`` is blank or holds characters that are not printable.
     """
     if accept_faults_reason is not None and not accept_faults_reason.strip():
         raise ValueError("a re-baseline needs a reason")
-    private_key = signing_key_load()
+    if accept_faults_reason is not None and not accept_faults_reason.isprintable():
+        # it is printed by every later verify_audit: a control character could hide the lines
+        raise ValueError("a re-baseline reason must be printable text (no control characters or line breaks)")
+    # A key is created (where configured) only for the first checkpoint: a key file missing
+    # once checkpoints exist was lost or removed, and a fresh key would sign on as if nothing
+    # happened.
+    first = not AuditCheckpoint.objects.exists()
+    private_key = signing_key_load(create=None if first else False)
     signer_id = key_id(private_key.public_key())
+    newest_key = AuditCheckpoint.objects.order_by("-number").values_list("key_id", flat=True).first()
+    if newest_key is not None and newest_key != signer_id:
+        raise AuditKeyError(
+            f"the signing key at {signing_key_path()} (key id {signer_id[:16]}) is not the key that signed the "
+            f"newest checkpoint (key id {newest_key[:16]}): the key file was replaced or the wrong one is "
+            "configured. Restore the original key; nothing was signed (key rotation is not supported yet)"
+        )
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s), statement_timestamp()", [ADVISORY_LOCK_ID])

@@ -343,3 +343,10 @@ def checkpoint_latest() -> SignedCheckpoint | None:
     """The newest stored checkpoint, or None when there is none."""
     row = AuditCheckpoint.objects.order_by("-number").first()
     return SignedCheckpoint.from_row(row) if row else None
+
+
+def printable(text: str) -> str:
+    """``text`` with every character that is not printable written as its Python escape
+    (``\\x1b``, ``\\r``...), so text from a checkpoint cannot move a terminal's cursor or hide
+    lines when a command prints it."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)

@@ -165,7 +165,7 @@ def audit_export_jsonl(request: HtmxHttpRequest) -> HttpResponseBase:
 
 def _checkpoint_status() -> dict[str, Any]:
     """The latest checkpoint's verification: ``{"exists", "ok", "number", "created_at", "chains",
-    "events", "faults" (at most VERIFY_MAX_BREAKS), "omitted", "error"}``; ``error`` says why it
+    "events", "faults" (at most VERIFY_MAX_BREAKS), "omitted", "rebaselines", "error"}``; ``error`` says why it
     could not be checked (no public key)."""
     if not AuditCheckpoint.objects.exists():
         return {"exists": False, "ok": False}
@@ -183,6 +183,14 @@ def _checkpoint_status() -> dict[str, Any]:
         "events": statement.get("events"),
         "faults": report.faults,
         "omitted": report.omitted,
+        "rebaselines": [
+            {
+                "number": number,
+                "faults": len(accepted.get("faults", [])) + int(accepted.get("omitted", 0)),
+                "reason": accepted.get("reason", ""),
+            }
+            for number, accepted in report.accepted
+        ],
     }
 
 

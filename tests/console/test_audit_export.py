@@ -100,6 +100,7 @@ def test_c12_an_export_filtered_by_time_verifies_from_its_first_event(
     # an auditor who asked for the whole log says so, and the missing start is a break
     code, err = verify_file(path, "--complete")
     assert code == 1 and "seq 2 where 1 was expected" in err
+    assert f"export broken: {path}: 1 breaks; read 1 events in 1 chains" in err
 
 
 @pytest.mark.parametrize(

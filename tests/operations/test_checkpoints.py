@@ -27,7 +27,7 @@ from django.urls import reverse
 from console.celery import app as celery_app
 from operations import metrics, tasks
 from operations.audit import GENESIS, audit_append, audit_verify, event_hash
-from operations.audit_keys import public_key_load, public_key_pem
+from operations.audit_keys import public_key_load, public_key_pem, signing_key_create
 from operations.checkpoint_signing import CheckpointRefusedError, audit_checkpoint_create
 from operations.checkpoints import SignedCheckpoint, checkpoint_from_file, leaf_input
 from operations.checks import audit_signing_key_check
@@ -832,3 +832,79 @@ def test_i11_1_checkpoint_time_is_the_database_clock() -> None:
     # then
     assert row is not None
     assert abs((row.created_at - database_now).total_seconds()) < 60
+
+
+def test_i11_1_a_lost_signing_key_is_not_silently_replaced(checkpoint_files: dict[str, Path]) -> None:
+    # given: checkpoints signed by the key created on first use
+    submit()
+    audit_checkpoint_create()
+    checkpoint_files["key"].unlink()
+    # when: the key file is gone (key creation is still switched on)
+    with pytest.raises(CommandError, match="no audit signing key") as raised:
+        call_command("audit_checkpoint", stdout=io.StringIO())
+    # then: nothing is signed and no new key appears
+    assert raised.value.returncode == 2
+    assert not checkpoint_files["key"].exists()
+    assert AuditCheckpoint.objects.count() == 1
+
+
+def test_i11_1_a_replaced_signing_key_is_named_not_blamed_on_the_log(
+    checkpoint_files: dict[str, Path],
+) -> None:
+    submit()
+    audit_checkpoint_create()
+    checkpoint_files["key"].unlink()
+    signing_key_create(checkpoint_files["key"])  # someone put another key in its place
+    with pytest.raises(CommandError, match="is not the key that signed the newest checkpoint") as raised:
+        call_command("audit_checkpoint", stdout=io.StringIO())
+    assert raised.value.returncode == 2
+    assert AuditCheckpoint.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--accept-faults", "--reason", "INC-1\r\x1b[2Kall fine"], "must be printable text"),
+        (["--reason", "INC-1"], "--reason is only for --accept-faults"),
+    ],
+    ids=["control-characters", "reason-alone"],
+)
+def test_i11_1_a_re_baseline_reason_is_checked(options: list[str], message: str) -> None:
+    submit()
+    audit_checkpoint_create()
+    with pytest.raises(CommandError, match=message) as raised:
+        call_command("audit_checkpoint", *options, stdout=io.StringIO())
+    assert raised.value.returncode == 2
+    assert AuditCheckpoint.objects.count() == 1
+
+
+def test_i11_1_re_baselines_are_shown_even_when_something_else_fails(client: Client) -> None:
+    # given: a re-baseline, then another fault
+    victim = submit()
+    checkpoint_series(victim)
+    behind_the_triggers(("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 3", [victim.id]))
+    call_command("audit_checkpoint", "--accept-faults", "--reason", "INC-42: restored", stdout=io.StringIO())
+    event = AuditEvent.objects.filter(intent=victim).order_by("seq").first()
+    assert event is not None
+    behind_the_triggers(("UPDATE operations_auditevent SET reason = 'edited' WHERE id = %s", [event.id]))
+    # when
+    code, _, err = verify()
+    # then: the failure and the re-baseline are both reported
+    assert code == 1
+    assert f"audit chain broken at event id {event.id}" in err
+    assert "audit checkpoint #4 was signed over 1 acknowledged fault(s)" in err and "INC-42: restored" in err
+    # and the console's verification page shows the re-baseline too
+    client.force_login(UserFactory(username="vera", groups=["viewer"]))
+    page = client.get(reverse("audit-verify"), {"refresh": "1"}).content.decode()
+    assert (
+        'id="rebaselines"' in page
+        and "Checkpoint #4: 1 acknowledged fault" in page
+        and "INC-42: restored" in page
+    )
+
+
+def test_i11_1_printing_a_reason_escapes_control_characters() -> None:
+    from operations.checkpoints import printable
+
+    assert printable("INC-1\r\x1b[2Kfine") == "INC-1\\r\\x1b[2Kfine"
+    assert printable("naïve — ok") == "naïve — ok"

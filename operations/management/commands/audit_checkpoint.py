@@ -9,7 +9,8 @@ Exit codes:
   chain, a recomputed chain...) or that checkpoint was altered; each fault is printed on
   stderr and nothing is signed.
 - 2: no usable signing key, or the checkpoint file cannot be written (then the checkpoint is
-  stored but not written out), or ``--accept-faults`` without a ``--reason``.
+  stored but not written out), ``--accept-faults`` without a ``--reason`` (or one with
+  control characters), or ``--reason`` without ``--accept-faults``.
 
 ``--accept-faults --reason TEXT`` is the operator's deliberate re-baseline after such a refusal
 has been investigated: the checkpoint is signed anyway, with the faults and the reason inside
@@ -25,7 +26,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from operations.audit_keys import AuditKeyError, key_id, public_key_load, public_key_pem
 from operations.checkpoint_signing import CheckpointRefusedError, audit_checkpoint_create
-from operations.checkpoints import CheckpointError, checkpoint_file_path
+from operations.checkpoints import CheckpointError, checkpoint_file_path, printable
 
 
 class Command(BaseCommand):
@@ -56,6 +57,8 @@ class Command(BaseCommand):
             raise CommandError(
                 "--accept-faults needs --reason: say why the faults are accepted", returncode=2
             )
+        if options["reason"] and not options["accept_faults"]:
+            raise CommandError("--reason is only for --accept-faults; nothing was signed", returncode=2)
         try:
             if options["public_key"]:
                 public_key = public_key_load()
@@ -77,7 +80,7 @@ class Command(BaseCommand):
                 'deliberately, run audit_checkpoint --accept-faults --reason "..."',
                 returncode=1,
             ) from exc
-        except (AuditKeyError, CheckpointError) as exc:
+        except (AuditKeyError, CheckpointError, ValueError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
         if row is None:
             self.stdout.write("no audit checkpoint made: nothing changed since the latest one")
@@ -85,7 +88,7 @@ class Command(BaseCommand):
         if row.accepted:
             self.stdout.write(
                 f"audit checkpoint #{row.number} signed over {len(row.accepted['faults']) + row.accepted['omitted']} "
-                f"acknowledged fault(s), recorded in it with the reason: {row.accepted['reason']}"
+                f"acknowledged fault(s), recorded in it with the reason: {printable(row.accepted['reason'])}"
             )
         self.stdout.write(
             f"audit checkpoint #{row.number}: {row.chains} chains, {row.events} events, root {row.root}, "

@@ -33,7 +33,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from operations.audit import audit_verify
 from operations.audit_keys import AuditKeyError, public_key_load
 from operations.checkpoint_verification import CheckpointReport, checkpoint_verify
-from operations.checkpoints import CheckpointError
+from operations.checkpoints import CheckpointError, printable
 from operations.models import AuditCheckpoint, AuditEvent
 
 MAX_BREAKS_SHOWN = 50
@@ -71,15 +71,16 @@ class Command(BaseCommand):
             if report.omitted:
                 self.stderr.write(f"audit checkpoint {number}: {report.omitted} more findings not listed")
             failed = failed or not report.ok
+        # Re-baselines are shown on every run, whatever else was found.
+        for rebaselined, accepted in report.accepted if report is not None else []:
+            (self.stderr if failed else self.stdout).write(
+                f"audit checkpoint #{rebaselined} was signed over {len(accepted['faults']) + accepted['omitted']} "
+                f"acknowledged fault(s) of the checkpoint before it; reason: {printable(accepted['reason'])}"
+            )
         if failed:
             raise SystemExit(1)
         events = AuditEvent.objects.count()
         self.stdout.write(f"audit chain intact: {events} events verified")
-        for rebaselined, accepted in report.accepted if report is not None else []:
-            self.stdout.write(
-                f"audit checkpoint #{rebaselined} was signed over {len(accepted['faults']) + accepted['omitted']} "
-                f"acknowledged fault(s) of the checkpoint before it; reason: {accepted['reason']}"
-            )
         if report is not None and report.checkpoint is not None:
             statement = report.checkpoint.statement
             self.stdout.write(

@@ -40,12 +40,13 @@ class Command(BaseCommand):
             self.stderr.write(f"event id {broken.event_id} (intent {broken.intent_id}): {broken.problem}")
         if len(report.breaks) > MAX_REPORTED:
             self.stderr.write(f"{len(report.breaks) - MAX_REPORTED} more breaks not listed")
-        if report.breaks:
-            raise SystemExit(1)
-        summary = f"export intact: {path}: {report.events} events in {report.chains} chains"
+        summary = f"{report.events} events in {report.chains} chains"
         if report.partial:
             summary += (
                 f"; {report.partial} chains start after their first event (an export filtered by time, "
                 "or events removed: --complete refuses them)"
             )
-        self.stdout.write(summary)
+        if report.breaks:
+            self.stderr.write(f"export broken: {path}: {len(report.breaks)} breaks; read {summary}")
+            raise SystemExit(1)
+        self.stdout.write(f"export intact: {path}: {summary}")
