@@ -13,6 +13,7 @@ import re
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
@@ -69,6 +70,8 @@ COMPENSABLE = {"payments.charge", "reservations.create"}
 UNKNOWN_ESCALATED = "UNKNOWN-escalated"
 #: HELD for a person: its adapter cannot be loaded any more (issue 21), so nothing can run it.
 HELD_UNSERVED = "HELD-unserved"
+#: HELD for a person: its row was edited after submission, so the worker sent nothing (issue 11).
+HELD_MISMATCH = "HELD-mismatch"
 STATES = [
     S.AWAITING_APPROVAL,
     S.READY,
@@ -84,6 +87,7 @@ STATES = [
     S.CANCELLED,
     S.HELD,
     HELD_UNSERVED,
+    HELD_MISMATCH,
 ]
 GATED_STATES = {S.AWAITING_APPROVAL, S.REJECTED, S.EXPIRED}
 
@@ -167,16 +171,23 @@ def build(kind: str, state: str, *, settings: Any, approver: Any) -> Intent:
         adapters = getattr(settings, "EFFECT_LEDGER_ADAPTERS", {})
         settings.EFFECT_LEDGER_ADAPTERS = {**adapters, action: "operations.adapters.withdrawn.Adapter"}
         assert execute_intent(intent.id) == "held"
+    elif state == HELD_MISMATCH:
+        with connection.cursor() as cursor:  # a database writer edits the arguments
+            cursor.execute(
+                "UPDATE operations_intent SET arguments = arguments || '{\"tampered\": true}' WHERE id = %s",
+                [intent.id],
+            )
+        assert execute_intent(intent.id) == "held"
     elif state in (S.UNKNOWN, UNKNOWN_ESCALATED):
         assert intent_mark_unknown(claim=_claim(intent), error="timeout after send", cause="ambiguous")
         if state == UNKNOWN_ESCALATED:
             assert intent_escalate(intent_id=intent.id, reason="patience exhausted")
     intent.refresh_from_db()
     assert intent.held_behind_id == (earlier.id if earlier else None)
-    expected = {UNKNOWN_ESCALATED: S.UNKNOWN, HELD_UNSERVED: S.HELD}.get(state, state)
+    expected = {UNKNOWN_ESCALATED: S.UNKNOWN, HELD_UNSERVED: S.HELD, HELD_MISMATCH: S.HELD}.get(state, state)
     assert intent.status == expected
-    assert (intent.escalated_at is not None) == (state in (UNKNOWN_ESCALATED, HELD_UNSERVED))
-    assert bool(intent.hold_reason) == (state == HELD_UNSERVED)
+    assert (intent.escalated_at is not None) == (state in (UNKNOWN_ESCALATED, HELD_UNSERVED, HELD_MISMATCH))
+    assert bool(intent.hold_reason) == (state in (HELD_UNSERVED, HELD_MISMATCH))
     return intent
 
 
