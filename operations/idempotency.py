@@ -11,8 +11,9 @@
   whose magnitude exceeds 2**53 - 1 is refused at submission, floats included
   (``storage_problems``), because ``jsonb`` keeps numbers as ``numeric`` and prints ``1e16`` as
   the integer ``10000000000000000``, which has no canonical form any more.
-* The provider idempotency key is derived ONCE, at submission, from tenant, action, version
-  and intent_id, then stored and re-sent verbatim on every attempt; it is never recomputed.
+* The provider idempotency key is derived ONCE, at submission, from tenant, principal, the
+  client's Idempotency-Key, action and version (what survives the loss of the intent's row),
+  then stored and re-sent verbatim on every attempt; it is never recomputed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-import uuid
 from typing import Any
 
 import rfc8785
@@ -106,17 +106,32 @@ def request_hash(
     return sha256_hex(canonical_json(document))
 
 
-def derive_provider_key(*, tenant: str, action: str, action_version: int, intent_id: uuid.UUID) -> str:
-    """Derive the provider idempotency key, once per intent, from stable identity only.
+def derive_provider_key(
+    *, tenant: str, principal: str, client_key: str, action: str, action_version: int
+) -> str:
+    """Derive the provider idempotency key, once per intent, from what the caller keeps: the
+    tenant, the principal, the client's ``Idempotency-Key``, the action and its version.
 
-    Returns ``el_`` followed by 48 hex characters (51 characters; Stripe allows 255). No
-    attempt number, timestamp or metadata takes part, so every attempt sends the same key.
+    An intent's row can be lost while its effect is not: a failover to a replica that lagged, or
+    a restore to an earlier point, drops intents submitted since (issue 22). The agent retries
+    with the same ``Idempotency-Key``; the new intent gets a new intent_id but this same provider
+    key, so a provider that deduplicates on it answers with the effect it already made instead
+    of making a second one. (Keys that earlier releases derived from the intent_id stay valid:
+    a key is stored with its intent and never recomputed, so no migration touches them.) No attempt
+    number, timestamp, metadata or intent_id takes part, so every attempt sends the same key.
+    The client key is unique per (tenant, principal) in the ledger, so two intents never share a
+    provider key; a client reusing its key for another payload after a restore reaches the
+    provider under the same key, which a keyed provider refuses (Stripe: 400
+    ``idempotency_key_in_use`` / 422 for another body) rather than applying twice.
+
+    Returns ``el_`` followed by 48 hex characters (51 characters; Stripe allows 255).
     """
     document = {
         "tenant": tenant,
+        "principal": principal,
+        "client_key": client_key,
         "action": action,
         "action_version": action_version,
-        "intent_id": str(intent_id),
     }
     return "el_" + sha256_hex(canonical_json(document))[:48]
 

@@ -243,7 +243,11 @@ def intent_submit(
         request_hash=digest,
         fingerprint_version=FINGERPRINT_VERSION,
         idempotency_key=derive_provider_key(
-            tenant=tenant, action=action, action_version=action_version, intent_id=intent_id
+            tenant=tenant,
+            principal=principal,
+            client_key=client_key,
+            action=action,
+            action_version=action_version,
         ),
         reference=reference,
         metadata=metadata or {},

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 import pytest
@@ -101,14 +100,25 @@ def test_values_without_a_canonical_form_are_refused(value: Any) -> None:
 
 def test_c06_provider_key_is_stable_and_ignores_volatile_data() -> None:
     # given one intent identity
-    intent_id = uuid.uuid4()
-    identity = {"tenant": "acme", "action": "payments.charge", "action_version": 1, "intent_id": intent_id}
+    identity: dict[str, Any] = {
+        "tenant": "acme",
+        "principal": "agent:agent-1",
+        "client_key": "tool-call-7",
+        "action": "payments.charge",
+        "action_version": 1,
+    }
     # when derived on every "retry"
     keys = {derive_provider_key(**identity) for _ in range(10)}
     # then: one key, and only identity changes it
     assert len(keys) == 1
-    assert derive_provider_key(**{**identity, "intent_id": uuid.uuid4()}) not in keys
-    assert derive_provider_key(**{**identity, "tenant": "globex"}) not in keys
+    for field, other in [
+        ("tenant", "globex"),
+        ("principal", "agent:agent-2"),
+        ("client_key", "tool-call-8"),
+        ("action", "payments.refund"),
+        ("action_version", 2),
+    ]:
+        assert derive_provider_key(**{**identity, field: other}) not in keys
     (key,) = keys
     assert key.startswith("el_") and len(key) == 51
 

@@ -76,7 +76,10 @@ class SandboxPaymentsAdapter(Adapter):
         """POST the charge (``/v1/charges``) or refund (``/v1/refunds``) once.
 
         Sends ``Idempotency-Key: call.idempotency_key`` and ``X-Fencing-Token: call.fence``; the
-        charge carries ``metadata.intent_id``. A key replay comes back with ``replayed=True``.
+        body is the arguments and the reference only: no intent_id, so an agent's retry after a
+        restore lost the intent (a new intent_id, the same provider key: issue 22) sends the same
+        parameters and is answered with the charge already made rather than refused as a key
+        reused with other parameters. A key replay comes back with ``replayed=True``.
 
         Returns:
             ``ExecutionResult(provider_reference="ch_…"/"re_…", detail={status, object, amount
@@ -92,8 +95,6 @@ class SandboxPaymentsAdapter(Adapter):
         """
         path = "/v1/refunds" if call.action == "payments.refund" else "/v1/charges"
         body = with_reference(call)
-        if call.action == "payments.charge":
-            body["metadata"] = {"intent_id": call.intent_id}
         response = http.send(
             "POST",
             sandbox_url(path),
