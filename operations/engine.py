@@ -15,6 +15,11 @@ ExecutionResult             SUCCEEDED (outcome source ``provider``); UNKNOWN, es
 TerminalError               FAILED, stored, never retried
 RetryableError              READY with backoff and the same key, within the retry budget;
                             FAILED when the budget or deadline is spent (nothing was applied)
+NewerAttemptExists          UNKNOWN at once, cause ``stale_fence``: the provider has seen a
+(409 ``stale_fence``)       higher fence for the key, so a newer attempt (perhaps one a
+                            database restore lost) may have applied the effect; the
+                            reconciler looks the key up. Never FAILED, never a same-key retry
+                            (DESIGN.md, "When the database goes back in time"; issue 22)
 AmbiguousOutcome            READY with the same key when the provider deduplicates on it and
                             the budget allows; otherwise UNKNOWN
 any other exception         UNKNOWN (an adapter bug must never be read as "did not happen")
@@ -57,6 +62,7 @@ from operations.adapters.base import (
     AmbiguousOutcome,
     ExecutionCall,
     ExecutionResult,
+    NewerAttemptExists,
     RetryableError,
     TerminalError,
 )
@@ -74,6 +80,9 @@ from operations.services.business import intent_hold_unserved
 from operations.services.recovery import intent_redispatch
 
 logger = logging.getLogger("operations.engine")
+
+#: Why an intent is UNKNOWN after a provider's stale-fence answer (its ``last_error`` begins so).
+STALE_FENCE_REASON = "the provider has seen a newer attempt (stale_fence): reconcile"
 
 
 def worker_identity() -> str:
@@ -225,6 +234,17 @@ def _classify(
         return (
             "failed" if svc.intent_record_failure(claim=claim, error=error, detail=answer.detail) else "stale"
         )
+    if isinstance(answer, NewerAttemptExists):
+        # Not a same-key retry: our fence is below one the provider has seen, so a resend may be
+        # refused again while it spends the budget; only a lookup by key can tell what the newer
+        # attempt did (DESIGN.md, "When the database goes back in time").
+        marked = svc.intent_mark_unknown(
+            claim=claim,
+            error=f"{STALE_FENCE_REASON}; {describe(answer)}",
+            cause="stale_fence",
+            detail=answer.detail,
+        )
+        return "unknown" if marked else "stale"
     if isinstance(answer, AmbiguousOutcome):
         if adapter.capabilities_for(intent.action).same_key_retry_safe and svc.retry_allowed(intent):
             # Safe: the provider deduplicates on the key, so a same-key retry cannot double-apply.

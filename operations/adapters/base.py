@@ -10,6 +10,9 @@ calls ``execute`` outside any database transaction and classifies what it raises
 * ``AmbiguousOutcome`` — the effect may or may not have happened (timeout after send, dropped
   connection, 5xx after send, "request in progress"); the intent goes to UNKNOWN unless the
   provider deduplicates on the key and the retry budget allows a same-key retry.
+* ``NewerAttemptExists`` — an ``AmbiguousOutcome``: the provider refused our fence because it has
+  seen a higher one for the key ("stale fence"); the newer attempt may have applied the effect.
+  The intent goes to UNKNOWN at once, for a lookup; never FAILED, never a same-key retry.
 """
 
 from __future__ import annotations
@@ -197,6 +200,19 @@ class TerminalError(AdapterError):
 
 class AmbiguousOutcome(AdapterError):
     """The effect may have happened: timeout after send, dropped response, request in progress."""
+
+
+class NewerAttemptExists(AmbiguousOutcome):
+    """The provider has seen a newer attempt under this key (a higher fence) and refused ours,
+    applying nothing for it; what the newer attempt did is unknown here.
+
+    After a database restore or a failover the ledger's fence can be lower than one the provider
+    already saw, so the newer attempt is one the ledger lost, and it may have applied the effect.
+    The engine records UNKNOWN at once (cause ``stale_fence``) and the reconciler looks the key
+    up; it never re-sends with the old fence, and never records FAILED. Source: DESIGN.md, "When
+    the database goes back in time" (a stale-fence answer means "a newer attempt exists",
+    UNKNOWN, never FAILED); issue 22, item 2.
+    """
 
 
 class ArgumentsInvalid(Exception):

@@ -105,9 +105,9 @@ class GenericHttpAdapter(Adapter):
         Raises:
             RetryableError, TerminalError, AmbiguousOutcome: by the table in
             ``http_classifier`` (an unreadable 2xx, a redirect, a 409 in progress, a 5xx and a
-            deadline or size cap hit after sending are ambiguous; 429 and not sent are
-            retryable; other 4xx, 409 ``stale_fence``, 422 key reused and 400 missing key are
-            terminal).
+            deadline or size cap hit after sending are ambiguous; a 409 ``stale_fence`` is
+            ``NewerAttemptExists``, ambiguous too: a newer attempt exists; 429 and not sent are
+            retryable; other 4xx, 422 key reused and 400 missing key are terminal).
         """
         headers = {**self.config.get("headers", {}), "Idempotency-Key": call.idempotency_key}
         if self.config.get("fence_header"):

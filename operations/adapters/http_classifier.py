@@ -4,9 +4,11 @@
 capabilities (``operations/engine.py``): ``RetryableError`` → READY with the same key after a
 delay, FAILED once the budget is spent; ``AmbiguousOutcome`` → READY with the same key where the
 provider deduplicates on it and the budget allows, else UNKNOWN (never FAILED);
-``TerminalError`` → FAILED. A delay carried by the error (``retry_after_seconds``, from
-``Retry-After`` or the in-progress default) is a minimum for the next attempt, capped by the
-policy's ``retry.cap_seconds`` and kept in PostgreSQL (the intent's ``not_before``).
+``NewerAttemptExists`` (an ``AmbiguousOutcome``) → UNKNOWN at once, for a lookup (never a
+same-key retry, never FAILED); ``TerminalError`` → FAILED. A delay carried by the error
+(``retry_after_seconds``, from ``Retry-After`` or the in-progress default) is a minimum for the
+next attempt, capped by the policy's ``retry.cap_seconds`` and kept in PostgreSQL (the intent's
+``not_before``).
 
 =================================================  ===============================================
 answer                                             raised (``detail["code"]``)
@@ -30,8 +32,9 @@ array)                                             maybe applied, nobody can tel
 400 otherwise (validation)                         ``TerminalError``
 408 Request Timeout                                ``RetryableError``: the request was not
                                                    received whole (RFC 9110 §15.5.9)
-409 ``stale_fence`` (the sandbox: a newer fence    ``TerminalError``: a definite refusal, nothing
-holds the key)                                     applied
+409 ``stale_fence`` (the provider has seen a       ``NewerAttemptExists`` (``stale_fence``): a
+higher fence for the key: a newer attempt,         newer attempt exists and may have applied the
+perhaps one a database restore lost)               effect; UNKNOWN, reconcile — DESIGN.md
 409 any other: ``request_in_progress``,            ``AmbiguousOutcome`` (the code, else
 ``idempotency_key_in_use``, a problem without      ``request_in_progress``) with
 ``code`` (the draft's shape), an unknown code,     ``retry_after_seconds``: ``Retry-After``, else
@@ -50,7 +53,17 @@ A 409 with a code we do not know is read as "in progress": the Idempotency-Key d
 409 for a request still being processed under the same key, and for a keyed provider the
 reading costs at most a same-key retry the provider deduplicates (then UNKNOWN for the
 reconciler), whereas reading an in-progress answer as a refusal records FAILED for an effect
-the provider may be applying. Only codes listed in ``DEFINITE_CONFLICT_CODES`` are refusals.
+the provider may be applying. No 409 is a refusal.
+
+A 409 ``stale_fence`` applied nothing for *our* request, but it says the provider has seen a
+higher fence for the key: a newer attempt got further, possibly one the ledger no longer knows
+about (a point-in-time restore or a failover to a lagging replica lost it, and the customer
+may have been charged by it). Reading it as a refusal records FAILED for an effect that exists;
+a same-key retry cannot settle it either (its fence may still be below the provider's, so it is
+refused again while it spends the attempt budget). So it is ambiguous, and the reconciler's
+lookup by key settles it — DESIGN.md, "When
+the database goes back in time": a stale-fence answer means "a newer attempt exists"
+(UNKNOWN), never FAILED; issue 22, item 2.
 
 Sources: RFC 9110 (§10.2.3 ``Retry-After``, §15 status codes), RFC 6585 §4 (429), RFC 9457
 (problem details: ``type``, ``title``, ``detail``; a ``type`` URI's last segment names the
@@ -70,6 +83,7 @@ from operations.adapters.base import (
     AdapterError,
     AmbiguousOutcome,
     ExecutionResult,
+    NewerAttemptExists,
     RetryableError,
     TerminalError,
 )
@@ -77,8 +91,8 @@ from operations.adapters.http_support import HttpAnswer
 
 #: Codes that say the provider is still executing the same key (Stripe-style, the sandbox).
 IN_PROGRESS_CODES = frozenset({"request_in_progress", "idempotency_key_in_use"})
-#: 409 codes that are definite refusals (nothing applied, a retry cannot help).
-DEFINITE_CONFLICT_CODES = frozenset({"stale_fence"})
+#: 409 codes saying the provider has seen a higher fence for the key: a newer attempt exists.
+NEWER_ATTEMPT_CODES = frozenset({"stale_fence"})
 #: Codes for a key reused with another payload, and for a missing key.
 KEY_REUSED_CODES = frozenset({"idempotency_key_reused"})
 KEY_MISSING_CODES = frozenset({"idempotency_key_missing", "missing_idempotency_key"})
@@ -172,8 +186,12 @@ def error_for(answer: HttpAnswer) -> AdapterError:
         return AmbiguousOutcome(
             f"provider answered {status} redirect_not_followed: redirects are never followed", detail=detail
         )
-    if status == 409 and code in DEFINITE_CONFLICT_CODES:
-        return TerminalError(message, detail=detail)
+    if status == 409 and code in NEWER_ATTEMPT_CODES:
+        return NewerAttemptExists(
+            f"provider answered {status} {code}: the provider has seen a newer attempt for this key "
+            "(a higher fence); it may have applied the effect",
+            detail=detail,
+        )
     if status == 409 or code in IN_PROGRESS_CODES:
         delay = retry_after_seconds(answer)
         delay = IN_PROGRESS_DELAY_SECONDS if delay is None else delay

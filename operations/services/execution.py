@@ -396,8 +396,9 @@ def intent_mark_unknown(
     instead of starting over (issue 21, item 7).
 
     Args:
-        cause: why (``ambiguous``, ``adapter_error``, ``recording_error``,
-            ``reference_unstorable``), recorded in the audit event and the metric's label.
+        cause: why (``ambiguous``, ``stale_fence``: the provider has seen a newer attempt,
+            ``adapter_error``, ``recording_error``, ``reference_unstorable``), recorded in the
+            audit event and the metric's label.
         escalate: when given, the reason to hand the intent to operators at once, in the same
             transaction (a lookup cannot settle it, e.g. a reference we cannot store).
     """

@@ -1,5 +1,6 @@
 """The engine's classification table against the real sandbox provider process: each fault
-maps to its documented next state (operations/engine.py), and a stale worker is fenced."""
+maps to its documented next state (operations/engine.py), and a stale worker is fenced.
+``test_i22_2_*``: a provider's stale-fence answer means "a newer attempt exists" (issue 22, item 2)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from django.db.models.functions import Now
 
 from operations import metrics
 from operations.adapters.base import ExecutionResult
+from operations.adapters.registry import get_adapter
+from operations.calls import provider_call
 from operations.engine import execute_intent
-from operations.models import Attempt, Intent, Outcome
+from operations.models import Attempt, AuditEvent, Intent, Outcome
 from operations.services import intent_claim, intent_record_success, intent_take_over_lease
+from reconciliation.lookups import reconcile_intent
 from tests.factories import charge_arguments, submit
 
 pytestmark = pytest.mark.django_db
@@ -184,3 +188,89 @@ def test_ceiling_refuses_before_any_request(sandbox: Any, settings: Any) -> None
     second.refresh_from_db()
     assert second.status == "FAILED" and "ceiling" in second.last_error
     assert sandbox.request_count("payments") == 1
+
+
+# --- issue 22, item 2: a stale-fence answer means "a newer attempt exists" -------------------------
+
+
+def charged_by_a_lost_newer_attempt(intent: Intent) -> str:
+    """The provider charged ``intent`` under its key with fence 2 (its second attempt, after the
+    backup point); the restore lost that attempt, so the ledger's next claim takes fence 1.
+    Returns the charge's id."""
+    call = provider_call(intent, fence=2, attempt_no=2, deadline_seconds=5.0)
+    return get_adapter(intent.action).execute(call).provider_reference
+
+
+@pytest.mark.parametrize("action", ["payments.charge", "acme.transfer"], ids=["sandbox payments", "generic"])
+def test_i22_2_a_stale_fence_answer_ends_unknown_and_a_lookup_finds_the_one_charge(
+    sandbox: Any, settings: Any, action: str
+) -> None:
+    # given: the generic adapter pointed at the same key- and fence-honouring charges endpoint
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {
+        "acme.transfer": {
+            "url": f"{sandbox.url}/v1/charges",
+            "lookup_url": f"{sandbox.url}/v1/charges?idempotency_key={{idempotency_key}}",
+            "fence_header": "X-Fencing-Token",
+        }
+    }
+    intent = submit(action=action, arguments=charge_arguments())
+    charge = charged_by_a_lost_newer_attempt(intent)
+    unknown_before = counter(metrics.UNKNOWN_OUTCOMES, cause="stale_fence")
+
+    # when: the ledger sends fence 1; the provider answers 409 stale_fence and applies nothing
+    label = execute_intent(intent.id)
+
+    # then: UNKNOWN for the reconciler (never FAILED, no same-key retry with the old fence)
+    intent.refresh_from_db()
+    assert (label, intent.status) == ("unknown", "UNKNOWN"), intent.last_error
+    assert "newer attempt (stale_fence): reconcile" in intent.last_error
+    assert Attempt.objects.get(intent=intent).detail["code"] == "stale_fence"
+    event = AuditEvent.objects.get(intent=intent, event="outcome_unknown")
+    assert event.data["cause"] == "stale_fence"
+    assert counter(metrics.UNKNOWN_OUTCOMES, cause="stale_fence") == unknown_before + 1
+    assert execute_intent(intent.id) == "duplicate"  # nothing to claim: not re-sent
+    # and the reconciler's keyed lookup finds the charge: SUCCEEDED with exactly one effect
+    assert reconcile_intent(intent.id) == "resolved"
+    intent.refresh_from_db()
+    assert intent.status == "SUCCEEDED"
+    assert Outcome.objects.get(intent=intent).provider_reference == charge
+    assert [effect["id"] for effect in sandbox.ledger("payments")] == [charge]
+    assert sandbox.request_count("payments") == 2  # the lost attempt and ours; lookups are GETs
+
+
+def test_i22_2_a_stale_workers_stale_fence_answer_is_still_refused_by_the_ledger(
+    sandbox: Any, monkeypatch: Any
+) -> None:
+    # given: while worker A (fence 1) calls, its lease is taken over and worker B (fence 2)
+    # charges and records SUCCEEDED; A's own request then reaches the sandbox with fence 1
+    from operations.adapters.sandbox import SandboxPaymentsAdapter
+
+    send = SandboxPaymentsAdapter.execute
+    intent = submit()
+
+    def frozen_worker_a(adapter: SandboxPaymentsAdapter, call: Any) -> ExecutionResult:
+        Intent.objects.filter(id=intent.id).update(lease_expires_at=Now())
+        assert intent_take_over_lease(intent_id=intent.id, fence=1, provider_deduplicates=True) == "READY"
+        claim_b = intent_claim(intent_id=intent.id, worker="B", lease_seconds=30)
+        assert claim_b is not None and claim_b.fence == 2
+        fresh = Intent.objects.get(id=intent.id)
+        result_b = send(adapter, provider_call(fresh, fence=2, attempt_no=2, deadline_seconds=5.0))
+        assert intent_record_success(claim=claim_b, result=result_b)
+        return send(adapter, call)  # A's fence 1: 409 stale_fence
+
+    monkeypatch.setattr(SandboxPaymentsAdapter, "execute", frozen_worker_a)
+    stale_before = counter(metrics.STALE_FENCES_REJECTED)
+
+    # when
+    label = execute_intent(intent.id, worker="A")
+
+    # then: A's "a newer attempt exists" is refused by the ledger like any stale write (the
+    # crash lab's stale-worker drill); B's outcome stands, one charge
+    intent.refresh_from_db()
+    assert (label, intent.status) == ("stale", "SUCCEEDED")
+    assert counter(metrics.STALE_FENCES_REJECTED) == stale_before + 1
+    attempt_a = Attempt.objects.get(intent=intent, fence=1)
+    assert attempt_a.result == "fenced_out"
+    assert attempt_a.detail["would_have_become"] == "UNKNOWN"
+    assert attempt_a.detail["provider_answer"]["code"] == "stale_fence"
+    assert len(sandbox.ledger("payments")) == 1

@@ -54,7 +54,6 @@ def test_retry_after_is_read_as_rfc_9110_says(headers: dict[str, str], expected:
     [
         (409, b'{"error": {"code": "request_in_progress"}}', AmbiguousOutcome, "request_in_progress"),
         (409, b"<html>conflict</html>", AmbiguousOutcome, "request_in_progress"),
-        (409, b'{"error": {"code": "stale_fence"}}', TerminalError, "stale_fence"),
         (422, b'{"error": {"code": "idempotency_key_reused"}}', TerminalError, "idempotency_key_reused"),
         (
             402,
@@ -70,6 +69,20 @@ def test_retry_after_is_read_as_rfc_9110_says(headers: dict[str, str], expected:
 def test_error_answers_follow_the_table(status: int, body: bytes, raised: type, code: str) -> None:
     error = error_for(answer(status, body=body))
     assert type(error) is raised and error.detail["code"] == code
+
+
+def test_i22_2_a_stale_fence_409_means_a_newer_attempt_exists_never_a_refusal() -> None:
+    # given: the provider has seen a higher fence for this key and applied nothing for ours
+    stale = answer(409, body=b'{"error": {"code": "stale_fence", "message": "fencing token 1 < 2"}}')
+
+    # when
+    error = error_for(stale)
+
+    # then: ambiguous (the newer attempt may have applied it), not terminal, not "in progress"
+    assert isinstance(error, AmbiguousOutcome) and not isinstance(error, TerminalError)
+    assert error.detail == {"code": "stale_fence", "status": 409}
+    assert error.retry_after_seconds is None
+    assert "newer attempt" in str(error)
 
 
 def test_in_progress_carries_a_delay_and_429_its_retry_after() -> None:

@@ -96,7 +96,13 @@ CELLS: dict[str, tuple[list[Answer], str, int, int, str]] = {
         0,
         "conflict",
     ),
-    "409 stale_fence": ([Answer("coded", 409, code="stale_fence")], "FAILED", 1, 0, "stale_fence"),
+    "409 stale_fence (a newer attempt exists: no same-key retry)": (
+        [Answer("coded", 409, code="stale_fence")],
+        "UNKNOWN",
+        1,
+        0,
+        "stale_fence",
+    ),
     "200 HTML, every time": ([Answer("html")], "UNKNOWN", BUDGET, 0, "unreadable_success"),
     "429 Retry-After seconds, then ok": (
         [Answer("retry_after", 429, retry_after="1"), Answer("ok")],
@@ -208,6 +214,13 @@ SANDBOX_CELLS: dict[str, tuple[str, list[Answer], str, int, int]] = {
         1,
     ),
     "payments: 422 key reused": ("payments.charge", [Answer("problem", status=422)], "FAILED", 1, 0),
+    "payments: 409 stale_fence (a newer attempt exists)": (
+        "payments.charge",
+        [Answer("coded", 409, code="stale_fence")],
+        "UNKNOWN",
+        1,
+        0,
+    ),
     "email: 409 problem without code (no keys: no retry)": (
         "email.send",
         [Answer("problem", status=409)],

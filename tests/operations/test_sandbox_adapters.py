@@ -162,7 +162,6 @@ def test_payments_success_sends_key_and_fence_and_a_replay_is_flagged(sandbox: S
     [
         ({**ARGUMENTS["payments.charge"], "customer": "cus_declined"}, 1, "card_declined"),
         ({**ARGUMENTS["payments.charge"], "amount": 1}, 5, "idempotency_key_reused"),
-        (ARGUMENTS["payments.charge"], 4, "stale_fence"),
     ],
 )
 def test_payments_definite_refusals_are_terminal(
@@ -180,6 +179,21 @@ def test_payments_definite_refusals_are_terminal(
     # then
     assert caught.value.detail["code"] == code
     assert len(sandbox.ledger("payments")) == (0 if code == "card_declined" else 1)
+
+
+def test_i22_2_payments_stale_fence_is_ambiguous_a_newer_attempt_exists(sandbox: SandboxProvider) -> None:
+    # given: the key was charged once with fence 5
+    adapter, key = SandboxPaymentsAdapter(), f"k-{uuid.uuid4()}"
+    adapter.execute(make_call("payments.charge", key=key, fence=5))
+
+    # when: an attempt with the lower fence 4 arrives
+    with pytest.raises(AmbiguousOutcome) as caught:
+        adapter.execute(make_call("payments.charge", key=key, fence=4))
+
+    # then: not a refusal (the newer attempt's charge exists), and nothing more was applied
+    assert not isinstance(caught.value, TerminalError)
+    assert caught.value.detail["code"] == "stale_fence"
+    assert len(sandbox.ledger("payments")) == 1
 
 
 def test_refund_of_unknown_charge_is_terminal(sandbox: SandboxProvider) -> None:

@@ -251,6 +251,9 @@ class Gate:
             json=arguments_for("payments", reference, 1),
             headers={"Idempotency-Key": current.idempotency_key, "X-Fencing-Token": "1"},
         )
+        # The provider applies nothing for the old fence. The engine reads that 409 as "a newer
+        # attempt exists" (UNKNOWN, issue 22), and the thawed worker's write of it is still
+        # refused by the ledger: the newer fence already won.
         provider_refused = replay.status_code == 409 and "stale_fence" in replay.text
         effects = len(self._effects("payments", reference))
         passed = current.status == "SUCCEEDED" and current.fence >= 2 and effects == 1 and provider_refused

@@ -88,7 +88,9 @@ class SandboxPaymentsAdapter(Adapter):
         Raises:
             RetryableError: not sent (connection refused, connect timeout).
             TerminalError: 402 ``card_declined``, 404 unknown charge, 422 ``amount_too_large`` /
-                ``idempotency_key_reused``, 409 ``stale_fence``, 400 validation; ``detail["code"]``.
+                ``idempotency_key_reused``, 400 validation; ``detail["code"]``.
+            NewerAttemptExists: 409 ``stale_fence``: the sandbox has seen a higher fence for the
+                key; a newer attempt may have charged (UNKNOWN, then a lookup by key).
             AmbiguousOutcome: deadline hit after send, dropped connection, 5xx, any other 409
                 (``request_in_progress``), an unreadable 2xx or one over the size cap (the
                 table in ``http_classifier``).
