@@ -103,6 +103,15 @@ def request_hash(
         reference=reference,
         fingerprint_version=fingerprint_version,
     )
+    return fingerprint_hash(document)
+
+
+def fingerprint_hash(document: dict[str, Any]) -> str:
+    """The ``request_hash`` of a ``fingerprint_document``: sha256 hex over its RFC 8785 form.
+
+    Raises:
+        CanonicalizationError: the document cannot be canonicalised.
+    """
     return sha256_hex(canonical_json(document))
 
 

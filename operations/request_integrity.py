@@ -19,12 +19,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from operations.idempotency import CanonicalizationError, canonical_json, request_hash, sha256_hex
+from operations.idempotency import (
+    CanonicalizationError,
+    canonical_json,
+    fingerprint_document,
+    fingerprint_hash,
+    sha256_hex,
+)
 from operations.models import AuditEvent, Intent
 
 #: How ``Intent.hold_reason`` starts for an intent held because its stored request no longer
 #: hashes to its request_hash (the console tells it apart from an unserved action by this).
 MISMATCH_HOLD = "request_hash mismatch"
+
+
+def stored_fingerprint(intent: Intent) -> dict[str, Any]:
+    """The request fingerprint of a stored intent, under its own ``fingerprint_version``: what
+    its ``request_hash`` must be the hash of (``idempotency.fingerprint_document``), and what the
+    approval page shows as the canonical document.
+
+    Raises:
+        ValueError: the intent's ``fingerprint_version`` is unknown.
+    """
+    return fingerprint_document(
+        tenant=intent.tenant,
+        action=intent.action,
+        action_version=intent.action_version,
+        arguments=intent.arguments,
+        reference=intent.reference,
+        fingerprint_version=intent.fingerprint_version,
+    )
 
 
 def submission_seal(*, policy: dict[str, Any], idempotency_key: str) -> dict[str, str]:
@@ -54,14 +78,7 @@ def stored_request_problem(intent: Intent) -> str | None:
     for stored data (a value that cannot be canonicalised is a problem, not an error).
     """
     try:
-        derived = request_hash(
-            tenant=intent.tenant,
-            action=intent.action,
-            action_version=intent.action_version,
-            arguments=intent.arguments,
-            reference=intent.reference,
-            fingerprint_version=intent.fingerprint_version,
-        )
+        derived = fingerprint_hash(stored_fingerprint(intent))
     except (CanonicalizationError, ValueError) as exc:
         return (
             f"{MISMATCH_HOLD}: the stored arguments cannot be canonicalised any more ({exc}), so they "

@@ -18,10 +18,10 @@ from console.views.common import HtmxHttpRequest, page_or_partial, record_refusa
 from operations import selectors
 from operations.approval_validity import approval_validity
 from operations.exceptions import ApprovalRefused, IntentMoved, ValidationFailed
-from operations.idempotency import CanonicalizationError, canonical_json, fingerprint_document
+from operations.idempotency import CanonicalizationError, canonical_json
 from operations.models import Intent
 from operations.policies import Policy
-from operations.request_integrity import stored_request_problem
+from operations.request_integrity import stored_fingerprint, stored_request_problem
 from operations.services import intent_approve, intent_preview, intent_reject
 
 DETAIL = "console/approval_detail.html"
@@ -50,16 +50,8 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
         )
     except ValidationFailed as exc:
         context["preview_error"] = exc.detail
-    document = fingerprint_document(
-        tenant=intent.tenant,
-        action=intent.action,
-        action_version=intent.action_version,
-        arguments=intent.arguments,
-        reference=intent.reference,
-        fingerprint_version=intent.fingerprint_version,
-    )
     try:
-        context["canonical"] = canonical_json(document).decode()
+        context["canonical"] = canonical_json(stored_fingerprint(intent)).decode()
     except CanonicalizationError as exc:  # stored before numbers were checked (issue 11 item 3)
         context["canonical_error"] = str(exc)
     # The same check the approval service refuses with: the stored request re-hashed.

@@ -165,7 +165,7 @@ def _resolve(verb: str, intent: Intent, user: Any, data: dict[str, Any]) -> Inte
 
 @require_POST
 @console_role_required
-@transaction.atomic
+@transaction.atomic  # no row lock is taken before ``confirmed``'s lookup: only its last step locks
 def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -> HttpResponse:
     """Resolve an UNKNOWN intent as ``confirmed``, ``absent`` or ``compensate``, or decide on an
     escalated COMPENSATING intent: ``reopen``, ``compensated`` or ``kept`` (a reason is always
@@ -203,10 +203,11 @@ def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -
 
 @require_POST
 @console_role_required
-@transaction.atomic
 def unknown_lookup(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
     """Look an UNKNOWN intent up at its provider now (``reconciliation.resolution.lookup_now``)
-    and show what came of it; refusals are shown in place."""
+    and show what came of it; refusals are shown in place. Not one transaction with its
+    answer, unlike the decisions: the provider call must not run inside one, and what the
+    lookup found is recorded in its own transaction, true whatever happens to the page."""
     intent = get_object_or_404(Intent, id=intent_id)
 
     def answer(status: int = 200, **extra: Any) -> HttpResponse:

@@ -92,6 +92,16 @@ def with_quiet_tail(intent: Intent) -> int:
     return event.seq
 
 
+def forge_checkpoint_over_a_deleted_tail(victim: Intent) -> None:
+    """Delete ``victim``'s tail (seq 2) and rewrite the checkpoint's heads, root and count to
+    match, past the triggers: only the signature can tell."""
+    heads, root = forged_heads(victim, 1)
+    behind_the_triggers(
+        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [victim.id]),
+        ("UPDATE operations_auditcheckpoint SET heads = %s, root = %s, events = 1", [heads, root]),
+    )
+
+
 def forged_heads(intent: Intent, seq: int) -> tuple[bytes, str]:
     """Compressed heads and their Merkle root claiming ``intent``'s chain ends at ``seq``."""
     leaf = leaf_input(str(intent.id), seq, chain(intent)[seq - 1].hash)
@@ -307,11 +317,7 @@ def test_i11_1_tampered_checkpoint_row_is_detected() -> None:
     victim = cancelled()
     audit_checkpoint_create()
     # when: the tail is deleted and the checkpoint's heads, root and count rewritten to match
-    heads, root = forged_heads(victim, 1)
-    behind_the_triggers(
-        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [victim.id]),
-        ("UPDATE operations_auditcheckpoint SET heads = %s, root = %s, events = 1", [heads, root]),
-    )
+    forge_checkpoint_over_a_deleted_tail(victim)
     # then: the signature no longer matches; the forged heads are not trusted
     code, _, err = verify()
     assert code == 1
@@ -612,11 +618,7 @@ def test_i11_1_refuses_when_the_previous_checkpoint_was_altered() -> None:
     # given: the tail deleted and the checkpoint's heads, root and count rewritten to match
     victim = cancelled()
     audit_checkpoint_create()
-    heads, root = forged_heads(victim, 1)
-    behind_the_triggers(
-        ("DELETE FROM operations_auditevent WHERE intent_id = %s AND seq = 2", [victim.id]),
-        ("UPDATE operations_auditcheckpoint SET heads = %s, root = %s, events = 1", [heads, root]),
-    )
+    forge_checkpoint_over_a_deleted_tail(victim)
     submit()
     # when / then
     with pytest.raises(CheckpointRefusedError, match="checkpoint #1 as stored does not match its signature"):
