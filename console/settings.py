@@ -169,7 +169,9 @@ else:
         # transport; Celery's "Using Redis" guide). It must exceed the longest time a message is
         # held unacknowledged: the countdown bound plus the task's hard time limit. The
         # ``operations.E001`` system check enforces it (operations/checks.py).
-        CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = env_int("CELERY_REDIS_VISIBILITY_TIMEOUT", 3600)
+        CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = env_int(
+            "CELERY_REDIS_VISIBILITY_TIMEOUT", 3600
+        )
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 4.0)
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
@@ -189,6 +191,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Effect Ledger
 SANDBOX_PROVIDER_URL = env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8765")
+# Where ``manage.py sandbox_provider`` keeps its data (a libpq URL); empty: a database of its own
+# on the ledger's server, ``<ledger database>_sandbox``, created when missing. Never the ledger's
+# database by default, so restoring the ledger does not roll the provider back.
+SANDBOX_DATABASE_URL = env_str("SANDBOX_DATABASE_URL")
 # Seconds the sandbox's read paths may miss an effect that exists (its capabilities' consistency
 # windows): duplicate checks keep looking this long after an intent ends.
 SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS = env_float("SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS", 120.0)

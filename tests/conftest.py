@@ -39,6 +39,21 @@ def _flush_past_the_audit_triggers() -> Any:
         yield
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Any:
+    """pytest-django's test database, and at its end the test run's sandbox database
+    (``<test database>_sandbox``, created by whatever started a sandbox provider) dropped with it."""
+    from django.db import connection
+
+    from console.lab.sandbox_provider.store import default_dsn, drop_database, dsn_from_settings_dict
+
+    yield
+    with django_db_blocker.unblock():
+        drop_database(
+            default_dsn(connection.settings_dict), admin_dsn=dsn_from_settings_dict(connection.settings_dict)
+        )
+
+
 @pytest.fixture
 def agent_token(db: Any) -> str:
     """The bearer token of agent ``agent-1`` in tenant ``acme``."""

@@ -27,6 +27,7 @@ from kombu import Queue
 
 from console.celery import app
 from console.lab import LAB_TASK_MODULES
+from console.lab.sandbox_provider.store import prepare_default_database
 
 BASE_DIR = Path(settings.BASE_DIR)
 
@@ -147,8 +148,15 @@ class LocalCluster:
         if sandbox_url:
             self.env["SANDBOX_PROVIDER_URL"] = sandbox_url
 
-    def start_sandbox(self) -> str:
-        """Start ``manage.py sandbox_provider`` on a free loopback port; return its URL."""
+    def start_sandbox(self, *, dsn: str | None = None) -> str:
+        """Start ``manage.py sandbox_provider`` on a free loopback port; return its URL.
+
+        Args:
+            dsn: the provider's database; by default ``<this process's database>_sandbox``
+                (created when missing; under pytest the test database's, so per test run),
+                never ``SANDBOX_DATABASE_URL``: the lab empties its provider at will.
+        """
+        dsn = dsn or prepare_default_database(connection.settings_dict)
         process = Process(
             "sandbox",
             [
@@ -159,6 +167,8 @@ class LocalCluster:
                 "127.0.0.1",
                 "--port",
                 "0",
+                "--dsn",
+                dsn,
             ],
             self.env,
         )

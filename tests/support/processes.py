@@ -5,7 +5,7 @@ Import the fixtures in ``tests/conftest.py``::
     from tests.support.processes import sandbox_provider  # noqa: F401
 
 ``sandbox_provider`` (session scope) starts one provider process on a free port against the
-test database and yields a ``SandboxProvider``; ``sandbox`` (function scope) resets it before
+test run's sandbox database (``<test database>_sandbox``) and yields a ``SandboxProvider``; ``sandbox`` (function scope) resets it before
 the test and points ``settings.SANDBOX_PROVIDER_URL`` at it.
 """
 
@@ -169,14 +169,15 @@ def start_sandbox_provider(dsn: str, *, email_lag_seconds: float = 0.0) -> Sandb
 
 @pytest.fixture(scope="session")
 def sandbox_provider(django_db_setup: None) -> Iterator[SandboxProvider]:
-    """One real sandbox provider process for the session, on the pytest-django test database.
+    """One real sandbox provider process for the session, on the test run's sandbox database.
 
-    The DSN is built from ``django.db.connection.settings_dict`` after ``django_db_setup``,
-    so it names the test database; the provider keeps to its own ``sandbox`` schema there.
+    The DSN is built from ``django.db.connection.settings_dict`` after ``django_db_setup``, so
+    it names ``<test database>_sandbox``: a database of the test run's own, outside the ledger's
+    (created here, dropped with the test database by ``django_db_setup`` in conftest).
     """
     from django.db import connection
 
-    from console.lab.sandbox_provider.store import dsn_from_settings_dict
+    from console.lab.sandbox_provider.store import prepare_default_database
 
     name = str(connection.settings_dict["NAME"])
     if name != (connection.settings_dict.get("TEST") or {}).get("NAME") and not name.startswith("test_"):
@@ -185,7 +186,7 @@ def sandbox_provider(django_db_setup: None) -> Iterator[SandboxProvider]:
             f"sandbox_provider would use the non-test database {name!r}: request it through a test "
             "that uses the database (the `sandbox` fixture, `db`, or @pytest.mark.django_db)"
         )
-    provider = start_sandbox_provider(dsn_from_settings_dict(connection.settings_dict))
+    provider = start_sandbox_provider(prepare_default_database(connection.settings_dict))
     try:
         yield provider
     finally:

@@ -18,6 +18,7 @@ from console.lab.bench import bulk, database, e2e, profile, reconciler, services
 from console.lab.bench.console_pages import console_at_scale
 from console.lab.bench.stats import ratio
 from console.lab.cluster import LocalCluster
+from console.lab.sandbox_provider.store import sandbox_database_name
 
 
 @dataclass
@@ -59,7 +60,7 @@ def run(options: Options) -> dict[str, Any]:
     """Run every phase and return the results (see ``report.render`` for their meaning)."""
     logging.getLogger("httpx").setLevel(logging.WARNING)
     user_db = str(connection.settings_dict["NAME"])
-    bench_db, sandbox_db = options.database, f"{options.database}_sandbox"
+    bench_db, sandbox_db = options.database, sandbox_database_name(options.database)
     for name in (bench_db, sandbox_db):
         database.recreate_database(name, admin_db=user_db)
     database.use_database(bench_db)

@@ -1,8 +1,13 @@
-"""PostgreSQL storage of the sandbox provider: its own schema ``sandbox``, a connection pool,
-the ledger of applied effects and the request log.
+"""PostgreSQL storage of the sandbox provider: its own database, a connection pool, the ledger
+of applied effects and the request log.
 
-Every table lives in the schema ``sandbox`` (created with ``CREATE SCHEMA IF NOT EXISTS``), so
-the provider can share a database with Django without touching Django's tables. Times come
+The provider stands for the outside world, so its data lives outside the ledger's database: by
+default in a database of its own on the same server, named after the ledger's
+(``<ledger database>_sandbox``, created when missing), so that restoring the ledger's database
+(a failover, a point-in-time restore, the crash lab's restore drill) leaves the provider's
+effects where they are, as a real provider's would be. ``SANDBOX_DATABASE_URL`` or ``--dsn``
+points it elsewhere. Every table lives in the schema ``sandbox`` (created with
+``CREATE SCHEMA IF NOT EXISTS``), so a database shared with Django is still safe. Times come
 from the database clock (``clock_timestamp()``).
 """
 
@@ -12,8 +17,9 @@ import secrets
 from collections.abc import Mapping
 from typing import Any, TypeAlias, cast
 
-from psycopg import Connection
-from psycopg.conninfo import make_conninfo
+import psycopg
+from psycopg import Connection, errors, sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
@@ -169,6 +175,85 @@ def dsn_from_settings_dict(settings_dict: Mapping[str, Any]) -> str:
         if value is not None:
             params[name] = value
     return make_conninfo("", **{k: v for k, v in params.items() if v is not None})
+
+
+#: Appended to the ledger database's name to name the sandbox provider's default database.
+DATABASE_SUFFIX = "_sandbox"
+
+
+def sandbox_database_name(ledger_database: str) -> str:
+    """The default database of the sandbox provider beside ledger database ``ledger_database``.
+
+    Example: ``"effect_ledger"`` gives ``"effect_ledger_sandbox"``; a test database
+    ``"test_effect_ledger"`` gives ``"test_effect_ledger_sandbox"``, so every test run has its own.
+    """
+    return f"{ledger_database}{DATABASE_SUFFIX}"
+
+
+def default_dsn(settings_dict: Mapping[str, Any]) -> str:
+    """A libpq DSN of the sandbox provider's default database: the ledger's server and
+    credentials, database ``sandbox_database_name(<ledger database>)``.
+
+    Args:
+        settings_dict: the ledger's ``DATABASES`` entry (``connection.settings_dict``).
+    """
+    ledger_database = str(settings_dict.get("NAME") or "")
+    return dsn_from_settings_dict({**settings_dict, "NAME": sandbox_database_name(ledger_database)})
+
+
+def database_name(dsn: str) -> str:
+    """The database a libpq DSN or URL names (``""`` when it names none)."""
+    return str(conninfo_to_dict(dsn).get("dbname") or "")
+
+
+def ensure_database(dsn: str, *, admin_dsn: str) -> bool:
+    """Create the database ``dsn`` names when it does not exist (safe under concurrency).
+
+    Two processes starting together may both find it missing: ``CREATE DATABASE`` then fails in
+    one of them with ``duplicate_database`` (42P04), or, when both inserted into the catalogue at
+    once, with ``unique_violation`` (23505) on ``pg_database``'s name index; either means another
+    process created it, which is what was wanted.
+
+    Args:
+        dsn: the sandbox database's DSN (only its ``dbname`` is used).
+        admin_dsn: a DSN of an existing database on the same server whose role may create
+            databases (the ledger's own).
+
+    Returns:
+        ``True`` when this call created it, ``False`` when it already existed.
+
+    Raises:
+        psycopg.Error: the server is unreachable or the role may not create databases.
+    """
+    name = database_name(dsn)
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            return False
+        try:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except (errors.DuplicateDatabase, errors.UniqueViolation):
+            return False
+    return True
+
+
+def prepare_default_database(settings_dict: Mapping[str, Any]) -> str:
+    """Create the default sandbox database beside the ledger's when missing; return its DSN.
+
+    Args:
+        settings_dict: the ledger's ``DATABASES`` entry; its role creates the database.
+    """
+    dsn = default_dsn(settings_dict)
+    ensure_database(dsn, admin_dsn=dsn_from_settings_dict(settings_dict))
+    return dsn
+
+
+def drop_database(dsn: str, *, admin_dsn: str) -> None:
+    """Drop the database ``dsn`` names, if it exists, ending its sessions (``WITH (FORCE)``,
+    PostgreSQL 13+). For test runs and scratch databases, never a provider someone uses."""
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(database_name(dsn)))
+        )
 
 
 def open_pool(dsn: str, *, max_size: int = 20) -> Pool:

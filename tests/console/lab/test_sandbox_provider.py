@@ -543,3 +543,45 @@ def test_a_malformed_match_is_refused_not_applied_to_everything(sandbox: Sandbox
     # then
     assert response.status_code == 400
     assert sandbox.client.get("/_sandbox/faults").json()["faults"] == []
+
+
+# --- where the provider keeps its data (issue 22) ----------------------------------------------
+
+
+def test_the_default_sandbox_database_is_not_the_ledgers(db: None, settings: Any) -> None:
+    # given: no SANDBOX_DATABASE_URL, the ledger on the test database
+    from django.db import connection
+
+    from console.lab.management.commands.sandbox_provider import provider_dsn
+    from console.lab.sandbox_provider.store import database_name, default_dsn
+
+    settings.SANDBOX_DATABASE_URL = ""
+    ledger = str(connection.settings_dict["NAME"])
+
+    # when
+    default = database_name(default_dsn(connection.settings_dict))
+
+    # then: a database of its own beside the ledger's, per test run; an explicit one wins
+    assert default == f"{ledger}_sandbox" and default != ledger
+    assert database_name(provider_dsn(None)) == default
+    settings.SANDBOX_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/elsewhere"
+    assert database_name(provider_dsn(None)) == "elsewhere"
+    assert database_name(provider_dsn("dbname=given")) == "given"
+
+
+def test_a_restore_of_the_ledger_database_leaves_the_providers_effects(sandbox: SandboxProvider) -> None:
+    # given: a charge applied at the provider
+    from django.db import connection
+
+    assert post_charge(sandbox, new_key()).status_code == 200
+
+    # when: the ledger's database loses everything a restore --clean would replace (there is no
+    # sandbox schema in it to lose: the provider's tables live in the sandbox database)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'sandbox'")
+        sandbox_tables_in_the_ledger = cursor.fetchone()[0]
+        cursor.execute("DROP SCHEMA IF EXISTS sandbox CASCADE")
+
+    # then: the provider still holds the effect
+    assert sandbox_tables_in_the_ledger == 0
+    assert [e["reference"] for e in sandbox.ledger("payments")] == ["order-1"]

@@ -2,9 +2,9 @@
 
 Starts (or reuses) the embedded PostgreSQL under ``./.data/pg`` when ``DATABASE_URL`` is unset,
 migrates, creates an operator account and a demo agent token on the first run (printing both
-once), then runs the web server, a Celery worker, Celery beat and the sandbox provider under
-supervisord, which restarts any of them that exits. Ctrl-C stops them all; a second run reuses
-the data.
+once) and the sandbox provider's own database (``effect_ledger_sandbox``), then runs the web
+server, a Celery worker, Celery beat and the sandbox provider under supervisord, which restarts
+any of them that exits. Ctrl-C stops them all; a second run reuses the data.
 
 It lives in the lab, not the product: it runs the lab's sandbox provider and a worker that also
 registers the lab's tasks (so the console's Drills page can start a drill); production runs
@@ -27,8 +27,15 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
 
 from console.lab import LAB_TASK_MODULES
+from console.lab.sandbox_provider.store import (
+    default_dsn,
+    dsn_from_settings_dict,
+    ensure_database,
+    sandbox_database_name,
+)
 from operations.audit_keys import signing_key_create, signing_key_path
 from operations.authentication import agent_create
 from operations.models import Agent
@@ -47,6 +54,7 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         self._create_accounts()
         self._create_audit_signing_key()
+        self._create_sandbox_database()
         if options["no_run"]:
             return
         self._run(options)
@@ -73,6 +81,18 @@ class Command(BaseCommand):
         path = signing_key_path()
         if signing_key_create(path):
             self.stdout.write(f"audit signing key created: {path} (manage.py audit_checkpoint --public-key)")
+
+    def _create_sandbox_database(self) -> None:
+        """The sandbox provider's own database beside the ledger's (``<ledger>_sandbox``, on the
+        embedded server too), unless ``SANDBOX_DATABASE_URL`` names another: the provider stands
+        for the outside world, which a restore of the ledger's database does not roll back."""
+        if settings.SANDBOX_DATABASE_URL:
+            return
+        if ensure_database(
+            default_dsn(connection.settings_dict), admin_dsn=dsn_from_settings_dict(connection.settings_dict)
+        ):
+            name = sandbox_database_name(str(connection.settings_dict["NAME"]))
+            self.stdout.write(f"sandbox provider database created: {name}")
 
     def _run(self, options: dict[str, Any]) -> None:
         data_dir = Path(settings.DATA_DIR)

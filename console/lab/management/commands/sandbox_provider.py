@@ -8,11 +8,25 @@ import threading
 from types import FrameType
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import connection
 
 from console.lab.sandbox_provider.server import run_provider
-from console.lab.sandbox_provider.store import dsn_from_settings_dict
+from console.lab.sandbox_provider.store import prepare_default_database
+
+
+def provider_dsn(explicit: str | None) -> str:
+    """The database the provider keeps its data in: ``explicit`` (``--dsn``), else
+    ``settings.SANDBOX_DATABASE_URL``, else ``<ledger database>_sandbox`` on the ledger's server
+    (created when missing). Never the ledger's own database by default: restoring that must not
+    roll the provider back.
+    """
+    if explicit:
+        return explicit
+    if settings.SANDBOX_DATABASE_URL:
+        return str(settings.SANDBOX_DATABASE_URL)
+    return prepare_default_database(connection.settings_dict)
 
 
 class Command(BaseCommand):
@@ -31,7 +45,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--dsn",
             default=None,
-            help="libpq DSN of the database for the 'sandbox' schema (default: Django's database)",
+            help="libpq DSN or URL of the provider's database (default: SANDBOX_DATABASE_URL, else "
+            "<ledger database>_sandbox on the ledger's server, created when missing)",
         )
         parser.add_argument(
             "--email-lag-seconds",
@@ -42,7 +57,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Start the server, print the readiness line, block until a stop signal."""
-        dsn = options["dsn"] or dsn_from_settings_dict(connection.settings_dict)
+        dsn = provider_dsn(options["dsn"])
         stop = threading.Event()
 
         def request_stop(signum: int, frame: FrameType | None) -> None:
