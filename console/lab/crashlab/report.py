@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from console.lab.crashlab.verdict import DRILL, Row
+from console.lab.crashlab.verdict import DRILL, RESTORE, Row
 
 LABELS = {
     "retry": "retry, no deduplication (control)",
@@ -13,6 +13,7 @@ LABELS = {
 
 
 DUPLICATES_HEADER = "duplicates: created / found / compensated / flagged / missed"
+RESTORE_HEADER = "restore: lost by the restore / duplicates / lost / FAILED with effect / with an operator"
 
 
 def _label(row: Row) -> str:
@@ -23,6 +24,15 @@ def _label(row: Row) -> str:
             f"Effect Ledger, duplicate drill ({per['email']} email + {per['reservations']} reservations): "
             "no keys, first send lost, operator absent"
         )
+    if row.strategy == RESTORE:
+        kinds = " + ".join(
+            f"{(row.detail.get(name) or {}).get('references', '?')} {name}"
+            for name in row.provider.split("+")
+        )
+        return (
+            f"Effect Ledger, restore drill ({kinds}): ledger database restored from a mid-run dump, "
+            "lost intents re-submitted"
+        )
     if row.provider == "email":
         return "Effect Ledger, email: no keys, lookup by Message-ID"
     if row.provider == "reservations":
@@ -32,17 +42,19 @@ def _label(row: Row) -> str:
 
 def markdown_table(rows: list[Row], ops: int) -> str:
     """A Markdown table: one line per strategy, one column per boundary with
-    ``effects / missing``, then (when the duplicate drill ran) its duplicates column, then
-    requests and kills per line, then the verdict."""
+    ``effects / missing``, then (when the duplicate drill ran) its duplicates column, (when the
+    restore drill ran) its restore column, then requests and kills per line, then the verdict."""
     boundaries = list(dict.fromkeys(row.boundary for row in rows))
     lines: dict[str, dict[str, Row]] = {}
     for row in rows:
         lines.setdefault(_label(row), {})[row.boundary] = row
-    matrix = any(row.strategy != DRILL for row in rows)
+    matrix = any(row.strategy not in {DRILL, RESTORE} for row in rows)
     first = f"strategy ({ops} ops per cell)" if matrix else "strategy"
     header = [first, *[f"{b}: effects / missing" for b in boundaries]]
     drill = any(row.strategy == DRILL for row in rows)
     header += [DUPLICATES_HEADER] if drill else []
+    restore = any(row.strategy == RESTORE for row in rows)
+    header += [RESTORE_HEADER] if restore else []
     header += ["requests", "kills", "verdict"]
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, cells in lines.items():
@@ -51,6 +63,14 @@ def markdown_table(rows: list[Row], ops: int) -> str:
             values.append(
                 " / ".join(str(n) for n in (d.duplicates, d.found, d.compensated, d.flagged, d.missed))
                 if (d := cells.get("operator-absent")) and d.strategy == DRILL
+                else ""
+            )
+        if restore:
+            values.append(
+                " / ".join(
+                    str(n) for n in (r.interrupted, r.duplicates, r.missing, r.failed_with_effect, r.operator)
+                )
+                if (r := cells.get("restore")) and r.strategy == RESTORE
                 else ""
             )
         requests = " + ".join(str(c.requests) for c in cells.values())

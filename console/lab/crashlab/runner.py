@@ -64,8 +64,9 @@ PATHS = {"payments": "/v1/charges", "email": "/v1/emails", "reservations": "/v1/
 @dataclass
 class LabConfig:
     """What to run: ``ops`` per cell, which boundaries, strategies and variants, whether the
-    duplicate drill runs (``drill``, ``drill_intents`` per provider), and how many worker
-    processes (``workers`` x ``concurrency`` pool processes)."""
+    duplicate drill runs (``drill``, ``drill_intents`` per provider), whether the restore drill
+    runs (``restore``, ``restore_intents`` per kind and batch), and how many worker processes
+    (``workers`` x ``concurrency`` pool processes)."""
 
     ops: int = 100
     boundaries: tuple[str, ...] = BOUNDARIES
@@ -75,12 +76,20 @@ class LabConfig:
     concurrency: int = 4
     drill: bool = True
     drill_intents: int | None = None
+    restore: bool = True
+    restore_intents: int | None = None
 
     @property
     def intents_per_drill_provider(self) -> int:
         """Intents per provider in the duplicate drill: ``drill_intents``, else one per ten
         operations (as many as a cell interrupts), at least one."""
         return self.drill_intents if self.drill_intents is not None else max(1, self.ops // 10)
+
+    @property
+    def intents_per_restore_batch(self) -> int:
+        """Intents per provider kind in each batch of the restore drill: ``restore_intents``,
+        else one per ten operations, at least three (done, held and just submitted at the dump)."""
+        return self.restore_intents if self.restore_intents is not None else max(3, self.ops // 10)
 
 
 def arguments_for(provider: str, reference: str, n: int) -> dict[str, Any]:
@@ -122,9 +131,12 @@ class CrashLab:
             setattr(settings, name, CONSISTENCY_WINDOW_SECONDS)
         self.sandbox = httpx.Client(base_url=url, timeout=10)
         self.cluster.use_queue_here()
-        for n in range(self.config.workers):
-            self.cluster.start_worker(f"lab{n}", concurrency=self.config.concurrency)
-        self.cluster.start_beat()
+        config = self.config
+        if (config.boundaries and config.strategies) or config.variants or config.drill:
+            # The restore drill alone starts workers of its own, on its own database.
+            for n in range(config.workers):
+                self.cluster.start_worker(f"lab{n}", concurrency=config.concurrency)
+            self.cluster.start_beat()
         from operations.authentication import agent_create
 
         Agent.objects.filter(tenant="crashlab", name__startswith="lab-").update(is_active=False)
@@ -192,7 +204,26 @@ class CrashLab:
                     rows.append(self.cell(LEDGER, boundary, provider))
         if self.config.drill:
             rows.append(self.duplicate_drill())
+        if self.config.restore:
+            rows.append(self.restore_drill())
         return rows
+
+    def restore_drill(self) -> Row:
+        """Run the restore drill (``restore_drill``) against this lab's sandbox provider, in a
+        scratch ledger database with workers of its own: one row."""
+        from console.lab.crashlab.restore_drill import RestoreDrill
+
+        drill = RestoreDrill(
+            sandbox_url=str(settings.SANDBOX_PROVIDER_URL),
+            intents=self.config.intents_per_restore_batch,
+            provider_timeout=PROVIDER_TIMEOUT,
+            lease_seconds=LEASE_SECONDS,
+            consistency_window=CONSISTENCY_WINDOW_SECONDS,
+        )
+        try:
+            return drill.run()
+        finally:
+            self.cluster.use_queue_here()  # the drill's cluster published on its own queue
 
     def duplicate_drill(self) -> Row:
         """Run the duplicate drill (``duplicate_drill``) on this lab's cluster: one row."""

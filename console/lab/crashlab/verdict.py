@@ -16,6 +16,8 @@ from typing import Any
 LEDGER = "ledger"
 #: The duplicate drill's row (``duplicate_drill``): duplicates at providers without keys.
 DRILL = "duplicate-drill"
+#: The restore drill's row (``restore_drill``): the ledger's database restored from a dump.
+RESTORE = "restore-drill"
 
 
 @dataclass
@@ -24,9 +26,9 @@ class Row:
 
     Attributes:
         strategy: ``retry``, ``record-after``, ``record-before``, ``ledger`` or
-            ``duplicate-drill``.
+            ``duplicate-drill`` or ``restore-drill``.
         boundary: ``none``, ``before-effect``, ``after-effect`` or ``timeout``
-            (``operator-absent`` for the duplicate drill).
+            (``operator-absent`` for the duplicate drill, ``restore`` for the restore drill).
         provider: ``payments``, ``email`` or ``reservations`` (``email+reservations`` for the
             duplicate drill).
         ops: distinct operations submitted.
@@ -45,7 +47,11 @@ class Row:
             SUCCEEDED and that the provider shows cancelled.
         flagged: (drill) extra effects whose finding is open for operators.
         missed: (drill) extra effects neither compensated nor flagged when the wait ended.
-        detail: (drill) the same counts per provider, and the drill's timings.
+        failed_with_effect: (restore) references whose intent is FAILED although the
+            provider holds an effect for them.
+        operator: (restore) references whose intent is UNKNOWN or HELD in front of an operator
+            at the end (not lost, not done: counted apart).
+        detail: (drills) the same counts per provider, and the drill's timings.
     """
 
     strategy: str
@@ -66,6 +72,8 @@ class Row:
     compensated: int = 0
     flagged: int = 0
     missed: int = 0
+    failed_with_effect: int = 0
+    operator: int = 0
     detail: dict[str, Any] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
@@ -120,6 +128,32 @@ def judge_drill_row(row: Row) -> list[str]:
     return problems
 
 
+def judge_restore_row(row: Row) -> list[str]:
+    """What is wrong with the restore drill's row: the kill drills' bar (no reference with a
+    second effect, none without its effect unless an operator holds it), no intent FAILED whose
+    reference has an effect, every kind of the lab exercised, the restore lost intents (else it
+    proved nothing), and recovery ran and ended the pause."""
+    problems = []
+    if row.duplicates:
+        problems.append(f"{row.duplicates} duplicate effect(s) at the provider")
+    if row.missing:
+        problems.append(f"{row.missing} reference(s) lost (no effect, not in front of an operator)")
+    if row.failed_with_effect:
+        problems.append(f"{row.failed_with_effect} intent(s) FAILED whose effect the provider holds")
+    if row.interrupted <= 0:
+        problems.append("the restore lost no intent: the drill exercised nothing")
+    if row.not_terminal:
+        problems.append(f"{row.not_terminal} intent(s) neither ended nor in front of an operator")
+    kinds = [name for name in row.provider.split("+") if name]
+    absent = [name for name in kinds if not (row.detail.get(name) or {}).get("references")]
+    if absent:
+        problems.append(f"no intent of {', '.join(absent)}")
+    recovery = row.detail.get("recovery") or {}
+    if not recovery.get("ok"):
+        problems.append(f"recovery did not finish and resume execution ({recovery.get('by', 'none')})")
+    return problems
+
+
 #: What each control must show, for the crashes to count as real.
 CONTROL_EXPECTATIONS = {
     ("retry", "after-effect"): "duplicates",
@@ -149,6 +183,8 @@ def judge(rows: list[Row]) -> bool:
     for row in rows:
         if row.strategy == DRILL:
             row.problems = judge_drill_row(row)
+        elif row.strategy == RESTORE:
+            row.problems = judge_restore_row(row)
         elif row.strategy == LEDGER:
             row.problems = judge_ledger_row(row)
         else:

@@ -2,8 +2,10 @@
 
     python manage.py crashlab [--ops 100] [--boundaries none,before-effect,after-effect,timeout]
                               [--strategies retry,record-after,record-before,ledger] [--no-variants]
-                              [--no-drill] [--drill-intents N] [--json PATH] [--markdown PATH]
+                              [--no-drill] [--drill-intents N] [--no-restore] [--restore-intents N]
+                              [--json PATH] [--markdown PATH]
     python manage.py crashlab --drill-only [--drill-intents N]   # only the duplicate drill
+    python manage.py crashlab --restore-only [--restore-intents N]   # only the restore drill
     python manage.py crashlab --acceptance [--json PATH]
     python manage.py crashlab --judge PATH     # re-judge a saved --json report
 
@@ -58,6 +60,16 @@ class Command(BaseCommand):
             default=None,
             help="duplicate drill intents per provider (default: --ops / 10)",
         )
+        parser.add_argument("--no-restore", action="store_true", help="skip the restore drill")
+        parser.add_argument(
+            "--restore-only", action="store_true", help="run only the restore drill, not the matrix"
+        )
+        parser.add_argument(
+            "--restore-intents",
+            type=int,
+            default=None,
+            help="restore drill intents per provider kind and batch (default: --ops / 10, at least 3)",
+        )
         parser.add_argument("--workers", type=int, default=2)
         parser.add_argument("--acceptance", action="store_true", help="run the seven-check acceptance gate")
         parser.add_argument("--judge", metavar="PATH", help="re-judge a saved --json report; runs nothing")
@@ -91,15 +103,23 @@ class Command(BaseCommand):
             )
         if options["drill_intents"] is not None and options["drill_intents"] < 1:
             raise CommandError("--drill-intents must be at least 1")
-        only = options["drill_only"]
+        if options["restore_intents"] is not None and options["restore_intents"] < 3:
+            raise CommandError(
+                "--restore-intents must be at least 3 (done, held, just submitted at the dump)"
+            )
+        if options["drill_only"] and options["restore_only"]:
+            raise CommandError("--drill-only and --restore-only exclude each other")
+        only = options["drill_only"] or options["restore_only"]
         config = LabConfig(
             ops=ops,
             boundaries=() if only else _csv(options["boundaries"], BOUNDARIES, "boundary"),
             strategies=() if only else _csv(options["strategies"], STRATEGIES, "strategy"),
             variants=not options["no_variants"] and not only,
             workers=options["workers"],
-            drill=only or not (options["no_drill"] or options["no_variants"]),
+            drill=options["drill_only"] or not (only or options["no_drill"] or options["no_variants"]),
             drill_intents=options["drill_intents"],
+            restore=options["restore_only"] or not (only or options["no_restore"]),
+            restore_intents=options["restore_intents"],
         )
         drill = DrillRun.objects.create(
             kind=DrillRun.Kind.CRASHLAB,
@@ -110,6 +130,7 @@ class Command(BaseCommand):
                 "boundaries": config.boundaries,
                 "strategies": config.strategies,
                 "duplicate_drill_intents": config.intents_per_drill_provider if config.drill else 0,
+                "restore_drill_intents": config.intents_per_restore_batch if config.restore else 0,
             },
         )
         started = time.monotonic()

@@ -1,0 +1,533 @@
+"""The restore drill (issue 22): the ledger's database goes back in time, the provider does not.
+
+Per provider kind of the lab (payments: keyed, fenced, authoritative lookup; email: no keys,
+lookup by Message-ID that lags; reservations: no keys, listed by reference), real workers run:
+
+1. a first batch of intents: a third done before the dump, a third whose effect the provider
+   applies and then holds the answer (``hold_after_effect``: RUNNING, effect applied), a third
+   submitted just before it (READY or RUNNING);
+2. ``pg_dump -Fc`` of the ledger's database alone (the sandbox provider keeps its data in a
+   database of its own, so the dump and the restore never touch it), while they are in flight;
+3. a second batch after the dump: the restore will lose these intents, not their effects;
+4. everything runs to its end; ``manage.py audit_checkpoint`` writes a checkpoint to the outward
+   file, so the file is ahead of the dump;
+5. the workers and beat stop; the database is dropped, created and restored from the dump (as
+   onto a new server after a failover), every other session ended first;
+6. the workers and beat start again: their start-up check finds the database behind the
+   checkpoint file and pauses execution; recovery runs (automatically, else the drill runs
+   ``manage.py recover --since <dump time>``);
+7. the agent re-submits every intent the restore lost, exactly as before (same
+   ``Idempotency-Key``, same body, same token);
+8. everything settles, and the drill counts effects in the provider's own ledger.
+
+The bar is the kill drills': exactly one effect per reference (no duplicate), nothing lost
+(every reference has its effect, or its intent is UNKNOWN or HELD in front of an operator:
+counted apart), and no intent FAILED whose reference has an effect at the provider.
+
+It runs in a scratch ledger database of its own (``<database>_restore``, migrated, dropped at
+the end) with its own checkpoint file and signing key, so restoring it never rolls back the
+database the lab was pointed at. Effects are counted from the provider, never the ledger.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from django.core.management import call_command
+from django.db import connection, connections
+from django.test import Client
+
+from console.lab.bench.database import drop_database, recreate_database, server_dsn, use_database
+from console.lab.cluster import BASE_DIR, HarnessError, LocalCluster, Process, wait_until
+from console.lab.crashlab.verdict import RESTORE, Row
+from operations.models import TERMINAL_STATUSES, Intent
+
+logger = logging.getLogger("crashlab")
+
+KINDS = ("payments", "email", "reservations")
+ACTIONS = {"payments": "payments.charge", "email": "email.send", "reservations": "reservations.create"}
+TENANT = "restore-drill"
+#: Seconds the provider holds a held intent's answer after applying its effect: the dump is
+#: taken meanwhile, so the dump shows it RUNNING with its effect applied.
+HOLD_SECONDS = 2.5
+#: The email lookup lag during the drill (seconds), inside the lab's consistency window: the
+#: restore guard must wait it out before trusting an empty answer.
+EMAIL_LAG_SECONDS = 5.0
+#: Restore-point margin given to ``recover`` (seconds): the dump's snapshot is taken a moment
+#: after the time the drill reads.
+MARGIN_SECONDS = 5.0
+#: Bounds of the drill's waits (seconds).
+SETTLE_TIMEOUT = 90.0
+RECOVERY_WAIT = 30.0
+#: States in which an intent stands in front of an operator (counted apart, never as lost).
+OPERATOR_STATES = frozenset({Intent.Status.UNKNOWN, Intent.Status.HELD})
+
+
+@dataclass
+class KindCount:
+    """What the drill measured for one provider kind (counts of references or effects)."""
+
+    references: int = 0
+    at_dump: dict[str, int] = field(default_factory=dict)
+    lost_by_restore: int = 0
+    resubmitted: int = 0
+    effects: int = 0
+    active: int = 0
+    requests: int = 0
+    duplicates: int = 0
+    lost: int = 0
+    failed_with_effect: int = 0
+    operator: int = 0
+    final: dict[str, int] = field(default_factory=dict)
+    duplicate_references: list[str] = field(default_factory=list)
+    lost_references: list[str] = field(default_factory=list)
+    failed_references: list[str] = field(default_factory=list)
+
+
+def _pg_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise HarnessError(f"the restore drill needs {name} (PostgreSQL client tools) on PATH")
+    return path
+
+
+class RestoreDrill:
+    """One run of the restore drill against a running sandbox provider.
+
+    Args:
+        sandbox_url: the lab's sandbox provider (its data lives outside the ledger's database).
+        intents: intents per provider kind in each of the two batches (at least 3: done, held,
+            just submitted).
+        provider_timeout: the workers' provider deadline, seconds.
+        lease_seconds: the workers' lease, seconds.
+        consistency_window: the adapters' consistency windows during the drill, seconds.
+        workers, concurrency: worker processes and pool processes each.
+    """
+
+    def __init__(
+        self,
+        *,
+        sandbox_url: str,
+        intents: int,
+        provider_timeout: float,
+        lease_seconds: int,
+        consistency_window: float,
+        workers: int = 2,
+        concurrency: int = 2,
+    ) -> None:
+        self.sandbox_url = sandbox_url
+        self.intents = max(3, intents)
+        self.provider_timeout = provider_timeout
+        self.lease_seconds = lease_seconds
+        self.consistency_window = consistency_window
+        self.workers = workers
+        self.concurrency = concurrency
+        self.prefix = f"rst-{uuid.uuid4().hex[:8]}-"
+        self.first = {k: [f"{self.prefix}{k[:3]}-a{n:03d}" for n in range(self.intents)] for k in KINDS}
+        self.second = {k: [f"{self.prefix}{k[:3]}-b{n:03d}" for n in range(self.intents)] for k in KINDS}
+        self.bodies: dict[str, dict[str, Any]] = {}
+        self.ids: dict[str, str] = {}
+        self.token = ""
+        self.api = Client()
+        self.tmp = Path(tempfile.mkdtemp(prefix="effect-ledger-restore-drill-"))
+        self.cluster: LocalCluster | None = None
+        self.processes: list[Process] = []
+        self.notes: list[str] = []
+        self.recovery: dict[str, Any] = {}
+
+    # --- the run -----------------------------------------------------------------------------------
+
+    def run(self) -> Row:
+        """Run the drill in a scratch database and return its row (judged by ``verdict``).
+
+        Raises:
+            HarnessError: the drill could not set itself up (a submission refused, a tool
+                missing, a dump or restore that failed).
+        """
+        started = time.monotonic()
+        home = str(connection.settings_dict["NAME"])
+        scratch = f"{home}_restore"
+        provider = httpx.Client(base_url=self.sandbox_url, timeout=10)
+        recreate_database(scratch, admin_db=home)
+        use_database(scratch)
+        try:
+            call_command("migrate", verbosity=0)
+            from operations.authentication import agent_create
+
+            _, self.token = agent_create(name="restore-agent", tenant=TENANT)
+            provider.post("/_sandbox/config", json={"email_lookup_lag_seconds": EMAIL_LAG_SECONDS})
+            self._start_cluster()
+            dump, dump_time, at_dump_ids = self._first_batch_and_dump(provider)
+            self._submit_all(self.second)
+            self._wait_settled(self._every_reference(), "every intent to end before the restore")
+            self._checkpoint()
+            self._stop_processes()
+            self._restore(scratch, dump, admin_db=home)
+            at_dump = self._states_by_reference()
+            self._start_processes()
+            self._recover(dump_time)
+            lost = [ref for ref in self._every_reference() if ref not in at_dump]
+            self._resubmit(lost)
+            self._wait_settled(
+                self._every_reference(), "every intent to settle after the restore", strict=False
+            )
+            self._wait_landed(provider)
+            counts = {kind: self._count(provider, kind, at_dump, lost) for kind in KINDS}
+            return self._row(counts, at_dump_ids, time.monotonic() - started)
+        finally:
+            provider.post("/_sandbox/config", json={"email_lookup_lag_seconds": 0})
+            provider.close()
+            self._stop_processes()
+            if self.cluster is not None:
+                self.cluster.stop()
+            use_database(home)
+            drop_database(scratch, admin_db=home)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # --- processes -----------------------------------------------------------------------------------
+
+    def _start_cluster(self) -> None:
+        """Workers and beat on the scratch database, with the drill's own checkpoint file and key."""
+        self.cluster = LocalCluster(
+            sandbox_url=self.sandbox_url,
+            lease_seconds=self.lease_seconds,
+            provider_timeout_seconds=self.provider_timeout,
+            relay_period=0.5,
+            reconcile_period=0.5,
+        )
+        self.cluster.env.update(
+            {
+                "EFFECT_LEDGER_AUDIT_CHECKPOINT_FILE": str(self.tmp / "audit-checkpoints.jsonl"),
+                "EFFECT_LEDGER_AUDIT_SIGNING_KEY_FILE": str(self.tmp / "audit-signing-key.pem"),
+                "EFFECT_LEDGER_AUDIT_SIGNING_KEY_CREATE": "1",
+                "SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS": str(self.consistency_window),
+                "SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS": str(self.consistency_window),
+            }
+        )
+        self.cluster.use_queue_here()
+        self._start_processes()
+
+    def _start_processes(self) -> None:
+        assert self.cluster is not None
+        self.processes = [
+            self.cluster.start_worker(f"restore{n}", concurrency=self.concurrency)
+            for n in range(self.workers)
+        ]
+        self.processes.append(self.cluster.start_beat())
+
+    def _stop_processes(self) -> None:
+        for process in self.processes:
+            process.kill_group()
+        self.processes = []
+
+    def _manage(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run ``manage.py ARGS`` with the drill's environment (scratch database, checkpoint file)."""
+        assert self.cluster is not None
+        return subprocess.run(  # noqa: S603 - our own manage.py, fixed arguments
+            [sys.executable, str(BASE_DIR / "manage.py"), *args],
+            cwd=BASE_DIR,
+            env=self.cluster.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    # --- before the restore ----------------------------------------------------------------------
+
+    def _first_batch_and_dump(self, provider: httpx.Client) -> tuple[Path, str, dict[str, list[str]]]:
+        """Submit the first batch in three thirds and dump while the last two are in flight.
+
+        Returns:
+            the dump file, the database time read just before the dump (ISO 8601), and which
+            references were done / held / just submitted at the dump.
+        """
+        third = max(1, self.intents // 3)
+        groups: dict[str, list[str]] = {"done": [], "held": [], "late": []}
+        for kind in KINDS:
+            refs = self.first[kind]
+            groups["done"] += refs[:third]
+            groups["held"] += refs[third : 2 * third]
+            groups["late"] += refs[2 * third :]
+        for ref in groups["held"]:
+            kind = self._kind_of(ref)
+            provider.post(
+                "/_sandbox/faults",
+                json={"product": kind, "mode": "hold_after_effect", "delay_seconds": HOLD_SECONDS,
+                      "match": {"reference": ref}},
+            ).raise_for_status()  # fmt: skip
+        self._submit_all({k: [r for r in self.first[k] if r in groups["done"]] for k in KINDS})
+        self._wait_settled(groups["done"], "the first third to end")
+        self._submit_all({k: [r for r in self.first[k] if r in groups["held"]] for k in KINDS})
+        wait_until(
+            lambda: all(self._provider_effects(provider, self._kind_of(r), r) for r in groups["held"]),
+            30,
+            "the held intents' effects at the provider",
+            interval=0.05,
+        )
+        self._submit_all({k: [r for r in self.first[k] if r in groups["late"]] for k in KINDS})
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT now()")
+            dump_time = cursor.fetchone()[0].isoformat()
+        dump = self.tmp / "ledger.dump"
+        completed = subprocess.run(  # noqa: S603 - the PostgreSQL client, fixed arguments
+            [
+                _pg_tool("pg_dump"),
+                "-Fc",
+                "-f",
+                str(dump),
+                "--dbname",
+                server_dsn(str(connection.settings_dict["NAME"])),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if completed.returncode:
+            raise HarnessError(f"pg_dump failed: {completed.stderr[-1000:]}")
+        return dump, dump_time, groups
+
+    def _checkpoint(self) -> None:
+        """Sign an audit checkpoint now, so the outward file is ahead of the dump."""
+        completed = self._manage("audit_checkpoint")
+        if completed.returncode:
+            raise HarnessError(f"audit_checkpoint failed: {(completed.stdout + completed.stderr)[-1000:]}")
+
+    # --- the restore and the recovery ----------------------------------------------------------------
+
+    def _restore(self, scratch: str, dump: Path, *, admin_db: str) -> None:
+        """Drop, create and restore the scratch ledger database from the dump (every other
+        session ended first), as onto a new server after a failover."""
+        connections.close_all()
+        recreate_database(scratch, admin_db=admin_db)
+        completed = subprocess.run(  # noqa: S603 - the PostgreSQL client, fixed arguments
+            [_pg_tool("pg_restore"), "--no-owner", "--dbname", server_dsn(scratch), str(dump)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if completed.returncode:
+            raise HarnessError(f"pg_restore failed: {completed.stderr[-1000:]}")
+
+    def _recovery_runs(self) -> list[dict[str, Any]]:
+        """Recoveries recorded in the restored database (none before the feature exists)."""
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT id, trigger, finished_at IS NOT NULL, error, counts FROM operations_recoveryrun"
+                    " ORDER BY id"
+                )
+                rows = cursor.fetchall()
+        except Exception:  # noqa: BLE001 - no such table: no recovery ever ran
+            connections.close_all()
+            return []
+        return [{"id": r[0], "trigger": r[1], "finished": r[2], "error": r[3], "counts": r[4]} for r in rows]
+
+    def _paused(self) -> bool | None:
+        """Whether execution is paused in the restored database (None: no such control)."""
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT paused_at IS NOT NULL FROM operations_executioncontrol WHERE id = 1")
+                row = cursor.fetchone()
+        except Exception:  # noqa: BLE001 - no such table
+            connections.close_all()
+            return None
+        return bool(row[0]) if row else False
+
+    def _recover(self, dump_time: str) -> None:
+        """Wait for the automatic recovery; run ``manage.py recover`` when none comes."""
+        before = {r["id"] for r in self._recovery_runs()}
+
+        def recovered() -> bool:
+            return any(r["finished"] for r in self._recovery_runs() if r["id"] not in before)
+
+        try:
+            wait_until(recovered, RECOVERY_WAIT, "the automatic recovery", interval=0.5)
+            self.recovery["by"] = "automatic"
+        except HarnessError:
+            completed = self._manage("recover", "--since", dump_time, "--margin", str(MARGIN_SECONDS))
+            self.recovery["by"] = "manage.py recover"
+            self.recovery["exit"] = completed.returncode
+            if completed.returncode:
+                self.notes.append(
+                    f"recover exited {completed.returncode}: {(completed.stdout + completed.stderr)[-500:]}"
+                )
+        runs = [r for r in self._recovery_runs() if r["id"] not in before]
+        self.recovery["runs"] = runs
+        self.recovery["paused_after"] = self._paused()
+        self.recovery["ok"] = (
+            any(r["finished"] and not r["error"] for r in runs) and self.recovery["paused_after"] is False
+        )
+
+    # --- the agent ---------------------------------------------------------------------------------
+
+    def _kind_of(self, ref: str) -> str:
+        return next(k for k in KINDS if ref.startswith(f"{self.prefix}{k[:3]}-"))
+
+    def _every_reference(self) -> list[str]:
+        return [r for k in KINDS for r in (*self.first[k], *self.second[k])]
+
+    def _body(self, kind: str, ref: str) -> dict[str, Any]:
+        from console.lab.crashlab.runner import arguments_for
+
+        n = int(ref[-3:]) + (500 if "-b" in ref[len(self.prefix) :] else 0)
+        return {"action": ACTIONS[kind], "arguments": arguments_for(kind, ref, n), "reference": ref}
+
+    def _post(self, ref: str) -> str:
+        """POST the intent of ``ref`` as the agent does (the reference is its Idempotency-Key)."""
+        body = self.bodies.setdefault(ref, self._body(self._kind_of(ref), ref))
+        response = self.api.post(
+            "/api/v1/intents",
+            data=body,
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {self.token}",
+            HTTP_IDEMPOTENCY_KEY=ref,
+        )
+        if response.status_code != 201:
+            raise HarnessError(f"submission refused: {response.status_code} {response.content[:300]!r}")
+        return str(response.json()["intent_id"])
+
+    def _submit_all(self, refs: dict[str, list[str]]) -> None:
+        for kind in KINDS:
+            for ref in refs.get(kind, []):
+                self.ids[ref] = self._post(ref)
+
+    def _resubmit(self, lost: list[str]) -> None:
+        """The agent asks for each intent it submitted; those the ledger no longer knows (404)
+        are submitted again, byte for byte."""
+        for ref in lost:
+            response = self.api.get(
+                f"/api/v1/intents/{self.ids[ref]}", HTTP_AUTHORIZATION=f"Bearer {self.token}"
+            )
+            if response.status_code == 404:
+                self.ids[ref] = self._post(ref)
+            else:
+                self.notes.append(f"{ref}: expected 404 after the restore, got {response.status_code}")
+
+    # --- waiting and counting -----------------------------------------------------------------------
+
+    def _states_by_reference(self) -> dict[str, str]:
+        rows = Intent.objects.filter(tenant=TENANT, reference__startswith=self.prefix).values_list(
+            "reference", "client_key", "status"
+        )
+        return {ref: status for ref, key, status in rows if key == ref}
+
+    def _wait_settled(self, refs: list[str], what: str, *, strict: bool = True) -> None:
+        """Wait until every ``refs`` intent is SUCCEEDED or terminal (``strict``), or, after
+        the restore, also settled in front of an operator once the consistency window passed."""
+        done = {*TERMINAL_STATUSES, Intent.Status.SUCCEEDED}
+        started = time.monotonic()
+
+        def settled() -> bool:
+            states = self._states_by_reference()
+            if any(ref not in states for ref in refs):
+                return False
+            waiting = {ref for ref in refs if states[ref] not in done}
+            if not waiting:
+                return True
+            patient = strict or time.monotonic() - started < self.consistency_window + 10
+            return not patient and all(states[ref] in OPERATOR_STATES for ref in waiting)
+
+        try:
+            wait_until(settled, SETTLE_TIMEOUT, what, interval=0.25)
+        except HarnessError as exc:
+            if strict:
+                raise
+            self.notes.append(str(exc))
+
+    def _provider_effects(
+        self, provider: httpx.Client, kind: str, ref: str | None = None
+    ) -> list[dict[str, Any]]:
+        params = {"product": kind, **({"reference": ref} if ref else {})}
+        response = provider.get("/ledger", params=params)
+        response.raise_for_status()
+        return [
+            e for e in response.json()["effects"] if str(e.get("reference") or "").startswith(self.prefix)
+        ]
+
+    def _provider_requests(self, provider: httpx.Client, kind: str) -> list[dict[str, Any]]:
+        response = provider.get("/_sandbox/requests", params={"product": kind})
+        response.raise_for_status()
+        return [
+            r for r in response.json()["requests"] if str(r.get("reference") or "").startswith(self.prefix)
+        ]
+
+    def _wait_landed(self, provider: httpx.Client) -> None:
+        """Wait (bounded) until every request the provider applied or refused has been answered:
+        its held answers are over, so nothing lands after the count."""
+        time.sleep(HOLD_SECONDS + 0.5)
+
+    def _count(
+        self, provider: httpx.Client, kind: str, at_dump: dict[str, str], lost: list[str]
+    ) -> KindCount:
+        refs = [*self.first[kind], *self.second[kind]]
+        effects = self._provider_effects(provider, kind)
+        per_ref = Counter(str(e["reference"]) for e in effects)
+        states = self._states_by_reference()
+        duplicates = sorted(r for r in refs if per_ref[r] > 1)
+        missing = sorted(r for r in refs if per_ref[r] == 0 and states.get(r) not in OPERATOR_STATES)
+        failed = sorted(r for r in refs if per_ref[r] and states.get(r) == Intent.Status.FAILED)
+        return KindCount(
+            references=len(refs),
+            at_dump=dict(Counter(at_dump.get(r, "lost") for r in refs)),
+            lost_by_restore=sum(1 for r in refs if r in lost),
+            resubmitted=sum(1 for r in refs if r in lost),
+            effects=len(effects),
+            active=sum(1 for e in effects if e.get("status") not in {"cancelled", "withdrawn"}),
+            requests=len(self._provider_requests(provider, kind)),
+            duplicates=sum(per_ref[r] - 1 for r in duplicates),
+            lost=len(missing),
+            failed_with_effect=len(failed),
+            operator=sum(1 for r in refs if states.get(r) in OPERATOR_STATES),
+            final=dict(Counter(states.get(r, "absent") for r in refs)),
+            duplicate_references=duplicates[:20],
+            lost_references=missing[:20],
+            failed_references=failed[:20],
+        )
+
+    def _row(self, counts: dict[str, KindCount], groups: dict[str, list[str]], seconds: float) -> Row:
+        def total(attribute: str) -> int:
+            return sum(int(getattr(c, attribute)) for c in counts.values())
+
+        not_terminal = sum(
+            n for c in counts.values() for status, n in c.final.items()
+            if status not in {*TERMINAL_STATUSES, Intent.Status.SUCCEEDED, *OPERATOR_STATES}
+        )  # fmt: skip
+        return Row(
+            strategy=RESTORE,
+            boundary="restore",
+            provider="+".join(KINDS),
+            ops=total("references"),
+            interrupted=total("lost_by_restore"),
+            effects=total("effects"),
+            missing=total("lost"),
+            duplicates=total("duplicates"),
+            active=total("active"),
+            requests=total("requests"),
+            kills=0,
+            not_terminal=not_terminal,
+            seconds=round(seconds, 2),
+            failed_with_effect=total("failed_with_effect"),
+            operator=total("operator"),
+            detail={
+                **{kind: count.__dict__ for kind, count in counts.items()},
+                "groups_at_dump": {name: len(refs) for name, refs in groups.items()},
+                "recovery": self.recovery,
+                "notes": self.notes[:20],
+                "email_lookup_lag_seconds": EMAIL_LAG_SECONDS,
+                "consistency_window_seconds": self.consistency_window,
+            },
+        )
