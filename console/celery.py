@@ -38,4 +38,10 @@ app.conf.beat_schedule = {
         "task": "operations.audit_checkpoint",
         "schedule": settings.EFFECT_LEDGER["AUDIT_CHECKPOINT_PERIOD_SECONDS"],
     },
+    # Has the database gone back in time (a restore, a failover)? Compared with the outward
+    # checkpoint file; behind, execution pauses and recovery runs (operations.failover).
+    "restore-check": {
+        "task": "operations.restore_check",
+        "schedule": settings.EFFECT_LEDGER["RESTORE_CHECK_PERIOD_SECONDS"],
+    },
 }

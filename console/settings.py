@@ -244,6 +244,14 @@ EFFECT_LEDGER: dict[str, Any] = {
         "EFFECT_LEDGER_AUDIT_CHECKPOINT_FILE", str(DATA_DIR / "audit-checkpoints.jsonl")
     ),
     "AUDIT_CHECKPOINT_PERIOD_SECONDS": env_float("EFFECT_LEDGER_AUDIT_CHECKPOINT_PERIOD_SECONDS", 300.0),
+    # When the database goes back in time (issue 22, README "Failover and restore"): workers on
+    # start and the beat every RESTORE_CHECK_PERIOD_SECONDS compare it with the checkpoint file;
+    # behind, execution pauses and (RECOVER_AUTOMATICALLY) recovery runs. For RESTORE_GUARD_SECONDS
+    # after a recovery, sends to providers without keys are looked up first.
+    "RESTORE_CHECK_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RESTORE_CHECK_PERIOD_SECONDS", 30.0),
+    "RECOVER_AUTOMATICALLY": env_bool("EFFECT_LEDGER_RECOVER_AUTOMATICALLY", True),
+    "RECOVERY_MARGIN_SECONDS": env_float("EFFECT_LEDGER_RECOVERY_MARGIN_SECONDS", 60.0),
+    "RESTORE_GUARD_SECONDS": env_float("EFFECT_LEDGER_RESTORE_GUARD_SECONDS", 86400.0),
 }
 
 # Policies per action (risk decision table in shared/seeds/004). The policy in force is

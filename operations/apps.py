@@ -15,7 +15,10 @@ class OperationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from operations import checks  # noqa: F401  (registers the system checks)
+        from operations import (
+            checks,  # noqa: F401  (registers the system checks)
+            signals,  # noqa: F401  (the restore check on a worker's start)
+        )
 
         # Every process (web, workers, beat, commands) resolves each configured policy once at
         # start-up, so a malformed one stops it here, naming the action and the field, instead

@@ -32,8 +32,9 @@ from operations.checkpoints import (
     checkpoint_statement,
     heads_read,
 )
-from operations.idempotency import canonical_json, sha256_hex
+from operations.idempotency import canonical_json
 from operations.models import AuditCheckpoint
+from operations.restore_check import database_behind
 
 logger = logging.getLogger("operations.checkpoints")
 
@@ -62,8 +63,20 @@ class CheckpointRefusedError(CheckpointError):
         )
 
 
+class CheckpointUnpublishedError(CheckpointError):
+    """The checkpoint is stored and signed, but the checkpoint file could not be written."""
+
+
+class DatabaseBehindError(CheckpointError):
+    """The database is behind the checkpoint file (``operations.restore_check``): signing on
+    from its older state would fork the series. ``manage.py recover`` re-baselines instead."""
+
+
 def audit_checkpoint_create(
-    *, only_if_changed: bool = False, accept_faults_reason: str | None = None
+    *,
+    only_if_changed: bool = False,
+    accept_faults_reason: str | None = None,
+    restored_after: SignedCheckpoint | None = None,
 ) -> AuditCheckpoint | None:
     """Check the log against the previous checkpoint, then record, sign, store and publish a
     checkpoint of every chain's head.
@@ -82,6 +95,11 @@ def audit_checkpoint_create(
             found faults (a deliberate re-baseline, ``audit_checkpoint --accept-faults``); the
             faults and this reason (non-blank) are recorded in the signed statement as
             ``accepted``. Without faults the checkpoint is an ordinary one.
+        restored_after: the checkpoint file's newest checkpoint, which the database lost (a
+            restore or a failover; only ``recover`` passes it, with a reason). The new
+            checkpoint follows it — number, ``prev_hash`` and the heads compared with its
+            heads — so the file's series goes on unbroken, and ``accepted.restored`` records
+            which numbers exist only in the file (``checkpoints.restored_gap``).
 
     Returns:
         The stored row, or None (``only_if_changed`` and nothing changed).
@@ -90,9 +108,13 @@ def audit_checkpoint_create(
         operations.audit_keys.AuditKeyError: no usable signing key (nothing is stored).
         CheckpointRefusedError: the log or the previous checkpoint was altered (nothing is
             stored; see the module docstring).
-        CheckpointError: stored, but the checkpoint file could not be written.
+        DatabaseBehindError: the database is behind the checkpoint file and no
+            ``restored_after`` was given (nothing is stored).
+        CheckpointUnpublishedError: stored, but the checkpoint file could not be written.
         ValueError: ``accept_faults_reason`` is blank or holds characters that are not printable.
     """
+    if restored_after is not None and accept_faults_reason is None:
+        raise ValueError("a re-baseline after a restore needs a reason")
     if accept_faults_reason is not None and not accept_faults_reason.strip():
         raise ValueError("a re-baseline needs a reason")
     if accept_faults_reason is not None and not accept_faults_reason.isprintable():
@@ -101,6 +123,10 @@ def audit_checkpoint_create(
     # A key is created (where configured) only for the first checkpoint: a key file missing
     # once checkpoints exist was lost or removed, and a fresh key would sign on as if nothing
     # happened.
+    if restored_after is None:
+        behind = database_behind()
+        if behind is not None:
+            raise DatabaseBehindError(f"audit checkpoint refused: {behind.reason}; run manage.py recover")
     first = not AuditCheckpoint.objects.exists()
     private_key = signing_key_load(create=None if first else False)
     signer_id = key_id(private_key.public_key())
@@ -115,26 +141,36 @@ def audit_checkpoint_create(
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s), statement_timestamp()", [ADVISORY_LOCK_ID])
             (_, now) = cursor.fetchone()
-        previous = AuditCheckpoint.objects.order_by("-number").first()
+        stored = AuditCheckpoint.objects.order_by("-number").first()
+        previous = restored_after or (SignedCheckpoint.from_row(stored) if stored else None)
         successor = (
-            CheckpointSuccessor(
-                SignedCheckpoint.from_row(previous), private_key.public_key(), limit=FAULTS_LISTED
-            )
-            if previous
-            else None
+            CheckpointSuccessor(previous, private_key.public_key(), limit=FAULTS_LISTED) if previous else None
         )
         tree, events, heads = heads_read(observe=successor.see if successor else None)
         root = tree.hexdigest()
-        if only_if_changed and previous is not None and (previous.root, previous.chains) == (root, tree.size):
+        if (
+            only_if_changed
+            and restored_after is None
+            and previous is not None
+            and (previous.statement["root"], previous.statement["chains"]) == (root, tree.size)
+        ):
             return None
         accepted = _accepted_faults(successor, accept_faults_reason) if successor else None
+        if restored_after is not None:
+            accepted = {
+                **(accepted or {"faults": [], "omitted": 0, "reason": accept_faults_reason}),
+                "restored": {
+                    "database_newest": stored.number if stored else 0,
+                    "file_newest": restored_after.number,
+                },
+            }
         row = AuditCheckpoint(
             number=previous.number + 1 if previous else 1,
             created_at=now,
             chains=tree.size,
             events=events,
             root=root,
-            prev_hash=sha256_hex(canonical_json(checkpoint_statement(previous))) if previous else GENESIS,
+            prev_hash=previous.statement_hash() if previous else GENESIS,
             key_id=signer_id,
             heads=heads,
             accepted=accepted,
@@ -193,4 +229,4 @@ def checkpoint_publish(checkpoint: SignedCheckpoint) -> None:
             f"audit checkpoint #{checkpoint.number} is stored but was not written to {path}: {exc.strerror}"
         )
         logger.error(message)
-        raise CheckpointError(message) from exc
+        raise CheckpointUnpublishedError(message) from exc

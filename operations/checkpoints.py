@@ -39,6 +39,7 @@ import base64
 import binascii
 import json
 import logging
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterator
@@ -231,16 +232,38 @@ def _statement_problem(statement: Any) -> str:
             expected = "an integer from 0 to 2**53 - 1" if kind is int else "text"
             return f"'checkpoint.{name}' must be {expected}"
     accepted = statement.get("accepted", {"faults": [], "omitted": 0, "reason": ""})
+    if isinstance(accepted, dict) and "restored" in accepted and not restored_gap(accepted):
+        return "'checkpoint.accepted.restored' must be {database_newest: integer, file_newest: integer}"
     if not (
         isinstance(accepted, dict)
-        and accepted.keys() == {"faults", "omitted", "reason"}
+        and accepted.keys() - {"restored"} == {"faults", "omitted", "reason"}
         and isinstance(accepted["faults"], list)
         and all(isinstance(fault, str) for fault in accepted["faults"])
         and _is_json_integer(accepted["omitted"])
         and isinstance(accepted["reason"], str)
     ):
-        return "'checkpoint.accepted' must be {faults: [text], omitted: integer, reason: text}"
+        return (
+            "'checkpoint.accepted' must be {faults: [text], omitted: integer, reason: text} "
+            "(and may have 'restored')"
+        )
     return ""
+
+
+def restored_gap(accepted: Any) -> tuple[int, int] | None:
+    """The checkpoints a recovery's re-baseline says the database lost, as ``(database_newest,
+    file_newest)``: numbers ``database_newest + 1 .. file_newest`` exist only in the checkpoint
+    file (the database went back in time; issue 22). None when ``accepted`` records no restore
+    or its ``restored`` is malformed."""
+    restored = accepted.get("restored") if isinstance(accepted, dict) else None
+    if not (
+        isinstance(restored, dict)
+        and restored.keys() == {"database_newest", "file_newest"}
+        and _is_json_integer(restored["database_newest"])
+        and _is_json_integer(restored["file_newest"], 1)
+        and restored["database_newest"] < restored["file_newest"]
+    ):
+        return None
+    return restored["database_newest"], restored["file_newest"]
 
 
 def checkpoint_statement(row: AuditCheckpoint) -> dict[str, Any]:
@@ -337,6 +360,43 @@ def checkpoint_from_file(path: Path) -> SignedCheckpoint:
         last = checkpoint
     assert last is not None  # checkpoint_file_read raises on a file without a checkpoint
     return last
+
+
+def checkpoint_file_newest(path: Path) -> SignedCheckpoint | None:
+    """The checkpoint on the last non-blank line of ``path``, read from the end (the file's
+    other lines are not read: this is the cheap check the workers and the beat make, see
+    ``operations.restore_check``). None when the file does not exist or is empty.
+
+    Raises:
+        CheckpointError: the file cannot be read, or its last line is not a checkpoint line.
+    """
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            end = handle.tell()
+            tail = b""
+            while end > 0 and not tail.strip(b"\r\n \t"):
+                step = min(end, 1 << 16)
+                end -= step
+                handle.seek(end)
+                tail = handle.read(step) + tail
+            stripped = tail.rstrip()
+            while end > 0 and b"\n" not in stripped:
+                step = min(end, 1 << 20)
+                end -= step
+                handle.seek(end)
+                stripped = handle.read(step) + stripped
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CheckpointError(f"cannot read the checkpoint file {path}: {exc.strerror}") from exc
+    last = stripped.rsplit(b"\n", 1)[-1]
+    if not last.strip():
+        return None
+    try:
+        return SignedCheckpoint.from_line(last.decode("utf-8"))
+    except (UnicodeDecodeError, CheckpointError) as exc:
+        raise CheckpointError(f"unreadable checkpoint file {path}, last line: {exc}") from exc
 
 
 def checkpoint_latest() -> SignedCheckpoint | None:

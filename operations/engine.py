@@ -62,21 +62,25 @@ from operations.adapters.base import (
     AmbiguousOutcome,
     ExecutionCall,
     ExecutionResult,
+    LookupKind,
+    LookupStatus,
     NewerAttemptExists,
     RetryableError,
     TerminalError,
 )
-from operations.adapters.registry import get_adapter, serving_problem
+from operations.adapters.registry import ActionUnavailable, capabilities_for, get_adapter, serving_problem
 from operations.bounds import reference_problem
-from operations.calls import provider_call
+from operations.calls import provider_call, provider_lookup
 from operations.delivery import database_unavailable
 from operations.engine_errors import answer_evidence, describe, transient_error
+from operations.failover import pause_if_behind
 from operations.idempotency import key_digest
 from operations.models import Intent
 from operations.request_integrity import stored_request_problem
 from operations.services import execution as svc
 from operations.services.approvals import intent_mark_approvals_used
 from operations.services.business import intent_hold_unserved
+from operations.services.failover import database_now, execution_paused, guard_settle_at
 from operations.services.recovery import intent_redispatch
 
 logger = logging.getLogger("operations.engine")
@@ -132,13 +136,19 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
     request no longer hashes to its request_hash is HELD for a person (nothing is sent).
 
     Returns a label of what happened: ``held`` (not served here, or its stored request does not
-    match its request_hash; a person decides),
+    match its request_hash, or the restore guard cannot look it up; a person decides),
+    ``paused`` (execution is paused after the database went back in time; nothing claimed),
+    ``deferred`` (the restore guard waits out the provider's window before sending),
     ``duplicate`` (nothing to claim), ``refused`` (re-check failed, nothing sent), ``succeeded``, ``failed``, ``retry``, ``unknown``, ``stale`` (a
     newer fence took over while we were calling; our write was refused), or ``unrecorded``
     (even the fallback could not be written; the lease takeover moves the intent on).
     """
     metrics.DELIVERIES.inc()
     worker = worker or worker_identity()
+    if delivery_retries:
+        # The database was away: perhaps a failover to a replica that lagged. Check before
+        # claiming (the beat checks every RESTORE_CHECK_PERIOD_SECONDS anyway).
+        pause_if_behind(actor=f"detector:{worker}")
     if _hold_if_unserved(intent_id, worker):
         return "held"
     claim = svc.intent_claim(
@@ -148,6 +158,10 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
         delivery_retries=delivery_retries,
     )
     if claim is None:
+        if execution_paused():
+            # Recovery re-dispatches every READY intent when it resumes execution.
+            metrics.PAUSED_CLAIMS.inc()
+            return "paused"
         metrics.DUPLICATE_DELIVERIES.inc()
         _redispatch_if_early(intent_id, worker)
         return "duplicate"
@@ -184,6 +198,9 @@ def _prepare(claim: svc.Claim, context: dict[str, object]) -> tuple[Adapter, Exe
         logger.warning("re-check refused the attempt", extra={**context, "reason": refusal})
         svc.intent_record_failure(claim=claim, error=refusal, sent=False)
         return "refused"
+    guarded = _restore_guard(claim, context)
+    if guarded is not None:
+        return guarded
     intent_mark_approvals_used(intent=claim.intent)
     adapter = get_adapter(claim.intent.action)
     call = provider_call(
@@ -193,6 +210,76 @@ def _prepare(claim: svc.Claim, context: dict[str, object]) -> tuple[Adapter, Exe
         deadline_seconds=provider_deadline_seconds(),
     )
     return adapter, call
+
+
+#: Events after which a person has decided to send an intent the restore guard stopped.
+_GUARD_OVERRIDES = ("released", "outcome_absent")
+
+
+def _restore_guard(claim: svc.Claim, context: dict[str, object]) -> str | None:
+    """Under the restore guard (``services.failover``; issue 22), before sending to a provider
+    that cannot deduplicate on our key: did a timeline the database forgot already make this
+    effect? None means send; otherwise the label of what happened instead:
+
+    ==========================  =============================================================
+    look-up                     what happens (nothing is sent)
+    ==========================  =============================================================
+    FOUND                       ``succeeded``: SUCCEEDED with the found receipt (outcome
+                                source ``reconciler``); two or more schedule duplicate checks
+    nothing found, before the   ``deferred``: READY again, due at the settle point (the
+    settle point                recovery's start + a lease + the consistency window)
+    nothing found, after it     None: send
+    anything else               ``unknown``: UNKNOWN, cause ``restore_guard``, for the
+                                reconciler and operators
+    no look-up possible         ``held``: HELD for a person, unless one already released it
+                                (or said ``absent``) since the recovery
+    ==========================  =============================================================
+    """
+    since = claim.restore_guard_since
+    intent = claim.intent
+    if since is None:
+        return None
+    try:
+        capabilities = capabilities_for(intent.action)
+    except ActionUnavailable:
+        return None  # served when claimed (_hold_if_unserved); the call fails on its own
+    if not capabilities.duplicates_possible:
+        return None  # the provider deduplicates on our key: a replay, never a second effect
+    if intent.audit_events.filter(event__in=_GUARD_OVERRIDES, created_at__gte=since).exists():
+        return None  # a person decided to send it after the recovery
+    if capabilities.lookup == LookupKind.NONE and not capabilities.list_by_reference:
+        metrics.RESTORE_GUARD_CHECKS.labels(decision="held").inc()
+        problem = (
+            "restore guard: the database went back in time and this provider has neither idempotency keys nor "
+            "a look-up, so whether the forgotten timeline already sent this cannot be known here; confirm "
+            "with the provider, then release or reject"
+        )
+        return "held" if svc.intent_hold_restored(claim=claim, problem=problem) else "stale"
+    result = provider_lookup(intent)
+    evidence = {"restore_guard": {"lookup": result.status.value, **result.detail}}
+    if result.status == LookupStatus.FOUND and result.provider_references:
+        metrics.RESTORE_GUARD_CHECKS.labels(decision="found").inc()
+        logger.warning("restore guard found the effect; not sent again", extra=context)
+        found = svc.intent_record_found_before_send(
+            claim=claim, provider_references=list(result.provider_references), detail=evidence
+        )
+        return "succeeded" if found else "stale"
+    if result.status in {LookupStatus.NOT_FOUND_YET, LookupStatus.ABSENT}:
+        settle = guard_settle_at(guard_since=since, action=intent.action)
+        if database_now() < settle:
+            metrics.RESTORE_GUARD_CHECKS.labels(decision="deferred").inc()
+            deferred = svc.intent_defer_for_restore(claim=claim, not_before=settle, detail=evidence)
+            return "deferred" if deferred else "stale"
+        metrics.RESTORE_GUARD_CHECKS.labels(decision="send").inc()
+        return None
+    metrics.RESTORE_GUARD_CHECKS.labels(decision="unknown").inc()
+    marked = svc.intent_mark_unknown(
+        claim=claim,
+        error=f"restore guard: the look-up before sending was {result.status.value}; nothing sent",
+        cause="restore_guard",
+        detail=evidence,
+    )
+    return "unknown" if marked else "stale"
 
 
 def _call(adapter: Adapter, call: ExecutionCall) -> ExecutionResult | Exception:

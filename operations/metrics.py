@@ -87,6 +87,21 @@ AUDIT_CHECKPOINTS_REFUSED = Counter(
     "Periodic audit checkpoints not signed because the log no longer holds what the previous checkpoint "
     "saw, or that checkpoint was altered (the faults are logged)",
 )
+RESTORES_DETECTED = Counter(
+    "effect_ledger_restores_detected_total",
+    "Checks that found the database behind the audit checkpoint file (execution paused)",
+)
+RECOVERIES = Counter(
+    "effect_ledger_recoveries_total", "Recoveries run (manage.py recover or the detector)", ["result"]
+)
+PAUSED_CLAIMS = Counter(
+    "effect_ledger_paused_claims_total", "Deliveries not claimed because execution is paused"
+)
+RESTORE_GUARD_CHECKS = Counter(
+    "effect_ledger_restore_guard_checks_total",
+    "Look-ups before a send under the restore guard, by what they decided",
+    ["decision"],
+)
 PROVIDER_SECONDS = Histogram(
     "effect_ledger_provider_call_seconds",
     "Adapter execute duration in seconds",

@@ -12,7 +12,7 @@ from celery import shared_task
 from celery.exceptions import Reject
 from django.db import DatabaseError, connections
 
-from operations import checkpoint_signing, checkpoints, engine, metrics, outbox
+from operations import checkpoint_signing, checkpoints, engine, failover, metrics, outbox
 from operations.audit_keys import AuditKeyError
 from operations.delivery import database_retry_countdown, database_unavailable
 
@@ -88,3 +88,12 @@ def audit_checkpoint() -> int | None:
         logger.error("audit checkpoint failed: %s", exc)
         return None
     return row.number if row else None
+
+
+@shared_task(name="operations.restore_check")
+def restore_check() -> str:
+    """Compare the database with the outward checkpoint file (the beat's, every
+    ``RESTORE_CHECK_PERIOD_SECONDS``; and once when a worker starts and finds it behind): pause
+    execution when the database went back in time, then recover (``operations.failover``).
+    Returns ``level``, ``paused``, ``recovered`` or ``running``."""
+    return failover.restore_check(actor=f"detector:{engine.worker_identity()}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -21,7 +21,7 @@ from operations.approval_validity import approval_validity
 from operations.audit import audit_append
 from operations.backoff import backoff_seconds
 from operations.bounds import clean_detail, clean_text, reference_problem, unstorable_evidence
-from operations.models import Attempt, Intent, Outcome
+from operations.models import FENCE_EPOCH_STRIDE, Attempt, Intent, Outcome
 from operations.policies import Policy
 from operations.services.budget import retry_allowed as retry_allowed  # the engine's name for it
 from operations.services.duplicates import duplicate_check_updates
@@ -37,6 +37,9 @@ class Claim:
     attempt: Attempt
     fence: int
     worker: str
+    #: When a recovery's restore guard covers this claim, the time that recovery began (the
+    #: effect may have been sent before it by a timeline the database forgot); else None.
+    restore_guard_since: datetime | None = None
 
 
 def intent_claim(
@@ -44,7 +47,12 @@ def intent_claim(
 ) -> Claim | None:
     """READY -> RUNNING for one worker: increment the fence, take a lease of ``lease_seconds``
     by the database clock, insert the attempt row. Returns None when there is nothing to
-    claim (a duplicate delivery, not yet due, or another state).
+    claim (a duplicate delivery, not yet due, another state, or execution paused).
+
+    The same UPDATE reads the execution control row (issue 22): the fence is raised to at
+    least ``fence_epoch * FENCE_EPOCH_STRIDE`` + 1, so no fence after a recovery is one a
+    provider saw before the restore; nothing is claimed while execution is paused; and the
+    claim learns whether the restore guard is on (``Claim.restore_guard_since``).
 
     ``delivery_retries`` > 0 (the message was re-delivered while the database was unreachable)
     is recorded in the ``claimed`` event with the reason, so the wait before it is explained.
@@ -59,14 +67,27 @@ def intent_claim(
             Intent.objects.raw(
                 """
                 UPDATE operations_intent
-                SET status = %s, fence = fence + 1, attempt_count = attempt_count + 1,
+                SET status = %s,
+                    fence = GREATEST(fence, (SELECT fence_epoch * %s FROM operations_executioncontrol)) + 1,
+                    attempt_count = attempt_count + 1,
                     lease_owner = %s, lease_expires_at = statement_timestamp() + make_interval(secs => %s),
                     updated_at = statement_timestamp()
                 WHERE id = %s AND status = %s
                   AND (not_before IS NULL OR not_before <= statement_timestamp())
-                RETURNING *
+                  AND NOT EXISTS (SELECT 1 FROM operations_executioncontrol WHERE paused_at IS NOT NULL)
+                RETURNING *, (
+                    SELECT guard_started_at FROM operations_executioncontrol
+                    WHERE guard_until > statement_timestamp()
+                ) AS restore_guard_since
                 """,
-                [Intent.Status.RUNNING, worker, lease_seconds, intent_id, Intent.Status.READY],
+                [
+                    Intent.Status.RUNNING,
+                    FENCE_EPOCH_STRIDE,
+                    worker,
+                    lease_seconds,
+                    intent_id,
+                    Intent.Status.READY,
+                ],
             )
         )
         if len(claimed) != 1:
@@ -97,7 +118,13 @@ def intent_claim(
             },
         )
     metrics.ATTEMPTS.inc()
-    return Claim(intent=intent, attempt=attempt, fence=intent.fence, worker=worker)
+    return Claim(
+        intent=intent,
+        attempt=attempt,
+        fence=intent.fence,
+        worker=worker,
+        restore_guard_since=getattr(intent, "restore_guard_since", None),
+    )
 
 
 def precheck_refusal(intent: Intent) -> str | None:
@@ -417,4 +444,82 @@ def intent_mark_unknown(
             intent_escalate(intent_id=claim.intent.id, reason=escalate, actor=f"worker:{claim.worker}")
     if moved:
         metrics.UNKNOWN_OUTCOMES.labels(cause=cause).inc()
+    return moved
+
+
+def intent_record_found_before_send(
+    *, claim: Claim, provider_references: list[str], detail: dict[str, Any] | None = None
+) -> bool:
+    """RUNNING -> SUCCEEDED without sending: under the restore guard, the look-up before the
+    send found the effect (made by a timeline the restored database forgot, for this intent or
+    for the one an agent re-submitted after the restore lost it; issue 22). The first reference
+    is the receipt (outcome source ``reconciler``); two or more schedule duplicate checks (the
+    sweep records each extra one as a finding). The attempt is ``skipped``. Conditional on the
+    claim's fence; returns True when it moved.
+    """
+    keep = provider_references[0]
+    problem = reference_problem(keep)
+    if problem:
+        raise ValueError(problem)
+    evidence = clean_detail({**(detail or {}), "provider_references": provider_references[:20]})
+    with transaction.atomic():
+        moved = _record(
+            claim,
+            to_status=Intent.Status.SUCCEEDED,
+            event="outcome_found",
+            attempt_result=Attempt.Result.SKIPPED,
+            error="found by the restore guard's look-up before sending; not sent again",
+            detail={"provider_reference": keep, "source": Outcome.Source.RECONCILER, "restore_guard": True},
+            data={"sent": False},
+            updates=duplicate_check_updates(action=claim.intent.action, attempts=len(provider_references)),
+        )
+        if moved:
+            complete_compensated_original(compensation=claim.intent)
+            Outcome.objects.create(
+                intent=claim.intent,
+                source=Outcome.Source.RECONCILER,
+                provider_reference=keep,
+                detail=evidence,
+            )
+    if moved:
+        metrics.ACCEPTED_EFFECTS.labels(source=Outcome.Source.RECONCILER).inc()
+    return moved
+
+
+def intent_defer_for_restore(*, claim: Claim, not_before: datetime, detail: dict[str, Any]) -> bool:
+    """RUNNING -> READY, nothing sent: under the restore guard the look-up found nothing, but
+    the provider's read path may still miss an effect the forgotten timeline made until
+    ``not_before`` (``services.failover.guard_settle_at``). An outbox message is due then; the
+    attempt is ``skipped`` (it still counts against the attempt budget). Conditional on the
+    claim's fence; returns True when it moved."""
+    with transaction.atomic():
+        moved = _record(
+            claim,
+            to_status=Intent.Status.READY,
+            event="restore_guard_deferred",
+            attempt_result=Attempt.Result.SKIPPED,
+            error="restore guard: nothing found yet; looking again once the provider's window has passed",
+            detail=detail,
+            data={"sent": False, "not_before": not_before.isoformat()},
+            updates={"not_before": not_before},
+            dispatch=True,
+        )
+    return moved
+
+
+def intent_hold_restored(*, claim: Claim, problem: str) -> bool:
+    """RUNNING -> HELD for a person, nothing sent: under the restore guard, at a provider that
+    cannot deduplicate and offers no look-up, so whether the forgotten timeline already sent it
+    cannot be known here (issue 22). ``hold_reason`` says so; the operator confirms with the
+    provider, then releases (sends) or rejects. Conditional on the fence."""
+    with transaction.atomic():
+        moved = _record(
+            claim,
+            to_status=Intent.Status.HELD,
+            event="restore_guard_held",
+            attempt_result=Attempt.Result.SKIPPED,
+            error=problem,
+            data={"sent": False, "hold_reason": problem},
+            updates={"hold_reason": problem, "escalated_at": Now(), "not_before": None},
+        )
     return moved

@@ -17,7 +17,12 @@ Exit codes:
 ``--checkpoint-file PATH`` verifies against PATH (an auditor's copy of ``AUDIT_CHECKPOINT_FILE``)
 instead of the newest stored checkpoint: every line's signature, every line's checkpoint present
 and identical in the database (``deleted checkpoint``, ``altered checkpoint``, naming which copy
-is at fault), and the live heads against the file's newest checkpoint.
+is at fault), and the live heads against the file's newest checkpoint. Without it, the
+configured ``AUDIT_CHECKPOINT_FILE`` is used when it exists (so a database that went back in
+time — a restore, a failover — is reported, issue 22 item 4); ``--database-only`` checks the
+stored checkpoints alone. File lines whose checkpoints a restore took from the database and a
+recovery re-baselined (``manage.py recover``) are counted, not faults; the re-baseline itself
+is listed with its reason.
 
 Checkpoints signed over acknowledged faults (``audit_checkpoint --accept-faults``) are listed on
 stdout with their reason on every run; they do not change the exit code.
@@ -33,7 +38,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from operations.audit import audit_verify
 from operations.audit_keys import AuditKeyError, public_key_load
 from operations.checkpoint_verification import CheckpointReport, checkpoint_verify
-from operations.checkpoints import CheckpointError, printable
+from operations.checkpoints import CheckpointError, checkpoint_file_path, printable, restored_gap
 from operations.models import AuditCheckpoint, AuditEvent
 
 MAX_BREAKS_SHOWN = 50
@@ -50,6 +55,12 @@ class Command(BaseCommand):
             "must be in the database unchanged, and the live heads are checked against its newest",
         )
         parser.add_argument(
+            "--database-only",
+            action="store_true",
+            help="verify against the newest stored checkpoint only, even when the configured checkpoint "
+            "file exists",
+        )
+        parser.add_argument(
             "--require-checkpoint",
             action="store_true",
             help="exit 1 when the log has events but there is no checkpoint to check them against",
@@ -58,7 +69,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         failed = self._walk_chains()
         try:
-            report = self._verify_checkpoint(options["checkpoint_file"])
+            report = self._verify_checkpoint(self._checkpoint_file(options))
         except (AuditKeyError, CheckpointError) as exc:
             if failed:
                 self.stderr.write(f"the checkpoint was not checked: {exc}")
@@ -73,9 +84,17 @@ class Command(BaseCommand):
             failed = failed or not report.ok
         # Re-baselines are shown on every run, whatever else was found.
         for rebaselined, accepted in report.accepted if report is not None else []:
+            gap = restored_gap(accepted)
+            restored = (
+                f"; the database went back in time: checkpoints #{gap[0] + 1}-#{gap[1]} are only in the "
+                "checkpoint file"
+                if gap
+                else ""
+            )
             (self.stderr if failed else self.stdout).write(
                 f"audit checkpoint #{rebaselined} was signed over {len(accepted['faults']) + accepted['omitted']} "
-                f"acknowledged fault(s) of the checkpoint before it; reason: {printable(accepted['reason'])}"
+                f"acknowledged fault(s) of the checkpoint before it{restored}; "
+                f"reason: {printable(accepted['reason'])}"
             )
         if failed:
             raise SystemExit(1)
@@ -112,6 +131,16 @@ class Command(BaseCommand):
             self.stderr.write(f"{found - MAX_BREAKS_SHOWN} more chain breaks not listed")
         return found > 0
 
+    @staticmethod
+    def _checkpoint_file(options: dict[str, Any]) -> Path | None:
+        """``--checkpoint-file``; else the configured file when it exists (not with
+        ``--database-only``)."""
+        if options["checkpoint_file"] is not None or options["database_only"]:
+            given: Path | None = options["checkpoint_file"]
+            return given
+        path = checkpoint_file_path()
+        return path if path.is_file() and path.stat().st_size > 0 else None
+
     def _verify_checkpoint(self, checkpoint_file: Path | None) -> CheckpointReport | None:
         """The checkpoint report, or None when no checkpoint exists anywhere."""
         if checkpoint_file is None and not AuditCheckpoint.objects.exists():
@@ -122,5 +151,10 @@ class Command(BaseCommand):
     def _source(report: CheckpointReport) -> str:
         """Where the checkpoint verified against came from, for the summary line."""
         if report.source == "file":
-            return f"file, newest of {report.file_lines} lines all in the database"
+            restored = (
+                f" ({report.restored_lines} lost by a restore and re-baselined)"
+                if report.restored_lines
+                else ""
+            )
+            return f"file, newest of {report.file_lines} lines all in the database{restored}"
         return report.source

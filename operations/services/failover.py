@@ -1,0 +1,254 @@
+"""After the ledger's database went back in time (a restore, a failover to a replica that
+lagged): the execution pause, the fence epoch, the restore guard, and ``recover`` (issue 22).
+
+The providers did not go back: the charges and emails of the forgotten minutes happened. What
+keeps "at most one effect per intent" true across that:
+
+* **the pause** (``execution_pause``): while set, no claim succeeds, so nothing is sent from
+  the older state before recovery ran. The restore check sets it (``operations.restore_check``).
+* **the fence epoch**: ``recover`` raises it to the recovery's Unix time in seconds (at least
+  one above the stored one), and every claim's fence is at least ``epoch * FENCE_EPOCH_STRIDE``
+  + 1, above any fence a provider saw from the forgotten timeline, even one whose epoch the
+  restored database never knew (so a keyed provider answers a replay, not ``stale_fence``).
+* **the restore guard**: for ``RESTORE_GUARD_SECONDS`` after a recovery, a send to a provider
+  that cannot deduplicate on our key is preceded by a look-up
+  (``operations.engine``, ``_restore_guard``): an effect the forgotten timeline made — for this
+  intent, or for the intent an agent re-submitted after the restore lost it — is found and
+  recorded instead of sent again.
+* **the outbox re-check**: every READY intent gets a fresh message at once (the old one may
+  have been consumed by a worker that found the intent in another state).
+
+Each function is short transactions; none calls a provider.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from operations import metrics
+from operations.adapters.registry import ActionUnavailable, capabilities_for
+from operations.models import ExecutionControl, Intent, RecoveryRun
+from operations.services.recovery import intent_redispatch
+
+logger = logging.getLogger("operations.restore")
+
+# pg_try_advisory_lock key: one recovery at a time ("recover!" in ASCII).
+RECOVERY_LOCK_ID = 0x7265636F_76657221
+
+
+class RecoveryRunning(Exception):
+    """Another recovery holds the lock; this one did nothing."""
+
+
+def execution_control() -> ExecutionControl:
+    """The control row (created when missing, e.g. after a test flushed the tables)."""
+    control, _ = ExecutionControl.objects.get_or_create(id=1)
+    return control
+
+
+def execution_paused() -> bool:
+    """Whether execution is paused now (one primary-key read)."""
+    return ExecutionControl.objects.filter(id=1, paused_at__isnull=False).exists()
+
+
+def database_now() -> datetime:
+    """The database's ``statement_timestamp()``: the clock leases and guards are measured by."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement_timestamp()")
+        (now,) = cursor.fetchone()
+    moment: datetime = now
+    return moment
+
+
+def execution_pause(*, reason: str, actor: str) -> bool:
+    """Stop every claim until ``execution_resume``: nothing is sent; submissions, approvals,
+    look-ups and lease takeovers go on. Returns True when this call paused (False: already)."""
+    execution_control()
+    paused = ExecutionControl.objects.filter(id=1, paused_at__isnull=True).update(
+        paused_at=Now(), pause_reason=reason[:2000], paused_by=actor[:200], updated_at=Now()
+    )
+    if paused:
+        logger.critical("execution paused", extra={"reason": reason, "actor": actor})
+    return bool(paused)
+
+
+def execution_resume(*, actor: str) -> bool:
+    """Let claims succeed again. Returns True when execution was paused."""
+    resumed = ExecutionControl.objects.filter(id=1, paused_at__isnull=False).update(
+        paused_at=None, pause_reason="", paused_by="", updated_at=Now()
+    )
+    if resumed:
+        logger.warning("execution resumed", extra={"actor": actor})
+    return bool(resumed)
+
+
+def guard_settle_at(*, guard_since: datetime, action: str) -> datetime:
+    """When an empty look-up under the restore guard proves the forgotten timeline sent
+    nothing for an intent of ``action``: its last possible send (the recovery's start, plus one
+    lease for a worker that claimed on the old primary and was still calling) plus the
+    provider's consistency window (``Capabilities.consistency_window_seconds``)."""
+    try:
+        window = capabilities_for(action).consistency_window_seconds
+    except ActionUnavailable:
+        window = 0.0
+    lease = float(settings.EFFECT_LEDGER["LEASE_SECONDS"])
+    return guard_since + timedelta(seconds=lease + window)
+
+
+@dataclass(frozen=True)
+class RecoveryPlan:
+    """What ``recover`` is asked to do.
+
+    Attributes:
+        since: the restore point, or earlier (e.g. the time of the newest backup); intents
+            that ended after ``since - margin`` at a provider without keys get duplicate checks.
+        margin_seconds: how far before ``since`` to look as well (clock skew, replication lag).
+        actor: who runs it (``user:<name>``, ``detector:<worker>``).
+        trigger: ``operator`` or ``detector``.
+        reason: why (the detector's finding, or the operator's words).
+    """
+
+    since: datetime
+    margin_seconds: float
+    actor: str
+    trigger: str
+    reason: str = ""
+
+
+def recover(plan: RecoveryPlan, *, rebaseline: Any = None) -> RecoveryRun:
+    """Recover after a restore or a failover, before anything is sent again.
+
+    Steps (each committed before the next; the run row records them):
+
+    1. pause execution (if not paused already);
+    2. raise the fence epoch to ``max(stored + 1, now in Unix seconds)`` and start the restore
+       guard (``RESTORE_GUARD_SECONDS``, default 24 h);
+    3. reconcile what the forgotten timeline may have touched:
+       UNKNOWN intents are due for a look-up now; READY intents get a fresh outbox message
+       (audited ``redispatched``; their send goes through the guard); intents that SUCCEEDED
+       after ``since - margin`` at a provider without keys get duplicate checks over its
+       consistency window; RUNNING intents are left to the lease takeover (their leases are
+       from before the restore), AWAITING_APPROVAL and HELD ones to people (any later send
+       goes through the guard) — all counted;
+    4. ``rebaseline()`` (the audit checkpoint re-baseline; ``restore_check`` passes it), whose
+       return value (a checkpoint number or None) is recorded;
+    5. resume execution.
+
+    Args:
+        plan: see ``RecoveryPlan``.
+        rebaseline: a callable ``(run) -> int | None`` for step 4, or None to skip it.
+
+    Returns:
+        The finished ``RecoveryRun``. On an error the run records it, execution stays paused
+        (nothing is sent from an unreconciled state) and the error is raised.
+
+    Raises:
+        RecoveryRunning: another recovery is running (nothing was done).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [RECOVERY_LOCK_ID])
+        (locked,) = cursor.fetchone()
+    if not locked:
+        raise RecoveryRunning("another recovery is running")
+    try:
+        return _recover(plan, rebaseline)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [RECOVERY_LOCK_ID])
+
+
+def _recover(plan: RecoveryPlan, rebaseline: Any) -> RecoveryRun:
+    run = RecoveryRun.objects.create(
+        since=plan.since,
+        margin_seconds=plan.margin_seconds,
+        trigger=plan.trigger,
+        actor=plan.actor[:200],
+        reason=plan.reason[:4000],
+    )
+    logger.critical("recovery started", extra={"recovery": run.pk, "since": plan.since.isoformat()})
+    execution_pause(reason=f"recovery #{run.pk} is running: {plan.reason}"[:2000], actor=plan.actor)
+    try:
+        _raise_epoch(run)
+        run.counts = _reconcile(run, plan)
+        run.save(update_fields=["counts"])
+        if rebaseline is not None:
+            run.checkpoint_number = rebaseline(run)
+        run.finished_at = timezone.now()
+        run.save(update_fields=["checkpoint_number", "finished_at"])
+    except Exception as exc:
+        run.error = f"{type(exc).__name__}: {exc}"[:4000]
+        run.save(update_fields=["error"])
+        metrics.RECOVERIES.labels(result="error").inc()
+        logger.exception("recovery failed; execution stays paused", extra={"recovery": run.pk})
+        raise
+    execution_resume(actor=plan.actor)
+    metrics.RECOVERIES.labels(result="finished").inc()
+    logger.critical("recovery finished", extra={"recovery": run.pk, "counts": run.counts})
+    return run
+
+
+def _raise_epoch(run: RecoveryRun) -> None:
+    execution_control()
+    guard = float(settings.EFFECT_LEDGER["RESTORE_GUARD_SECONDS"])
+    with transaction.atomic():
+        control = ExecutionControl.objects.select_for_update().get(id=1)
+        run.fence_epoch_before = control.fence_epoch
+        control.fence_epoch = max(control.fence_epoch + 1, int(time.time()))
+        control.guard_started_at = run.started_at
+        control.guard_until = run.started_at + timedelta(seconds=guard)
+        control.save(update_fields=["fence_epoch", "guard_started_at", "guard_until"])
+        run.fence_epoch_after, run.guard_until = control.fence_epoch, control.guard_until
+        run.save(update_fields=["fence_epoch_before", "fence_epoch_after", "guard_until"])
+
+
+def _reconcile(run: RecoveryRun, plan: RecoveryPlan) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    counts["unknown_looked_up"] = Intent.objects.filter(status=Intent.Status.UNKNOWN).update(
+        next_lookup_at=Now()
+    )
+    ready = 0
+    reason = f"recovery #{run.pk}: the database went back in time; a fresh message (the old one may be gone)"
+    for intent_id in (
+        Intent.objects.filter(status=Intent.Status.READY).values_list("id", flat=True).iterator()
+    ):
+        ready += intent_redispatch(intent_id=intent_id, actor=plan.actor, reason=reason)
+    counts["ready_redispatched"] = ready
+    counts["duplicate_checks"] = _schedule_duplicate_checks(plan)
+    for key, status in (
+        ("running", Intent.Status.RUNNING),
+        ("awaiting_approval", Intent.Status.AWAITING_APPROVAL),
+        ("held", Intent.Status.HELD),
+    ):
+        counts[key] = Intent.objects.filter(status=status).count()
+    return counts
+
+
+def _schedule_duplicate_checks(plan: RecoveryPlan) -> int:
+    """Intents that SUCCEEDED after ``since - margin`` at a provider without keys: duplicate
+    checks from now over the provider's consistency window plus a lease."""
+    after = plan.since - timedelta(seconds=plan.margin_seconds)
+    lease = float(settings.EFFECT_LEDGER["LEASE_SECONDS"])
+    scheduled = 0
+    recent = Intent.objects.filter(status=Intent.Status.SUCCEEDED, updated_at__gte=after)
+    for action in recent.values_list("action", flat=True).distinct():
+        try:
+            capabilities = capabilities_for(action)
+        except ActionUnavailable:
+            continue
+        if not capabilities.duplicates_possible:
+            continue
+        window = timedelta(seconds=capabilities.consistency_window_seconds + lease)
+        scheduled += recent.filter(Q(action=action)).update(
+            next_duplicate_check_at=Now(), duplicate_check_until=Now() + window
+        )
+    return scheduled
