@@ -3,9 +3,10 @@
 Per provider kind of the lab (payments: keyed, fenced, authoritative lookup; email: no keys,
 lookup by Message-ID that lags; reservations: no keys, listed by reference), real workers run:
 
-1. a first batch of intents: a third done before the dump, a third whose effect the provider
-   applies and then holds the answer (``hold_after_effect``: RUNNING, effect applied), a third
-   submitted just before it (READY or RUNNING);
+1. a first batch of intents: about a third done before the dump; one per kind whose effect the
+   provider applies and then holds the answer (``hold_after_effect``: RUNNING at the dump, its
+   effect applied); the rest submitted while those hold every pool process (READY at the dump,
+   sent after it);
 2. ``pg_dump -Fc`` of the ledger's database alone (the sandbox provider keeps its data in a
    database of its own, so the dump and the restore never touch it), while they are in flight;
 3. a second batch after the dump: the restore will lose these intents, not their effects;
@@ -14,8 +15,9 @@ lookup by Message-ID that lags; reservations: no keys, listed by reference), rea
 5. the workers and beat stop; the database is dropped, created and restored from the dump (as
    onto a new server after a failover), every other session ended first;
 6. the workers and beat start again: their start-up check finds the database behind the
-   checkpoint file and pauses execution; recovery runs (automatically, else the drill runs
-   ``manage.py recover --since <dump time>``);
+   checkpoint file and pauses execution; recovery runs (automatically by default; with
+   ``automatic_recovery=False`` the workers run with ``EFFECT_LEDGER_RECOVER_AUTOMATICALLY=0``,
+   stay paused, and the drill runs ``manage.py recover --since <dump time>``);
 7. the agent re-submits every intent the restore lost, exactly as before (same
    ``Idempotency-Key``, same body, same token);
 8. everything settles, and the drill counts effects in the provider's own ledger.
@@ -51,7 +53,7 @@ from django.test import Client
 from console.lab.bench.database import drop_database, recreate_database, server_dsn, use_database
 from console.lab.cluster import BASE_DIR, HarnessError, LocalCluster, Process, wait_until
 from console.lab.crashlab.verdict import RESTORE, Row
-from operations.models import TERMINAL_STATUSES, Intent
+from operations.models import TERMINAL_STATUSES, ExecutionControl, Intent, RecoveryRun
 
 logger = logging.getLogger("crashlab")
 
@@ -112,7 +114,11 @@ class RestoreDrill:
         provider_timeout: the workers' provider deadline, seconds.
         lease_seconds: the workers' lease, seconds.
         consistency_window: the adapters' consistency windows during the drill, seconds.
-        workers, concurrency: worker processes and pool processes each.
+        automatic_recovery: the workers recover by themselves (the default); else the drill
+            runs ``manage.py recover`` once it sees execution paused.
+
+    The drill's cluster is one worker with one pool process per kind: the held intents occupy
+    every one of them at the dump, so the intents submitted then are READY in it.
     """
 
     def __init__(
@@ -123,16 +129,14 @@ class RestoreDrill:
         provider_timeout: float,
         lease_seconds: int,
         consistency_window: float,
-        workers: int = 2,
-        concurrency: int = 2,
+        automatic_recovery: bool = True,
     ) -> None:
         self.sandbox_url = sandbox_url
         self.intents = max(3, intents)
         self.provider_timeout = provider_timeout
         self.lease_seconds = lease_seconds
         self.consistency_window = consistency_window
-        self.workers = workers
-        self.concurrency = concurrency
+        self.automatic_recovery = automatic_recovery
         self.prefix = f"rst-{uuid.uuid4().hex[:8]}-"
         self.first = {k: [f"{self.prefix}{k[:3]}-a{n:03d}" for n in range(self.intents)] for k in KINDS}
         self.second = {k: [f"{self.prefix}{k[:3]}-b{n:03d}" for n in range(self.intents)] for k in KINDS}
@@ -175,8 +179,9 @@ class RestoreDrill:
             self._stop_processes()
             self._restore(scratch, dump, admin_db=home)
             at_dump = self._states_by_reference()
+            before = {run["id"] for run in self._recovery_runs()}
             self._start_processes()
-            self._recover(dump_time)
+            self._recover(dump_time, before=before)
             lost = [ref for ref in self._every_reference() if ref not in at_dump]
             self._resubmit(lost)
             self._wait_settled(
@@ -213,6 +218,7 @@ class RestoreDrill:
                 "EFFECT_LEDGER_AUDIT_SIGNING_KEY_CREATE": "1",
                 "SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS": str(self.consistency_window),
                 "SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS": str(self.consistency_window),
+                "EFFECT_LEDGER_RECOVER_AUTOMATICALLY": "1" if self.automatic_recovery else "0",
             }
         )
         self.cluster.use_queue_here()
@@ -221,10 +227,9 @@ class RestoreDrill:
     def _start_processes(self) -> None:
         assert self.cluster is not None
         self.processes = [
-            self.cluster.start_worker(f"restore{n}", concurrency=self.concurrency)
-            for n in range(self.workers)
+            self.cluster.start_worker("restore", concurrency=len(KINDS)),
+            self.cluster.start_beat(),
         ]
-        self.processes.append(self.cluster.start_beat())
 
     def _stop_processes(self) -> None:
         for process in self.processes:
@@ -258,8 +263,8 @@ class RestoreDrill:
         for kind in KINDS:
             refs = self.first[kind]
             groups["done"] += refs[:third]
-            groups["held"] += refs[third : 2 * third]
-            groups["late"] += refs[2 * third :]
+            groups["held"] += refs[third : third + 1]  # one per kind: one per pool process
+            groups["late"] += refs[third + 1 :]
         for ref in groups["held"]:
             kind = self._kind_of(ref)
             provider.post(
@@ -323,53 +328,53 @@ class RestoreDrill:
             raise HarnessError(f"pg_restore failed: {completed.stderr[-1000:]}")
 
     def _recovery_runs(self) -> list[dict[str, Any]]:
-        """Recoveries recorded in the restored database (none before the feature exists)."""
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT id, trigger, finished_at IS NOT NULL, error, counts FROM operations_recoveryrun"
-                    " ORDER BY id"
-                )
-                rows = cursor.fetchall()
-        except Exception:  # noqa: BLE001 - no such table: no recovery ever ran
-            connections.close_all()
-            return []
-        return [{"id": r[0], "trigger": r[1], "finished": r[2], "error": r[3], "counts": r[4]} for r in rows]
+        """Every recovery recorded in the restored database, oldest first."""
+        fields = ("id", "trigger", "actor", "finished_at", "error", "counts")
+        return [dict(run) for run in RecoveryRun.objects.order_by("id").values(*fields)]
 
-    def _paused(self) -> bool | None:
-        """Whether execution is paused in the restored database (None: no such control)."""
-        try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT paused_at IS NOT NULL FROM operations_executioncontrol WHERE id = 1")
-                row = cursor.fetchone()
-        except Exception:  # noqa: BLE001 - no such table
-            connections.close_all()
-            return None
-        return bool(row[0]) if row else False
+    def _paused(self) -> bool:
+        """Whether execution is paused in the restored database."""
+        return ExecutionControl.objects.filter(id=1, paused_at__isnull=False).exists()
 
-    def _recover(self, dump_time: str) -> None:
-        """Wait for the automatic recovery; run ``manage.py recover`` when none comes."""
-        before = {r["id"] for r in self._recovery_runs()}
+    def _recover(self, dump_time: str, *, before: set[int]) -> None:
+        """Wait for the automatic recovery, or (``automatic_recovery=False``) for the start-up
+        check's pause, then run ``manage.py recover --since <dump time>`` as an operator would.
+
+        Args:
+            dump_time: the database time read just before the dump (ISO 8601).
+            before: ids of the recovery runs the restored database held before the restart.
+        """
 
         def recovered() -> bool:
-            return any(r["finished"] for r in self._recovery_runs() if r["id"] not in before)
+            return any(r["finished_at"] for r in self._recovery_runs() if r["id"] not in before)
 
-        try:
-            wait_until(recovered, RECOVERY_WAIT, "the automatic recovery", interval=0.5)
+        if self.automatic_recovery:
             self.recovery["by"] = "automatic"
-        except HarnessError:
-            completed = self._manage("recover", "--since", dump_time, "--margin", str(MARGIN_SECONDS))
+            try:
+                wait_until(recovered, RECOVERY_WAIT, "the automatic recovery", interval=0.5)
+            except HarnessError as exc:
+                self.notes.append(str(exc))
+        else:
             self.recovery["by"] = "manage.py recover"
+            try:
+                wait_until(self._paused, RECOVERY_WAIT, "the start-up check's pause", interval=0.5)
+                self.recovery["paused_before"] = True
+            except HarnessError as exc:
+                self.notes.append(str(exc))
+                self.recovery["paused_before"] = False
+            completed = self._manage("recover", "--since", dump_time, "--margin", str(MARGIN_SECONDS))
             self.recovery["exit"] = completed.returncode
-            if completed.returncode:
-                self.notes.append(
-                    f"recover exited {completed.returncode}: {(completed.stdout + completed.stderr)[-500:]}"
-                )
+            self.recovery["output"] = (completed.stdout + completed.stderr)[-1500:]
         runs = [r for r in self._recovery_runs() if r["id"] not in before]
-        self.recovery["runs"] = runs
+        self.recovery["runs"] = [
+            {**r, "finished_at": r["finished_at"].isoformat() if r["finished_at"] else None} for r in runs
+        ]
         self.recovery["paused_after"] = self._paused()
         self.recovery["ok"] = (
-            any(r["finished"] and not r["error"] for r in runs) and self.recovery["paused_after"] is False
+            any(r["finished_at"] and not r["error"] for r in runs)
+            and not self.recovery["paused_after"]
+            and self.recovery.get("exit", 0) == 0
+            and self.recovery.get("paused_before", True)
         )
 
     # --- the agent ---------------------------------------------------------------------------------
@@ -408,14 +413,20 @@ class RestoreDrill:
     def _resubmit(self, lost: list[str]) -> None:
         """The agent asks for each intent it submitted; those the ledger no longer knows (404)
         are submitted again, byte for byte."""
-        for ref in lost:
-            response = self.api.get(
-                f"/api/v1/intents/{self.ids[ref]}", HTTP_AUTHORIZATION=f"Bearer {self.token}"
-            )
-            if response.status_code == 404:
-                self.ids[ref] = self._post(ref)
-            else:
-                self.notes.append(f"{ref}: expected 404 after the restore, got {response.status_code}")
+        quiet = logging.getLogger("django.request")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)  # the expected 404s are not warnings
+        try:
+            for ref in lost:
+                response = self.api.get(
+                    f"/api/v1/intents/{self.ids[ref]}", HTTP_AUTHORIZATION=f"Bearer {self.token}"
+                )
+                if response.status_code == 404:
+                    self.ids[ref] = self._post(ref)
+                else:
+                    self.notes.append(f"{ref}: expected 404 after the restore, got {response.status_code}")
+        finally:
+            quiet.setLevel(level)
 
     # --- waiting and counting -----------------------------------------------------------------------
 

@@ -65,7 +65,8 @@ PATHS = {"payments": "/v1/charges", "email": "/v1/emails", "reservations": "/v1/
 class LabConfig:
     """What to run: ``ops`` per cell, which boundaries, strategies and variants, whether the
     duplicate drill runs (``drill``, ``drill_intents`` per provider), whether the restore drill
-    runs (``restore``, ``restore_intents`` per kind and batch), and how many worker processes
+    runs (``restore``, ``restore_intents`` per kind and batch, ``restore_by_command``: recovery by
+    ``manage.py recover`` instead of the workers' automatic one), and how many worker processes
     (``workers`` x ``concurrency`` pool processes)."""
 
     ops: int = 100
@@ -78,6 +79,7 @@ class LabConfig:
     drill_intents: int | None = None
     restore: bool = True
     restore_intents: int | None = None
+    restore_by_command: bool = False
 
     @property
     def intents_per_drill_provider(self) -> int:
@@ -219,6 +221,7 @@ class CrashLab:
             provider_timeout=PROVIDER_TIMEOUT,
             lease_seconds=LEASE_SECONDS,
             consistency_window=CONSISTENCY_WINDOW_SECONDS,
+            automatic_recovery=not self.config.restore_by_command,
         )
         try:
             return drill.run()

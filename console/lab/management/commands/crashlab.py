@@ -5,7 +5,7 @@
                               [--no-drill] [--drill-intents N] [--no-restore] [--restore-intents N]
                               [--json PATH] [--markdown PATH]
     python manage.py crashlab --drill-only [--drill-intents N]   # only the duplicate drill
-    python manage.py crashlab --restore-only [--restore-intents N]   # only the restore drill
+    python manage.py crashlab --restore-only [--restore-intents N] [--restore-by-command]   # only the restore drill
     python manage.py crashlab --acceptance [--json PATH]
     python manage.py crashlab --judge PATH     # re-judge a saved --json report
 
@@ -70,6 +70,11 @@ class Command(BaseCommand):
             default=None,
             help="restore drill intents per provider kind and batch (default: --ops / 10, at least 3)",
         )
+        parser.add_argument(
+            "--restore-by-command",
+            action="store_true",
+            help="restore drill: workers that do not recover by themselves; the drill runs manage.py recover",
+        )
         parser.add_argument("--workers", type=int, default=2)
         parser.add_argument("--acceptance", action="store_true", help="run the seven-check acceptance gate")
         parser.add_argument("--judge", metavar="PATH", help="re-judge a saved --json report; runs nothing")
@@ -120,6 +125,7 @@ class Command(BaseCommand):
             drill_intents=options["drill_intents"],
             restore=options["restore_only"] or not (only or options["no_restore"]),
             restore_intents=options["restore_intents"],
+            restore_by_command=options["restore_by_command"],
         )
         drill = DrillRun.objects.create(
             kind=DrillRun.Kind.CRASHLAB,
