@@ -1,5 +1,6 @@
-"""The seven-check acceptance gate (shared/seeds/003), run against real worker processes and
-the sandbox provider, printing PASS/FAIL per check, ``result=PASS`` at the end, and metrics.
+"""The acceptance gate: the seven checks of shared/seeds/003 and the restore drill (issue 22),
+run against real worker processes and the sandbox provider, printing PASS/FAIL per check,
+``result=PASS`` at the end, and metrics.
 
 The gate starts workers without beat and runs the reconciler's sweeps itself at the moments a
 check needs them, so each scenario is deterministic; the sweeps are the product's own code.
@@ -25,7 +26,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from console.lab.cluster import LocalCluster, require_real_broker, wait_until
-from console.lab.crashlab.runner import PROVIDER_TIMEOUT, arguments_for
+from console.lab.crashlab.runner import LEASE_SECONDS, PROVIDER_TIMEOUT, arguments_for
 from console.lab.models import DrillRun, LabOperation
 from operations.models import TERMINAL_STATUSES, Attempt, Intent, OutboxMessage
 from operations.outbox import outbox_relay
@@ -101,7 +102,7 @@ class NetworkWatch:
 
 
 class Gate:
-    """Runs the seven checks on one cluster."""
+    """Runs the gate's checks on one cluster."""
 
     def __init__(self, watch: NetworkWatch) -> None:
         self.watch = watch
@@ -181,7 +182,7 @@ class Gate:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
-    # --- the seven checks -------------------------------------------------------------------------
+    # --- the checks -------------------------------------------------------------------------------
 
     def danger_window(self) -> Check:
         """A naive executor that records completion after the call, killed right after the
@@ -314,6 +315,36 @@ class Gate:
         return Check("compensation leaves one reservation", passed,
                      f"{len(effects)} reservations booked, {len(compensations)} compensation, {len(active)} active")  # fmt: skip
 
+    def restore(self) -> Check:
+        """The restore drill at its smallest (3 intents per kind and batch): the ledger's database
+        restored from a mid-run dump, the lost intents re-submitted; at the provider, no
+        duplicate and nothing lost. It runs in a scratch database with workers of its own."""
+        from console.lab.crashlab.duplicate_drill import CONSISTENCY_WINDOW_SECONDS
+        from console.lab.crashlab.restore_drill import RestoreDrill
+        from console.lab.crashlab.verdict import judge_restore_row
+
+        drill = RestoreDrill(
+            sandbox_url=str(settings.SANDBOX_PROVIDER_URL),
+            intents=3,
+            provider_timeout=PROVIDER_TIMEOUT,
+            lease_seconds=LEASE_SECONDS,
+            consistency_window=CONSISTENCY_WINDOW_SECONDS,
+        )
+        try:
+            row = drill.run()
+        finally:
+            self.cluster.use_queue_here()
+        problems = judge_restore_row(row)
+        detail = (
+            f"{row.ops} references, {row.interrupted} lost by the restore and re-submitted; at the provider "
+            f"{row.effects} effects, {row.duplicates} duplicate(s), {row.missing} lost, "
+            f"{row.failed_with_effect} FAILED with an effect, {row.operator} with an operator"
+        )
+        return Check("restore drill: no duplicate, nothing lost", not problems,
+                     detail + ("" if not problems else "; " + "; ".join(problems)),
+                     {"restore_duplicates": row.duplicates, "restore_lost": row.missing,
+                      "restore_lost_by_restore": row.interrupted})  # fmt: skip
+
     def terminal(self) -> Check:
         """Every intent the gate created ended (no RUNNING, READY or UNKNOWN left)."""
         open_states = Intent.objects.filter(id__in=self.intent_ids).exclude(
@@ -337,7 +368,7 @@ class Gate:
 def run_acceptance(*, stdout: Writer, json_path: str | None = None, requested_by: str = "cli") -> bool:
     """Run the gate, print PASS/FAIL per check and ``result=...``, record a ``DrillRun``.
 
-    Returns True when all seven checks pass.
+    Returns True when every check (eight) passes.
     """
     watch = NetworkWatch()
     sys.addaudithook(watch.hook)
@@ -349,7 +380,7 @@ def run_acceptance(*, stdout: Writer, json_path: str | None = None, requested_by
     with Gate(watch) as gate:
         steps: list[Callable[[], Check]] = [
             gate.danger_window, gate.two_deliveries, gate.stale_worker, gate.outbox_redispatch,
-            gate.compensation, gate.terminal, gate.network,
+            gate.compensation, gate.restore, gate.terminal, gate.network,
         ]  # fmt: skip
         for step in steps:
             watch.sample(gate.cluster.pids())
@@ -360,7 +391,7 @@ def run_acceptance(*, stdout: Writer, json_path: str | None = None, requested_by
             checks.append(check)
             stdout.write(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}\n")
     watch.active = False
-    passed = all(c.passed for c in checks) and len(checks) == 7
+    passed = all(c.passed for c in checks) and len(checks) == len(steps)
     metrics: dict[str, Any] = {}
     for check in checks:
         metrics.update(check.metrics)

@@ -76,7 +76,11 @@ class Command(BaseCommand):
             help="restore drill: workers that do not recover by themselves; the drill runs manage.py recover",
         )
         parser.add_argument("--workers", type=int, default=2)
-        parser.add_argument("--acceptance", action="store_true", help="run the seven-check acceptance gate")
+        parser.add_argument(
+            "--acceptance",
+            action="store_true",
+            help="run the acceptance gate (seven checks and the restore drill)",
+        )
         parser.add_argument("--judge", metavar="PATH", help="re-judge a saved --json report; runs nothing")
         parser.add_argument("--json", metavar="PATH")
         parser.add_argument("--markdown", metavar="PATH")
