@@ -3,6 +3,7 @@ reported with its duplicates or losses, and the command's exit status turns non-
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -13,11 +14,13 @@ from django.core.management import call_command
 from console.lab.crashlab.report import markdown_table
 from console.lab.crashlab.verdict import (
     DRILL,
+    RESTORE,
     Row,
     judge,
     judge_control_row,
     judge_drill_row,
     judge_ledger_row,
+    judge_restore_row,
 )
 from tests.support.workers import requires_real_broker
 
@@ -121,3 +124,59 @@ def test_c18_duplicate_drill_flags_every_email_and_compensates_every_reservation
     assert email["flagged"] == email["created"] == 2 and email["compensated"] == 0
     assert reservations["compensated"] == reservations["created"] == 2 and reservations["flagged"] == 0
     assert reservations["active"] == reservations["intents"]  # one booking kept per intent
+
+
+def restore_row(*, duplicates: int = 0, missing: int = 0, failed: int = 0, lost_by_restore: int = 9,
+                recovered: bool = True) -> Row:  # fmt: skip
+    kinds = {kind: {"references": 6} for kind in ("payments", "email", "reservations")}
+    return Row(strategy=RESTORE, boundary="restore", provider="payments+email+reservations", ops=18,
+               interrupted=lost_by_restore, effects=18 + duplicates - missing, missing=missing,
+               duplicates=duplicates, active=18, requests=24, kills=0, failed_with_effect=failed,
+               detail={**kinds, "recovery": {"by": "automatic", "ok": recovered}})  # fmt: skip
+
+
+def test_restore_drill_judge_holds_the_kill_drills_bar() -> None:
+    # given a clean row, then rows with each failure the drill exists to catch
+    assert judge_restore_row(restore_row()) == []
+    # then
+    assert judge_restore_row(restore_row(duplicates=2)) == ["2 duplicate effect(s) at the provider"]
+    assert judge_restore_row(restore_row(missing=1)) == [
+        "1 reference(s) lost (no effect, not in front of an operator)"
+    ]
+    assert judge_restore_row(restore_row(failed=1)) == ["1 intent(s) FAILED whose effect the provider holds"]
+    assert judge_restore_row(restore_row(lost_by_restore=0)) == [
+        "the restore lost no intent: the drill exercised nothing"
+    ]
+    assert judge_restore_row(restore_row(recovered=False)) == [
+        "recovery did not finish and resume execution (automatic)"
+    ]
+    table = markdown_table([restore_row()], 20)
+    assert "restore: lost by the restore / duplicates / lost / FAILED with effect / with an operator" in table
+    assert "| 9 / 0 / 0 / 0 / 0 |" in table and table.rstrip().endswith("PASS |")
+
+
+@pytest.mark.integration
+@requires_real_broker
+@pytest.mark.django_db(transaction=True)
+def test_restore_drill_leaves_one_effect_per_reference_and_loses_nothing(tmp_path: Path) -> None:
+    # given: real workers and beat on a scratch ledger database, the sandbox provider in its own
+    # database; per kind, three intents before a pg_dump (done, RUNNING with the effect applied,
+    # READY) and three after it
+    report = tmp_path / "restore.json"
+    # when: the ledger's database is restored from the dump (the checkpoint file ahead of it),
+    # the workers restart and recover by themselves, the agent re-submits what was lost
+    with contextlib.suppress(SystemExit):  # the row's problems are asserted below
+        call_command("crashlab", "--restore-only", "--restore-intents", "3", "--json", str(report))
+    # then: at the provider, exactly one effect per reference, none FAILED with an effect
+    (row,) = json.loads(report.read_text())["rows"]
+    assert row["strategy"] == RESTORE and row["problems"] == [], row
+    assert row["duplicates"] == 0 and row["missing"] == 0 and row["failed_with_effect"] == 0
+    assert row["effects"] == row["ops"] == 18 and row["operator"] == 0
+    assert row["detail"]["recovery"]["by"] == "automatic" and row["detail"]["recovery"]["ok"]
+    for kind in ("payments", "email", "reservations"):
+        counted = row["detail"][kind]
+        assert counted["lost_by_restore"] == counted["resubmitted"] == 3
+        at_dump = counted["at_dump"]  # done, held with its effect applied, submitted at the dump
+        assert at_dump["SUCCEEDED"] == 1 and at_dump["RUNNING"] >= 1 and at_dump["lost"] == 3, kind
+        assert at_dump["RUNNING"] + at_dump.get("READY", 0) == 2, kind
+        assert counted["final"] == {"SUCCEEDED": 6}

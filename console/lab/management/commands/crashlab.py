@@ -48,7 +48,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-variants",
             action="store_true",
-            help="skip the email and reservations rows (the duplicate drill too)",
+            help="skip the email and reservations rows (the duplicate and restore drills too)",
         )
         parser.add_argument("--no-drill", action="store_true", help="skip the duplicate drill")
         parser.add_argument(
@@ -127,7 +127,7 @@ class Command(BaseCommand):
             workers=options["workers"],
             drill=options["drill_only"] or not (only or options["no_drill"] or options["no_variants"]),
             drill_intents=options["drill_intents"],
-            restore=options["restore_only"] or not (only or options["no_restore"]),
+            restore=options["restore_only"] or not (only or options["no_restore"] or options["no_variants"]),
             restore_intents=options["restore_intents"],
             restore_by_command=options["restore_by_command"],
         )
