@@ -169,6 +169,7 @@ def recover(plan: RecoveryPlan, *, rebaseline: Any = None) -> RecoveryRun:
 
 def _recover(plan: RecoveryPlan, rebaseline: Any) -> RecoveryRun:
     run = RecoveryRun.objects.create(
+        started_at=database_now(),
         since=plan.since,
         margin_seconds=plan.margin_seconds,
         trigger=plan.trigger,
