@@ -121,7 +121,9 @@ def test_i22_1_a_ready_intent_the_forgotten_timeline_sent_is_found_not_sent_agai
     sandbox: Any, action: str, arguments: dict[str, Any]
 ) -> None:
     # given: READY in the restored database, sent by the timeline it forgot
-    intent = submit(action=action, arguments=with_reference(action, arguments, "order-1"), reference="order-1")
+    intent = submit(
+        action=action, arguments=with_reference(action, arguments, "order-1"), reference="order-1"
+    )
     forgotten_send(intent)
     assert len(effects(sandbox, action, "order-1")) == 1
     # when: recovery ran, and a worker takes the intent
@@ -142,7 +144,9 @@ def test_i22_1_a_ready_intent_the_forgotten_timeline_sent_is_found_not_sent_agai
 def test_i22_1_a_ready_intent_never_sent_waits_out_the_window_then_is_sent_once(
     sandbox: Any, action: str, arguments: dict[str, Any]
 ) -> None:
-    intent = submit(action=action, arguments=with_reference(action, arguments, "order-2"), reference="order-2")
+    intent = submit(
+        action=action, arguments=with_reference(action, arguments, "order-2"), reference="order-2"
+    )
     recover_now()
     # inside the provider's window an empty answer proves nothing: deferred, nothing sent
     assert execute_intent(intent.id) == "deferred"
@@ -220,12 +224,22 @@ def test_i22_3_a_lost_intent_resubmitted_after_recovery_has_one_effect(
     sandbox: Any, action: str, arguments: dict[str, Any]
 ) -> None:
     # given: an intent executed, then lost by a restore
-    first = submit(action=action, arguments=with_reference(action, arguments, "order-7"), reference="order-7", client_key="call-7")
+    first = submit(
+        action=action,
+        arguments=with_reference(action, arguments, "order-7"),
+        reference="order-7",
+        client_key="call-7",
+    )
     assert execute_intent(first.id) == "succeeded"
     lose(first)
     recover_now()
     # when: the agent re-submits with the same Idempotency-Key
-    again = submit(action=action, arguments=with_reference(action, arguments, "order-7"), reference="order-7", client_key="call-7")
+    again = submit(
+        action=action,
+        arguments=with_reference(action, arguments, "order-7"),
+        reference="order-7",
+        client_key="call-7",
+    )
     assert execute_intent(again.id) == "succeeded"
     # then: one effect at the provider, and it is the intent's receipt
     (effect,) = effects(sandbox, action, "order-7")
@@ -409,3 +423,20 @@ def test_i22_a_file_of_another_ledger_pauses_nothing(signing: Path) -> None:
     audit_checkpoint_create()  # a new #1, not the file's
     assert len(signing.read_text().splitlines()) == len(lines) + 1
     assert database_behind() is None
+
+
+def test_i22_the_dashboard_shows_the_pause_and_the_recoveries(sandbox: Any, client: Any) -> None:
+    from tests.factories import UserFactory
+
+    audit_checkpoint_create()
+    lost = submit(arguments=charge_arguments(), reference="order-16")
+    audit_checkpoint_create()
+    go_back_in_time(lost)
+    pause_if_behind(actor="detector:test")
+    client.force_login(UserFactory(username="viewer-22", groups=["viewer"]))
+    page = client.get("/").content.decode()
+    assert 'id="execution-paused"' in page and "went back in time" in page
+    recover_now()
+    page = client.get("/").content.decode()
+    assert 'id="execution-paused"' not in page
+    assert "checkpoint #3 re-baselined" in page and "ready_redispatched" in page
