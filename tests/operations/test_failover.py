@@ -440,3 +440,26 @@ def test_i22_the_dashboard_shows_the_pause_and_the_recoveries(sandbox: Any, clie
     page = client.get("/").content.decode()
     assert 'id="execution-paused"' not in page
     assert "checkpoint #3 re-baselined" in page and "ready_redispatched" in page
+
+
+def test_i22_1_without_keys_or_a_look_up_the_guard_holds_for_a_person_who_may_release(
+    sandbox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from operations.adapters.base import Capabilities, LookupKind
+    from operations.services import intent_release_held
+
+    # given: a provider with neither keys nor a look-up (the sandbox's email, declared so)
+    blind = Capabilities(idempotency_keys=False, lookup=LookupKind.NONE)
+    monkeypatch.setattr("operations.engine.capabilities_for", lambda action: blind)
+    intent = submit(action="email.send", arguments=EMAIL, reference="order-17")
+    recover_now()
+    # when / then: held, nothing sent, the reason says why
+    assert execute_intent(intent.id) == "held"
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.HELD and intent.hold_reason.startswith("restore guard:")
+    assert effects(sandbox, "email.send", "order-17") == []
+    # a person who checked with the provider releases it: sent once, not held again
+    intent_release_held(intent_id=intent.id, actor="user:ops", reason="checked: never sent")
+    Intent.objects.filter(id=intent.id).update(not_before=None)
+    assert execute_intent(intent.id) == "succeeded"
+    assert len(effects(sandbox, "email.send", "order-17")) == 1
