@@ -363,9 +363,9 @@ def checkpoint_from_file(path: Path) -> SignedCheckpoint:
 
 
 def checkpoint_file_newest(path: Path) -> SignedCheckpoint | None:
-    """The checkpoint on the last non-blank line of ``path``, read from the end (the file's
-    other lines are not read: this is the cheap check the workers and the beat make, see
-    ``operations.restore_check``). None when the file does not exist or is empty.
+    """The checkpoint on the last non-blank line of ``path``, heads included, read from the end
+    (the file's other lines are not read; ``recover`` re-baselines on it). None when the file
+    does not exist or is empty.
 
     Raises:
         CheckpointError: the file cannot be read, or its last line is not a checkpoint line.
@@ -397,6 +397,87 @@ def checkpoint_file_newest(path: Path) -> SignedCheckpoint | None:
         return SignedCheckpoint.from_line(last.decode("utf-8"))
     except (UnicodeDecodeError, CheckpointError) as exc:
         raise CheckpointError(f"unreadable checkpoint file {path}, last line: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class FileEnds:
+    """The first and the newest checkpoint of a checkpoint file, without their heads: what the
+    restore check needs (``operations.restore_check``), read in a few kilobytes whatever the
+    file's size. ``newest_signature`` is the newest line's signature (hex)."""
+
+    first: dict[str, Any]
+    newest: dict[str, Any]
+    newest_signature: str
+
+
+_STATEMENT_PREFIX = '{"checkpoint":'
+_SIGNATURE_SUFFIX = re.compile(r',"signature":"([0-9a-f]{1,256})"\}\s*$')
+
+
+def _statement_at(handle: Any, offset: int) -> dict[str, Any]:
+    """The statement of the line starting at ``offset`` (``to_line`` writes it first)."""
+    handle.seek(offset)
+    head = handle.read(64 * 1024).decode("utf-8", errors="replace")
+    if not head.startswith(_STATEMENT_PREFIX):
+        raise CheckpointError("a line does not start with the checkpoint statement")
+    try:
+        statement, _ = json.JSONDecoder().raw_decode(head, len(_STATEMENT_PREFIX))
+    except ValueError as exc:
+        raise CheckpointError(f"a line's statement is not JSON: {exc}") from exc
+    problem = _statement_problem(statement)
+    if problem:
+        raise CheckpointError(problem)
+    return statement  # type: ignore[no-any-return]
+
+
+def checkpoint_file_ends(path: Path) -> FileEnds | None:
+    """The first and newest statements of ``path`` and the newest signature, reading only the
+    start of the first line and both ends of the last (lines are written by ``to_line``:
+    statement first, signature last). None when the file does not exist or holds no line.
+
+    Raises:
+        CheckpointError: the file cannot be read, or an end of it is not a checkpoint line.
+    """
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            end = size
+            # skip trailing blank space
+            while end > 0:
+                handle.seek(max(0, end - 4096))
+                chunk = handle.read(end - max(0, end - 4096))
+                stripped = chunk.rstrip()
+                if stripped:
+                    end = max(0, end - 4096) + len(stripped)
+                    break
+                end = max(0, end - 4096)
+            if end == 0:
+                return None
+            handle.seek(max(0, end - 512))
+            tail = handle.read(end - max(0, end - 512)).decode("utf-8", errors="replace")
+            signature = _SIGNATURE_SUFFIX.search(tail)
+            if signature is None:
+                raise CheckpointError("the last line does not end with a signature")
+            start = end
+            while start > 0:
+                step = min(start, 1 << 20)
+                handle.seek(start - step)
+                block = handle.read(step)
+                newline = block.rfind(b"\n")
+                if newline >= 0:
+                    start = start - step + newline + 1
+                    break
+                start -= step
+            first = _statement_at(handle, 0)
+            newest = _statement_at(handle, start)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CheckpointError(f"cannot read the checkpoint file {path}: {exc.strerror}") from exc
+    except CheckpointError as exc:
+        raise CheckpointError(f"unreadable checkpoint file {path}: {exc}") from exc
+    return FileEnds(first=first, newest=newest, newest_signature=signature.group(1))
 
 
 def checkpoint_latest() -> SignedCheckpoint | None:

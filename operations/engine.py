@@ -257,7 +257,8 @@ def _restore_guard(claim: svc.Claim, context: dict[str, object]) -> str | None:
         return "held" if svc.intent_hold_restored(claim=claim, problem=problem) else "stale"
     result = provider_lookup(intent)
     evidence = {"restore_guard": {"lookup": result.status.value, **result.detail}}
-    if result.status == LookupStatus.FOUND and result.provider_references:
+    found_storable = bool(result.provider_references) and not reference_problem(result.provider_references[0])
+    if result.status == LookupStatus.FOUND and found_storable:
         metrics.RESTORE_GUARD_CHECKS.labels(decision="found").inc()
         logger.warning("restore guard found the effect; not sent again", extra=context)
         found = svc.intent_record_found_before_send(

@@ -13,6 +13,7 @@ from django.conf import settings
 
 from operations import metrics
 from operations.checkpoint_signing import CheckpointUnpublishedError, audit_checkpoint_create
+from operations.checkpoints import checkpoint_file_newest, checkpoint_file_path
 from operations.models import AuditCheckpoint, RecoveryRun
 from operations.restore_check import Behind, database_behind
 from operations.services.failover import RecoveryPlan, RecoveryRunning, execution_pause, recover
@@ -72,15 +73,17 @@ def recover_with_rebaseline(plan: RecoveryPlan) -> RecoveryRun:
     """
 
     def rebaseline(run: RecoveryRun) -> int | None:
-        behind = database_behind()
-        if behind is None:
+        if database_behind() is None:
+            return None
+        newest = checkpoint_file_newest(checkpoint_file_path())
+        if newest is None:
             return None
         try:
             row = audit_checkpoint_create(
                 accept_faults_reason=(
                     f"recovery #{run.pk} ({run.trigger}, {run.actor}) after the database went back in time"
                 ),
-                restored_after=behind.file_checkpoint,
+                restored_after=newest,
             )
         except CheckpointUnpublishedError as exc:
             logger.error("recovery's checkpoint is stored but not in the file: %s", exc)

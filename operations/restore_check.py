@@ -10,7 +10,8 @@ high-water mark. A database whose newest stored checkpoint is older than the fil
 holds another checkpoint of the same number — is behind.
 
 What this cannot see: a rollback to a point after the newest checkpoint (by default written
-every ``AUDIT_CHECKPOINT_PERIOD_SECONDS`` = 300 s while anything changed). ``manage.py recover
+every ``AUDIT_CHECKPOINT_PERIOD_SECONDS`` = 300 s while anything changed), and a rollback to
+before the first checkpoint (a database without checkpoints looks like a new one). ``manage.py recover
 --since`` is the operator's tool for that case (README, "Failover and restore").
 """
 
@@ -22,10 +23,11 @@ from dataclasses import dataclass
 from operations.audit_keys import AuditKeyError, public_key_load, signature_valid
 from operations.checkpoints import (
     CheckpointError,
-    SignedCheckpoint,
-    checkpoint_file_newest,
+    checkpoint_file_ends,
     checkpoint_file_path,
+    checkpoint_statement,
 )
+from operations.idempotency import canonical_json
 from operations.models import AuditCheckpoint
 
 logger = logging.getLogger("operations.restore")
@@ -36,72 +38,90 @@ class Behind:
     """The database is behind the checkpoint file.
 
     Attributes:
-        file_checkpoint: the file's newest checkpoint (signature checked when a key is at hand).
+        file_number: the number of the file's newest checkpoint.
+        file_created_at: when it was signed (ISO 8601 text, as signed).
         database_newest: the number of the newest checkpoint the database holds (0: none).
         reason: one sentence for operators, the log and the pause.
     """
 
-    file_checkpoint: SignedCheckpoint
+    file_number: int
+    file_created_at: str
     database_newest: int
     reason: str
 
 
 def database_behind() -> Behind | None:
-    """Compare the database's newest audit checkpoint with the checkpoint file's newest line.
+    """Compare the database's audit checkpoints with the checkpoint file's ends (a few
+    kilobytes read, whatever the file's size: ``checkpoints.checkpoint_file_ends``).
+
+    Behind when the file's first checkpoint is the database's #1 (the same ledger's file) and
+    the database lacks the file's newest checkpoint (its own newest is older) or holds another
+    checkpoint of that number.
 
     Returns:
-        ``Behind`` when the database lacks the file's newest checkpoint (its own newest is
-        older) or holds another checkpoint of that number; None when it is level or ahead,
-        when there is no file yet, or when the file's newest line cannot be trusted (a bad
-        signature or an unreadable line is logged as an error: the file, not the database,
-        is then in question, and ``verify_audit`` names it).
+        ``Behind``, or None: level or ahead; no file yet; a file of another ledger (its first
+        checkpoint is not the database's #1: a database created afresh, a test database; logged
+        as a warning); a database without any checkpoint (it cannot be told from a new one;
+        README: what this cannot see); or a file whose newest line cannot be trusted (a bad
+        signature or an unreadable end: logged as an error, ``verify_audit`` names it).
     """
     path = checkpoint_file_path()
     try:
-        newest = checkpoint_file_newest(path)
+        ends = checkpoint_file_ends(path)
     except CheckpointError as exc:
         logger.error("restore check skipped: %s", exc)
         return None
-    if newest is None:
+    if ends is None:
+        return None
+    stored = {
+        row.number: row
+        for row in AuditCheckpoint.objects.defer("heads").filter(number__in={1, int(ends.newest["number"])})
+    }
+    first = stored.get(1)
+    if first is None or checkpoint_statement(first) != ends.first:
+        if AuditCheckpoint.objects.exists():
+            logger.warning(
+                "restore check skipped: %s begins with another checkpoint #1 than this database's "
+                "(a file of another ledger, or the database was created afresh)",
+                path,
+            )
         return None
     try:
         public_key = public_key_load()
     except AuditKeyError:
-        public_key = None  # no key here: the line's shape was checked, its signature cannot be
-    if public_key is not None and not signature_valid(public_key, newest.signature, newest.statement_bytes()):
+        public_key = None  # no key here: the shape was checked, the signature cannot be
+    number = int(ends.newest["number"])
+    if public_key is not None and not signature_valid(
+        public_key, ends.newest_signature, canonical_json(ends.newest)
+    ):
         logger.error(
-            "restore check skipped: the newest line of %s does not match its signature (checkpoint #%d)",
+            "restore check skipped: the newest line of %s (checkpoint #%d) does not match its signature",
             path,
-            newest.number,
+            number,
         )
         return None
-    stored = (
-        AuditCheckpoint.objects.filter(number__gte=newest.number)
-        .order_by("number")
-        .values_list("number", "signature")
-        .first()
-    )
     database_newest = (
         AuditCheckpoint.objects.order_by("-number").values_list("number", flat=True).first() or 0
     )
-    if stored is None:
-        return Behind(
-            file_checkpoint=newest,
-            database_newest=database_newest,
-            reason=(
-                f"the database's newest audit checkpoint is #{database_newest} but the checkpoint file "
-                f"{path} holds #{newest.number} (signed {newest.statement['created_at']}): the database "
-                "went back in time (restored from a backup, or a replica that lagged was promoted)"
-            ),
+    same = stored.get(number)
+    if same is not None and same.signature == ends.newest_signature:
+        return None
+    if same is None and database_newest > number:
+        return None  # the database is ahead (a file write failed); verify_audit names the gap
+    if same is None:
+        reason = (
+            f"the database's newest audit checkpoint is #{database_newest} but the checkpoint file {path} "
+            f"holds #{number} (signed {ends.newest['created_at']}): the database went back in time "
+            "(restored from a backup, or a replica that lagged was promoted)"
         )
-    number, signature = stored
-    if number == newest.number and signature != newest.signature:
-        return Behind(
-            file_checkpoint=newest,
-            database_newest=database_newest,
-            reason=(
-                f"the database holds another checkpoint #{number} than the checkpoint file {path}: it went "
-                "back in time and signed on from an older state"
-            ),
+    else:
+        reason = (
+            f"the database holds another checkpoint #{number} than the checkpoint file {path}: it went "
+            "back in time and signed on from an older state"
         )
-    return None
+    return Behind(
+        file_number=number,
+        file_created_at=str(ends.newest["created_at"]),
+        database_newest=database_newest,
+        reason=reason,
+    )

@@ -54,6 +54,15 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Any:
         )
 
 
+@pytest.fixture(autouse=True)
+def _own_checkpoint_file(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Each test its own audit checkpoint file: the file is compared with the database
+    (``operations.restore_check``), so one shared by every test database would be another
+    ledger's file, or worse, look like a restore."""
+    path = tmp_path_factory.mktemp("checkpoints") / "audit-checkpoints.jsonl"
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "AUDIT_CHECKPOINT_FILE": str(path)}
+
+
 @pytest.fixture
 def agent_token(db: Any) -> str:
     """The bearer token of agent ``agent-1`` in tenant ``acme``."""

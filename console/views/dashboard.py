@@ -24,7 +24,8 @@ def metrics(request: HttpRequest) -> HttpResponse:
 @require_GET
 @console_role_required
 def dashboard(request: HtmxHttpRequest) -> HttpResponse:
-    """Counts by state, approvals waiting, UNKNOWN by age, compensations, duplicate findings and
+    """Whether execution runs (paused after the database went back in time; the fence epoch,
+    the restore guard and the latest recovery runs), counts by state, approvals waiting, UNKNOWN by age, compensations, duplicate findings and
     held intents (likely duplicates among them) waiting for an operator, the oldest held age,
     absorbed duplicates, stale fences, outbox backlog and the last hour's throughput; htmx
     refreshes the figures."""
@@ -35,6 +36,7 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
         "unknown_ages": selectors.unknown_by_age(),
         "decisions": decision_counts(),
         "counters": process_counters(),
+        "execution": selectors.execution_status(),
         "throughput_svg": throughput_svg(minutes),
         "throughput_total": sum(row["succeeded"] + row["failed"] for row in minutes),
         "section": "dashboard",

@@ -11,6 +11,7 @@ from operations.selectors.audit import (
     last_audit_seq,
     throughput_last_hour,
 )
+from operations.selectors.failover import ExecutionStatus, execution_status
 from operations.selectors.gauges import (
     UNKNOWN_AGE_BUCKETS,
     held_age_buckets,
@@ -34,6 +35,8 @@ from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, enco
 
 __all__ = [
     "PAGE_SIZE",
+    "ExecutionStatus",
+    "execution_status",
     "UNKNOWN_AGE_BUCKETS",
     "AuditFilters",
     "IntentFilters",

@@ -134,23 +134,26 @@ def recover(plan: RecoveryPlan, *, rebaseline: Any = None) -> RecoveryRun:
     2. raise the fence epoch to ``max(stored + 1, now in Unix seconds)`` and start the restore
        guard (``RESTORE_GUARD_SECONDS``, default 24 h);
     3. reconcile what the forgotten timeline may have touched:
-       UNKNOWN intents are due for a look-up now; READY intents get a fresh outbox message
-       (audited ``redispatched``; their send goes through the guard); intents that SUCCEEDED
+       UNKNOWN intents are due for a look-up now (READY ones get their message in step 5; their
+       send goes through the guard); intents that SUCCEEDED
        after ``since - margin`` at a provider without keys get duplicate checks over its
        consistency window; RUNNING intents are left to the lease takeover (their leases are
        from before the restore), AWAITING_APPROVAL and HELD ones to people (any later send
        goes through the guard) — all counted;
     4. ``rebaseline()`` (the audit checkpoint re-baseline; ``restore_check`` passes it), whose
        return value (a checkpoint number or None) is recorded;
-    5. resume execution.
+    5. resume execution, then give every READY intent its fresh message (a message published
+       while paused would be consumed and dropped).
 
     Args:
         plan: see ``RecoveryPlan``.
         rebaseline: a callable ``(run) -> int | None`` for step 4, or None to skip it.
 
     Returns:
-        The finished ``RecoveryRun``. On an error the run records it, execution stays paused
-        (nothing is sent from an unreconciled state) and the error is raised.
+        The finished ``RecoveryRun``. On an error before step 5 the run records it, execution
+        stays paused (nothing is sent from an unreconciled state) and the error is raised; one
+        while re-dispatching is recorded and raised too (the stalled-READY sweep re-dispatches
+        what is left).
 
     Raises:
         RecoveryRunning: another recovery is running (nothing was done).
@@ -169,6 +172,7 @@ def recover(plan: RecoveryPlan, *, rebaseline: Any = None) -> RecoveryRun:
 
 def _recover(plan: RecoveryPlan, rebaseline: Any) -> RecoveryRun:
     run = RecoveryRun.objects.create(
+        started_at=database_now(),
         since=plan.since,
         margin_seconds=plan.margin_seconds,
         trigger=plan.trigger,
@@ -179,22 +183,35 @@ def _recover(plan: RecoveryPlan, rebaseline: Any) -> RecoveryRun:
     execution_pause(reason=f"recovery #{run.pk} is running: {plan.reason}"[:2000], actor=plan.actor)
     try:
         _raise_epoch(run)
-        run.counts = _reconcile(run, plan)
+        run.counts = _reconcile(plan)
         run.save(update_fields=["counts"])
         if rebaseline is not None:
             run.checkpoint_number = rebaseline(run)
-        run.finished_at = timezone.now()
-        run.save(update_fields=["checkpoint_number", "finished_at"])
+            run.save(update_fields=["checkpoint_number"])
     except Exception as exc:
-        run.error = f"{type(exc).__name__}: {exc}"[:4000]
-        run.save(update_fields=["error"])
-        metrics.RECOVERIES.labels(result="error").inc()
-        logger.exception("recovery failed; execution stays paused", extra={"recovery": run.pk})
+        _failed(run, exc, "recovery failed; execution stays paused")
         raise
     execution_resume(actor=plan.actor)
+    # After the resume: a message published while paused would be consumed and dropped.
+    try:
+        run.counts["ready_redispatched"] = _redispatch_ready(run, plan)
+    except Exception as exc:
+        _failed(
+            run, exc, "recovery failed while re-dispatching; the stalled-READY sweep re-dispatches the rest"
+        )
+        raise
+    run.finished_at = timezone.now()
+    run.save(update_fields=["counts", "finished_at"])
     metrics.RECOVERIES.labels(result="finished").inc()
     logger.critical("recovery finished", extra={"recovery": run.pk, "counts": run.counts})
     return run
+
+
+def _failed(run: RecoveryRun, exc: Exception, message: str) -> None:
+    run.error = f"{type(exc).__name__}: {exc}"[:4000]
+    run.save(update_fields=["error"])
+    metrics.RECOVERIES.labels(result="error").inc()
+    logger.exception(message, extra={"recovery": run.pk})
 
 
 def _raise_epoch(run: RecoveryRun) -> None:
@@ -211,18 +228,11 @@ def _raise_epoch(run: RecoveryRun) -> None:
         run.save(update_fields=["fence_epoch_before", "fence_epoch_after", "guard_until"])
 
 
-def _reconcile(run: RecoveryRun, plan: RecoveryPlan) -> dict[str, int]:
+def _reconcile(plan: RecoveryPlan) -> dict[str, int]:
     counts: dict[str, int] = {}
     counts["unknown_looked_up"] = Intent.objects.filter(status=Intent.Status.UNKNOWN).update(
         next_lookup_at=Now()
     )
-    ready = 0
-    reason = f"recovery #{run.pk}: the database went back in time; a fresh message (the old one may be gone)"
-    for intent_id in (
-        Intent.objects.filter(status=Intent.Status.READY).values_list("id", flat=True).iterator()
-    ):
-        ready += intent_redispatch(intent_id=intent_id, actor=plan.actor, reason=reason)
-    counts["ready_redispatched"] = ready
     counts["duplicate_checks"] = _schedule_duplicate_checks(plan)
     for key, status in (
         ("running", Intent.Status.RUNNING),
@@ -231,6 +241,17 @@ def _reconcile(run: RecoveryRun, plan: RecoveryPlan) -> dict[str, int]:
     ):
         counts[key] = Intent.objects.filter(status=status).count()
     return counts
+
+
+def _redispatch_ready(run: RecoveryRun, plan: RecoveryPlan) -> int:
+    """A fresh outbox message for every READY intent (audited ``redispatched``)."""
+    ready = 0
+    reason = f"recovery #{run.pk}: the database went back in time; a fresh message (the old one may be gone)"
+    for intent_id in (
+        Intent.objects.filter(status=Intent.Status.READY).values_list("id", flat=True).iterator()
+    ):
+        ready += intent_redispatch(intent_id=intent_id, actor=plan.actor, reason=reason)
+    return ready
 
 
 def _schedule_duplicate_checks(plan: RecoveryPlan) -> int:

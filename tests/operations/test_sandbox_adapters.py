@@ -389,11 +389,11 @@ def test_reservations_lookup_uses_call_reference_before_arguments(sandbox: Sandb
     by_arguments = adapter.lookup(make_call("reservations.create", arguments))
 
     # then
-    assert by_call.status is LookupStatus.INCONCLUSIVE
+    assert by_call.status is LookupStatus.NOT_FOUND_YET
     assert by_arguments.status is LookupStatus.FOUND
 
 
-def test_reservations_empty_list_is_inconclusive_never_absent(sandbox: SandboxProvider) -> None:
+def test_reservations_empty_list_is_not_found_yet_never_absent(sandbox: SandboxProvider) -> None:
     # given: the only reservation was withdrawn, so the list is empty although it happened
     adapter, call = SandboxReservationsAdapter(), make_call("reservations.create")
     sandbox.withdraw("reservations", adapter.execute(call).provider_reference)
@@ -402,7 +402,8 @@ def test_reservations_empty_list_is_inconclusive_never_absent(sandbox: SandboxPr
     result = adapter.lookup(call)
 
     # then
-    assert result.status is LookupStatus.INCONCLUSIVE
+    assert result.status is LookupStatus.NOT_FOUND_YET
+    assert result.detail["code"] == "empty_list"
     assert adapter.list_by_reference("order-7") == []
     assert len(sandbox.ledger("reservations")) == 1
 

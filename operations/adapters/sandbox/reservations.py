@@ -46,7 +46,10 @@ class SandboxReservationsAdapter(Adapter):
         compensation_action="reservations.cancel",
     )
     #: The action versions served (issue 21: declared by the adapter, not a constant).
-    versions: ClassVar[dict[str, tuple[int, ...]]] = {"reservations.create": (1,), "reservations.cancel": (1,)}
+    versions: ClassVar[dict[str, tuple[int, ...]]] = {
+        "reservations.create": (1,),
+        "reservations.cancel": (1,),
+    }
     argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {
         "reservations.create": RESERVATION_SCHEMA,
         "reservations.cancel": CANCEL_RESERVATION_SCHEMA,
@@ -102,8 +105,10 @@ class SandboxReservationsAdapter(Adapter):
 
         ``reservations.create``: lists by our reference (``call.reference``, else
         ``arguments["reference"]``) → FOUND with ALL reservation ids, oldest first (two or more
-        are duplicates; ``detail["states"]`` gives each status); INCONCLUSIVE when the list is
-        empty (withdrawn items are hidden, so an empty list proves nothing) or unreadable.
+        are duplicates; ``detail["states"]`` gives each status); NOT_FOUND_YET when the list is
+        empty (withdrawn items are hidden, so an empty list proves nothing: the reconciler never
+        reads it as absence; only the restore guard, after the recovery's settle point, sends
+        on it), INCONCLUSIVE when unreadable.
         ``reservations.cancel``: reads the reservation → FOUND when cancelled, ABSENT when still
         confirmed (cancel is idempotent), WITHDRAWN on 410, INCONCLUSIVE otherwise.
         """
@@ -117,7 +122,10 @@ class SandboxReservationsAdapter(Adapter):
         except AdapterError as exc:
             return inconclusive(exc)
         if not items:
-            return inconclusive(code="empty_list", reference=reference)
+            # Nothing visible, which proves nothing (withdrawn items are hidden): never ABSENT.
+            return LookupResult(
+                status=LookupStatus.NOT_FOUND_YET, detail={"code": "empty_list", "reference": reference}
+            )
         return LookupResult(
             status=LookupStatus.FOUND,
             provider_references=tuple(str(item["id"]) for item in items),

@@ -1,0 +1,465 @@
+"""The ledger's database goes back in time, the world does not (issue 22): detection against
+the outward checkpoint file, the execution pause, ``recover``, the fence epoch and the restore
+guard, against the real sandbox provider process and real PostgreSQL.
+
+"The forgotten timeline" below is what a restore leaves behind: the provider applied an effect
+(through the very adapter call a worker makes) that the ledger's database no longer records.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, connections
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from operations import tasks
+from operations.adapters.registry import get_adapter
+from operations.calls import provider_call
+from operations.checkpoint_signing import audit_checkpoint_create
+from operations.engine import execute_intent
+from operations.failover import pause_if_behind, recover_with_rebaseline
+from operations.models import (
+    FENCE_EPOCH_STRIDE,
+    AuditCheckpoint,
+    ExecutionControl,
+    Intent,
+    OutboxMessage,
+    RecoveryRun,
+)
+from operations.restore_check import database_behind
+from operations.services.failover import RECOVERY_LOCK_ID, RecoveryPlan, RecoveryRunning, execution_control
+from tests.factories import charge_arguments, make_agent, submit
+from tests.operations.test_restore_keys import lose
+
+pytestmark = pytest.mark.django_db
+
+EMAIL = {"to": "ada@example.test", "subject": "Your receipt", "body": "Thanks"}
+RESERVATION = {"resource": "room-1", "start": "2026-01-01T10:00:00Z", "seats": 2}
+PRODUCT = {"email.send": "email", "reservations.create": "reservations", "payments.charge": "payments"}
+UNKEYED = [("email.send", EMAIL), ("reservations.create", RESERVATION)]
+
+
+@pytest.fixture(autouse=True)
+def signing(settings: Any, tmp_path: Path) -> Path:
+    """A signing key created on first use, under ``tmp_path``; returns the checkpoint file."""
+    settings.EFFECT_LEDGER = {
+        **settings.EFFECT_LEDGER,
+        "AUDIT_SIGNING_KEY_FILE": str(tmp_path / "keys" / "audit-signing-key.pem"),
+        "AUDIT_SIGNING_KEY_CREATE": True,
+        "AUDIT_PUBLIC_KEY_FILE": "",
+    }
+    return Path(settings.EFFECT_LEDGER["AUDIT_CHECKPOINT_FILE"])
+
+
+def forgotten_send(intent: Intent, *, fence: int = 1) -> None:
+    """The effect a timeline the database forgot made: the worker's own adapter call."""
+    call = provider_call(intent, fence=fence, attempt_no=1, deadline_seconds=5.0)
+    get_adapter(intent.action).execute(call)
+
+
+def with_reference(action: str, arguments: dict[str, Any], reference: str) -> dict[str, Any]:
+    """Reservations carry their reference in the arguments too (the provider lists by it)."""
+    return {**arguments, "reference": reference} if action.startswith("reservations.") else arguments
+
+
+def effects(sandbox: Any, action: str, reference: str) -> list[dict[str, Any]]:
+    return [e for e in sandbox.ledger(PRODUCT[action], reference=reference) if e.get("kind") != "refund"]
+
+
+def recover_now(since_minutes: int = 5) -> RecoveryRun:
+    return recover_with_rebaseline(
+        RecoveryPlan(
+            since=timezone.now() - timedelta(minutes=since_minutes),
+            margin_seconds=60,
+            actor="user:ops",
+            trigger="operator",
+            reason="test",
+        )
+    )
+
+
+def past_the_settle_point() -> None:
+    """Move the recovery's start back beyond every window (test setup; the guard stays on)."""
+    ExecutionControl.objects.filter(id=1).update(guard_started_at=timezone.now() - timedelta(days=1))
+    Intent.objects.filter(status=Intent.Status.READY).update(not_before=None)
+
+
+def go_back_in_time(*intents: Intent) -> None:
+    """What a restore to just after checkpoint #1 does: checkpoint #2 (which saw ``intents``)
+    is in the file only, and ``intents`` are gone from the database."""
+    for intent in intents:
+        lose(intent)
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute("DELETE FROM operations_auditcheckpoint WHERE number > 1")
+        cursor.execute("SET session_replication_role = origin")
+
+
+def command(name: str, *args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        call_command(name, *args, stdout=out, stderr=err)
+    except SystemExit as exc:
+        return int(exc.code or 0), out.getvalue(), err.getvalue()
+    return 0, out.getvalue(), err.getvalue()
+
+
+# -- item 1: READY at providers without keys --------------------------------------------
+
+
+@pytest.mark.parametrize(("action", "arguments"), UNKEYED)
+def test_i22_1_a_ready_intent_the_forgotten_timeline_sent_is_found_not_sent_again(
+    sandbox: Any, action: str, arguments: dict[str, Any]
+) -> None:
+    # given: READY in the restored database, sent by the timeline it forgot
+    intent = submit(
+        action=action, arguments=with_reference(action, arguments, "order-1"), reference="order-1"
+    )
+    forgotten_send(intent)
+    assert len(effects(sandbox, action, "order-1")) == 1
+    # when: recovery ran, and a worker takes the intent
+    recover_now()
+    assert execute_intent(intent.id) == "succeeded"
+    # then: found, not sent again; the receipt is the effect the forgotten timeline made
+    assert len(effects(sandbox, action, "order-1")) == 1
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.SUCCEEDED
+    (outcome,) = intent.outcomes.all()
+    assert outcome.source == "reconciler"
+    assert outcome.provider_reference == effects(sandbox, action, "order-1")[0]["id"]
+    assert intent.attempts.get().result == "skipped"
+    assert intent.audit_events.filter(event="outcome_found", data__sent=False).exists()
+
+
+@pytest.mark.parametrize(("action", "arguments"), UNKEYED)
+def test_i22_1_a_ready_intent_never_sent_waits_out_the_window_then_is_sent_once(
+    sandbox: Any, action: str, arguments: dict[str, Any]
+) -> None:
+    intent = submit(
+        action=action, arguments=with_reference(action, arguments, "order-2"), reference="order-2"
+    )
+    recover_now()
+    # inside the provider's window an empty answer proves nothing: deferred, nothing sent
+    assert execute_intent(intent.id) == "deferred"
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.READY
+    assert intent.not_before is not None and intent.not_before > timezone.now()
+    assert effects(sandbox, action, "order-2") == []
+    assert OutboxMessage.objects.filter(intent=intent, sent_at__isnull=True).exists()
+    # after it, nothing found means nothing was sent: sent once
+    past_the_settle_point()
+    assert execute_intent(intent.id) == "succeeded"
+    assert len(effects(sandbox, action, "order-2")) == 1
+
+
+def test_i22_1_a_keyed_provider_is_not_looked_up_first(sandbox: Any) -> None:
+    intent = submit(arguments=charge_arguments(), reference="order-3")
+    recover_now()
+    assert execute_intent(intent.id) == "succeeded"
+    assert intent.attempts.get().result == "succeeded"
+    assert len(effects(sandbox, "payments.charge", "order-3")) == 1
+
+
+def test_i22_1_without_a_recovery_there_is_no_look_up_before_sending(sandbox: Any) -> None:
+    intent = submit(action="email.send", arguments=EMAIL, reference="order-4")
+    assert execute_intent(intent.id) == "succeeded"
+    assert intent.attempts.get().result == "succeeded"
+
+
+def test_i22_1_an_inconclusive_look_up_under_the_guard_ends_unknown(sandbox: Any) -> None:
+    intent = submit(action="email.send", arguments=EMAIL, reference="order-5")
+    recover_now()
+    with pytest.MonkeyPatch.context() as patch:
+        from operations.adapters.base import LookupResult, LookupStatus
+
+        patch.setattr(
+            "operations.engine.provider_lookup",
+            lambda intent: LookupResult(status=LookupStatus.INCONCLUSIVE, detail={"error": "timeout"}),
+        )
+        assert execute_intent(intent.id) == "unknown"
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.UNKNOWN
+    assert effects(sandbox, "email.send", "order-5") == []
+
+
+# -- item 2: fences after a restore ------------------------------------------------------
+
+
+def test_i22_2_after_recovery_a_claim_is_above_every_fence_the_provider_saw(sandbox: Any) -> None:
+    # given: the forgotten timeline charged under fence 7; the restored row says fence 0
+    intent = submit(arguments=charge_arguments(), reference="order-6")
+    forgotten_send(intent, fence=7)
+    # when
+    run = recover_now()
+    assert execute_intent(intent.id) == "succeeded"
+    # then: the provider replayed its charge (no stale_fence, no UNKNOWN, one charge)
+    intent.refresh_from_db()
+    assert intent.fence == run.fence_epoch_after * FENCE_EPOCH_STRIDE + 1
+    assert intent.fence > 7 and intent.fence < 2**53
+    assert intent.outcomes.get().detail["replayed"] is True
+    assert len(effects(sandbox, "payments.charge", "order-6")) == 1
+
+
+def test_i22_2_the_epoch_never_goes_down(sandbox: Any) -> None:
+    first = recover_now()
+    second = recover_now()
+    assert second.fence_epoch_before == first.fence_epoch_after
+    assert second.fence_epoch_after > first.fence_epoch_after
+
+
+# -- item 3: lost intents re-submitted -----------------------------------------------------
+
+
+@pytest.mark.parametrize(("action", "arguments"), [*UNKEYED, ("payments.charge", charge_arguments())])
+def test_i22_3_a_lost_intent_resubmitted_after_recovery_has_one_effect(
+    sandbox: Any, action: str, arguments: dict[str, Any]
+) -> None:
+    # given: an intent executed, then lost by a restore
+    first = submit(
+        action=action,
+        arguments=with_reference(action, arguments, "order-7"),
+        reference="order-7",
+        client_key="call-7",
+    )
+    assert execute_intent(first.id) == "succeeded"
+    lose(first)
+    recover_now()
+    # when: the agent re-submits with the same Idempotency-Key
+    again = submit(
+        action=action,
+        arguments=with_reference(action, arguments, "order-7"),
+        reference="order-7",
+        client_key="call-7",
+    )
+    assert execute_intent(again.id) == "succeeded"
+    # then: one effect at the provider, and it is the intent's receipt
+    (effect,) = effects(sandbox, action, "order-7")
+    assert again.outcomes.get().provider_reference == effect["id"]
+
+
+# -- detection, pause and recovery ---------------------------------------------------------
+
+
+def test_i22_detection_pauses_execution_and_submissions_go_on(sandbox: Any, signing: Path) -> None:
+    # given: checkpoint #1; a charge submitted, checkpoint #2; then the database goes back
+    # to #1 (the charge with it) and an email READY from before it remains
+    email = submit(action="email.send", arguments=EMAIL, reference="order-8")
+    audit_checkpoint_create()
+    lost = submit(arguments=charge_arguments(), reference="order-9")
+    audit_checkpoint_create()
+    go_back_in_time(lost)
+    # when: a worker starts (its check)
+    behind = pause_if_behind(actor="detector:test")
+    # then: behind, paused, nothing claimed or sent
+    assert behind is not None and behind.file_number == 2 and behind.database_newest == 1
+    assert "went back in time" in behind.reason
+    assert execute_intent(email.id) == "paused"
+    assert effects(sandbox, "email.send", "order-8") == []
+    # submissions are still accepted and stored
+    _, token = make_agent("agent-9")
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    response = api.post(
+        "/api/v1/intents",
+        data=json.dumps({"action": "email.send", "arguments": EMAIL, "reference": "order-10"}),
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="call-10",
+    )
+    assert response.status_code == 201, response.content
+    # and the beat signs no checkpoint over the older state
+    assert tasks.audit_checkpoint() is None
+    assert AuditCheckpoint.objects.count() == 1
+
+
+def test_i22_the_beat_check_recovers_by_itself(sandbox: Any, settings: Any) -> None:
+    email = submit(action="email.send", arguments=EMAIL, reference="order-11")
+    audit_checkpoint_create()
+    lost = submit(arguments=charge_arguments(), reference="order-12")
+    audit_checkpoint_create()
+    go_back_in_time(lost)
+    assert tasks.restore_check() == "recovered"
+    control = execution_control()
+    assert control.paused_at is None and control.fence_epoch > 0
+    run = RecoveryRun.objects.get()
+    assert run.trigger == "detector" and run.finished_at is not None and run.checkpoint_number == 3
+    assert run.counts["ready_redispatched"] == 1
+    assert database_behind() is None
+    assert tasks.restore_check() == "level"
+    # the email goes through the guard: deferred (nothing found yet), not sent
+    assert execute_intent(email.id) == "deferred"
+
+
+def test_i22_without_automatic_recovery_execution_stays_paused(sandbox: Any, settings: Any) -> None:
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "RECOVER_AUTOMATICALLY": False}
+    audit_checkpoint_create()
+    lost = submit(arguments=charge_arguments(), reference="order-13")
+    audit_checkpoint_create()
+    go_back_in_time(lost)
+    assert tasks.restore_check() == "paused"
+    assert execution_control().paused_at is not None
+    assert not RecoveryRun.objects.exists()
+    # the operator runs recover
+    code, out, err = command("recover", "--since", (timezone.now() - timedelta(minutes=10)).isoformat())
+    assert (code, err) == (0, "")
+    assert "execution resumed" in out and "audit checkpoint #3 re-baselined" in out
+    assert execution_control().paused_at is None
+
+
+def test_i22_4_verify_audit_reports_the_restore_and_then_the_rebaseline(sandbox: Any) -> None:
+    audit_checkpoint_create()
+    lost = submit(arguments=charge_arguments(), reference="order-14")
+    audit_checkpoint_create()
+    go_back_in_time(lost)
+    # before recovery: not "intact"
+    code, _, err = command("verify_audit")
+    assert code == 1
+    assert "the file's checkpoint #2 is not in the database (its newest is #1)" in err
+    # after: passes, and says what happened on every run
+    recover_now()
+    code, out, err = command("verify_audit")
+    assert (code, err) == (0, "")
+    assert "the database went back in time: checkpoints #2-#2 are only in the checkpoint file" in out
+    assert "reason: recovery #" in out
+    assert "1 lost by a restore and re-baselined" in out
+    # the series goes on: the beat signs #4 after new events
+    submit(arguments=charge_arguments(), reference="order-15")
+    assert tasks.audit_checkpoint() == 4
+    assert command("verify_audit")[0] == 0
+    assert command("verify_audit", "--database-only")[0] == 0
+
+
+def test_i22_5_recovery_gives_every_ready_intent_a_fresh_message_at_once(sandbox: Any) -> None:
+    # given: READY intents whose messages were consumed (sent_at set) before the restore
+    ready = [submit(action="email.send", arguments=EMAIL, reference=f"order-r{i}") for i in range(3)]
+    OutboxMessage.objects.update(sent_at=timezone.now())
+    # when
+    run = recover_now()
+    # then: each has an unsent message due now, audited
+    assert run.counts["ready_redispatched"] == 3
+    for intent in ready:
+        assert OutboxMessage.objects.filter(
+            intent=intent, sent_at__isnull=True, due_at__lte=timezone.now()
+        ).exists()
+        assert intent.audit_events.filter(
+            event="redispatched", reason__startswith=f"recovery #{run.pk}"
+        ).exists()
+
+
+def test_i22_recovery_looks_unknown_up_now_and_checks_recent_successes_for_duplicates(sandbox: Any) -> None:
+    unknown = submit(action="email.send", arguments=EMAIL, reference="order-u")
+    Intent.objects.filter(id=unknown.id).update(
+        status=Intent.Status.UNKNOWN, next_lookup_at=timezone.now() + timedelta(hours=1)
+    )
+    done = submit(action="email.send", arguments=EMAIL, reference="order-d")
+    assert execute_intent(done.id) == "succeeded"
+    run = recover_now()
+    assert run.counts["unknown_looked_up"] == 1 and run.counts["duplicate_checks"] == 1
+    unknown.refresh_from_db()
+    done.refresh_from_db()
+    assert unknown.next_lookup_at is not None and unknown.next_lookup_at <= timezone.now()
+    assert done.next_duplicate_check_at is not None and done.duplicate_check_until is not None
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--since", "yesterday"], "not an ISO 8601 date-time"),
+        (["--since", "2999-01-01T00:00:00Z"], "is in the future"),
+        (["--since", "2026-01-01T00:00:00Z", "--margin", "-1"], "--margin must be from 0"),
+    ],
+)
+def test_i22_recover_refuses_bad_input_and_changes_nothing(args: list[str], message: str) -> None:
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match=message):
+        call_command("recover", *args, stdout=io.StringIO(), stderr=io.StringIO())
+    assert not RecoveryRun.objects.exists()
+    assert execution_control().fence_epoch == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i22_a_second_recovery_at_once_is_refused() -> None:
+    held = threading.Event()
+    release = threading.Event()
+
+    def hold_the_lock() -> None:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [RECOVERY_LOCK_ID])
+            held.set()
+            release.wait(10)
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [RECOVERY_LOCK_ID])
+        connections["default"].close()
+
+    other = threading.Thread(target=hold_the_lock)
+    other.start()
+    try:
+        assert held.wait(10)
+        with pytest.raises(RecoveryRunning):
+            recover_now()
+        assert not RecoveryRun.objects.exists()
+    finally:
+        release.set()
+        other.join()
+
+
+def test_i22_a_file_of_another_ledger_pauses_nothing(signing: Path) -> None:
+    audit_checkpoint_create()
+    lines = signing.read_text().splitlines()
+    # the database is re-created (or another ledger's file is configured)
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute("DELETE FROM operations_auditcheckpoint")
+        cursor.execute("SET session_replication_role = origin")
+    submit(arguments=charge_arguments())
+    audit_checkpoint_create()  # a new #1, not the file's
+    assert len(signing.read_text().splitlines()) == len(lines) + 1
+    assert database_behind() is None
+
+
+def test_i22_the_dashboard_shows_the_pause_and_the_recoveries(sandbox: Any, client: Any) -> None:
+    from tests.factories import UserFactory
+
+    audit_checkpoint_create()
+    lost = submit(arguments=charge_arguments(), reference="order-16")
+    audit_checkpoint_create()
+    go_back_in_time(lost)
+    pause_if_behind(actor="detector:test")
+    client.force_login(UserFactory(username="viewer-22", groups=["viewer"]))
+    page = client.get("/").content.decode()
+    assert 'id="execution-paused"' in page and "went back in time" in page
+    recover_now()
+    page = client.get("/").content.decode()
+    assert 'id="execution-paused"' not in page
+    assert "checkpoint #3 re-baselined" in page and "ready_redispatched" in page
+
+
+def test_i22_1_without_keys_or_a_look_up_the_guard_holds_for_a_person_who_may_release(
+    sandbox: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from operations.adapters.base import Capabilities, LookupKind
+    from operations.services import intent_release_held
+
+    # given: a provider with neither keys nor a look-up (the sandbox's email, declared so)
+    blind = Capabilities(idempotency_keys=False, lookup=LookupKind.NONE)
+    monkeypatch.setattr("operations.engine.capabilities_for", lambda action: blind)
+    intent = submit(action="email.send", arguments=EMAIL, reference="order-17")
+    recover_now()
+    # when / then: held, nothing sent, the reason says why
+    assert execute_intent(intent.id) == "held"
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.HELD and intent.hold_reason.startswith("restore guard:")
+    assert effects(sandbox, "email.send", "order-17") == []
+    # a person who checked with the provider releases it: sent once, not held again
+    intent_release_held(intent_id=intent.id, actor="user:ops", reason="checked: never sent")
+    Intent.objects.filter(id=intent.id).update(not_before=None)
+    assert execute_intent(intent.id) == "succeeded"
+    assert len(effects(sandbox, "email.send", "order-17")) == 1
