@@ -142,6 +142,10 @@ class LocalCluster:
             "EFFECT_LEDGER_RELAY_PERIOD_SECONDS": str(relay_period),
             "EFFECT_LEDGER_RECONCILE_PERIOD_SECONDS": str(reconcile_period),
             "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            # The children compare their database with the checkpoint file this process uses
+            # (under pytest, the test's own): never another database's file, which would look
+            # like a restore and pause them (operations.restore_check).
+            "EFFECT_LEDGER_AUDIT_CHECKPOINT_FILE": str(settings.EFFECT_LEDGER["AUDIT_CHECKPOINT_FILE"]),
             "PYTHONUNBUFFERED": "1",
             "LOG_LEVEL": "WARNING",
         }

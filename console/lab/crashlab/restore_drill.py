@@ -3,15 +3,16 @@
 Per provider kind of the lab (payments: keyed, fenced, authoritative lookup; email: no keys,
 lookup by Message-ID that lags; reservations: no keys, listed by reference), real workers run:
 
-1. a first batch of intents: about a third done before the dump; one per kind whose effect the
-   provider applies and then holds the answer (``hold_after_effect``: RUNNING at the dump, its
-   effect applied); the rest submitted while those hold every pool process (READY at the dump,
-   sent after it);
+1. a first batch of intents: about a third done, then an audit checkpoint (as the beat makes
+   one every period; a database restored to before its first checkpoint cannot be told from a
+   new one, ``operations.restore_check``); one per kind whose effect the provider applies and
+   then holds the answer (``hold_after_effect``: RUNNING at the dump, its effect applied); the
+   rest submitted while those hold every pool process (READY at the dump, sent after it);
 2. ``pg_dump -Fc`` of the ledger's database alone (the sandbox provider keeps its data in a
    database of its own, so the dump and the restore never touch it), while they are in flight;
 3. a second batch after the dump: the restore will lose these intents, not their effects;
-4. everything runs to its end; ``manage.py audit_checkpoint`` writes a checkpoint to the outward
-   file, so the file is ahead of the dump;
+4. everything runs to its end; ``manage.py audit_checkpoint`` writes a second checkpoint to the
+   outward file, so the file is ahead of the dump;
 5. the workers and beat stop; the database is dropped, created and restored from the dump (as
    onto a new server after a failover), every other session ended first;
 6. the workers and beat start again: their start-up check finds the database behind the
@@ -274,6 +275,7 @@ class RestoreDrill:
             ).raise_for_status()  # fmt: skip
         self._submit_all({k: [r for r in self.first[k] if r in groups["done"]] for k in KINDS})
         self._wait_settled(groups["done"], "the first third to end")
+        self._checkpoint()  # as the beat makes one every period: the dump will hold it
         self._submit_all({k: [r for r in self.first[k] if r in groups["held"]] for k in KINDS})
         wait_until(
             lambda: all(self._provider_effects(provider, self._kind_of(r), r) for r in groups["held"]),
@@ -305,7 +307,8 @@ class RestoreDrill:
         return dump, dump_time, groups
 
     def _checkpoint(self) -> None:
-        """Sign an audit checkpoint now, so the outward file is ahead of the dump."""
+        """Sign an audit checkpoint now (``manage.py audit_checkpoint``), stored in the database
+        and appended to the drill's outward checkpoint file."""
         completed = self._manage("audit_checkpoint")
         if completed.returncode:
             raise HarnessError(f"audit_checkpoint failed: {(completed.stdout + completed.stderr)[-1000:]}")

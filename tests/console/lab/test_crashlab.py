@@ -158,21 +158,28 @@ def test_restore_drill_judge_holds_the_kill_drills_bar() -> None:
 @pytest.mark.integration
 @requires_real_broker
 @pytest.mark.django_db(transaction=True)
-def test_restore_drill_leaves_one_effect_per_reference_and_loses_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("recovery", ["automatic", "manage.py recover"])
+def test_restore_drill_leaves_one_effect_per_reference_and_loses_nothing(
+    tmp_path: Path, recovery: str
+) -> None:
     # given: real workers and beat on a scratch ledger database, the sandbox provider in its own
     # database; per kind, three intents before a pg_dump (done, RUNNING with the effect applied,
     # READY) and three after it
     report = tmp_path / "restore.json"
+    by_command = ["--restore-by-command"] if recovery == "manage.py recover" else []
     # when: the ledger's database is restored from the dump (the checkpoint file ahead of it),
-    # the workers restart and recover by themselves, the agent re-submits what was lost
+    # the workers restart and pause, recovery runs (by the workers or by the command), the
+    # agent re-submits what was lost
     with contextlib.suppress(SystemExit):  # the row's problems are asserted below
-        call_command("crashlab", "--restore-only", "--restore-intents", "3", "--json", str(report))
+        call_command(
+            "crashlab", "--restore-only", "--restore-intents", "3", *by_command, "--json", str(report)
+        )
     # then: at the provider, exactly one effect per reference, none FAILED with an effect
     (row,) = json.loads(report.read_text())["rows"]
     assert row["strategy"] == RESTORE and row["problems"] == [], row
     assert row["duplicates"] == 0 and row["missing"] == 0 and row["failed_with_effect"] == 0
     assert row["effects"] == row["ops"] == 18 and row["operator"] == 0
-    assert row["detail"]["recovery"]["by"] == "automatic" and row["detail"]["recovery"]["ok"]
+    assert row["detail"]["recovery"]["by"] == recovery and row["detail"]["recovery"]["ok"]
     for kind in ("payments", "email", "reservations"):
         counted = row["detail"][kind]
         assert counted["lost_by_restore"] == counted["resubmitted"] == 3
