@@ -121,9 +121,7 @@ def serving_problem(action: str, version: int) -> str | None:
         return f"{action} is not served by this deployment: its adapter failed: {exc!r}"[:500]
     if version not in served:
         listed = ", ".join(str(v) for v in served)
-        return (
-            f"{action} version {version} is no longer served by this deployment (it serves version {listed})"
-        )
+        return f"{action} version {version} is no longer served by this deployment (it serves version {listed})"
     return None
 
 

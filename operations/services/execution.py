@@ -355,19 +355,25 @@ def intent_hold_mismatch(*, claim: Claim, problem: str) -> bool:
     event ``request_hash_mismatch``. Release is refused while the mismatch lasts; an operator
     rejects it. Conditional on the claim's fence; returns True when it moved.
     """
+    moved = _hold(claim, event="request_hash_mismatch", problem=problem)
+    if moved:
+        metrics.REQUEST_MISMATCHES.labels(stage="execution").inc()
+    return moved
+
+
+def _hold(claim: Claim, *, event: str, problem: str) -> bool:
+    """RUNNING -> HELD, nothing sent: ``hold_reason`` = ``problem``, escalated at once, the
+    attempt ``skipped``. Conditional on the claim's fence."""
     with transaction.atomic():
-        moved = _record(
+        return _record(
             claim,
             to_status=Intent.Status.HELD,
-            event="request_hash_mismatch",
+            event=event,
             attempt_result=Attempt.Result.SKIPPED,
             error=problem,
             data={"sent": False, "hold_reason": problem},
             updates={"hold_reason": problem, "escalated_at": Now(), "not_before": None},
         )
-    if moved:
-        metrics.REQUEST_MISMATCHES.labels(stage="execution").inc()
-    return moved
 
 
 def intent_schedule_retry(
@@ -512,14 +518,4 @@ def intent_hold_restored(*, claim: Claim, problem: str) -> bool:
     cannot deduplicate and offers no look-up, so whether the forgotten timeline already sent it
     cannot be known here (issue 22). ``hold_reason`` says so; the operator confirms with the
     provider, then releases (sends) or rejects. Conditional on the fence."""
-    with transaction.atomic():
-        moved = _record(
-            claim,
-            to_status=Intent.Status.HELD,
-            event="restore_guard_held",
-            attempt_result=Attempt.Result.SKIPPED,
-            error=problem,
-            data={"sent": False, "hold_reason": problem},
-            updates={"hold_reason": problem, "escalated_at": Now(), "not_before": None},
-        )
-    return moved
+    return _hold(claim, event="restore_guard_held", problem=problem)
