@@ -354,19 +354,40 @@ def test_i22_5_recovery_gives_every_ready_intent_a_fresh_message_at_once(sandbox
         ).exists()
 
 
-def test_i22_recovery_looks_unknown_up_now_and_checks_recent_successes_for_duplicates(sandbox: Any) -> None:
-    unknown = submit(action="email.send", arguments=EMAIL, reference="order-u")
-    Intent.objects.filter(id=unknown.id).update(
-        status=Intent.Status.UNKNOWN, next_lookup_at=timezone.now() + timedelta(hours=1)
+@pytest.mark.parametrize(("action", "arguments"), UNKEYED)
+def test_i22_an_unknown_intent_at_the_restore_is_looked_up_at_once_and_settles_with_one_effect(
+    sandbox: Any, action: str, arguments: dict[str, Any]
+) -> None:
+    from reconciliation.lookups import reconcile_unknown
+
+    # given: UNKNOWN at the restore point (the provider applied it, then answered 500), its
+    # next look-up an hour away
+    unknown = submit(
+        action=action, arguments=with_reference(action, arguments, "order-u"), reference="order-u"
     )
-    done = submit(action="email.send", arguments=EMAIL, reference="order-d")
-    assert execute_intent(done.id) == "succeeded"
+    sandbox.inject("error_500_after_effect")
+    assert execute_intent(unknown.id) == "unknown"
+    Intent.objects.filter(id=unknown.id).update(next_lookup_at=timezone.now() + timedelta(hours=1))
+    # when
     run = recover_now()
-    assert run.counts["unknown_looked_up"] == 1 and run.counts["duplicate_checks"] == 1
+    # then: due now, found by the reconciler's next pass, never sent again
+    assert run.counts["unknown_looked_up"] == 1
+    assert reconcile_unknown().resolved == 1
     unknown.refresh_from_db()
-    done.refresh_from_db()
-    assert unknown.next_lookup_at is not None and unknown.next_lookup_at <= timezone.now()
-    assert done.next_duplicate_check_at is not None and done.duplicate_check_until is not None
+    assert unknown.status == Intent.Status.SUCCEEDED
+    assert len(effects(sandbox, action, "order-u")) == 1
+
+
+def test_i22_recovery_checks_recent_successes_at_providers_without_keys_for_duplicates(sandbox: Any) -> None:
+    email = submit(action="email.send", arguments=EMAIL, reference="order-d")
+    charge = submit(arguments=charge_arguments(), reference="order-c")
+    assert execute_intent(email.id) == "succeeded" and execute_intent(charge.id) == "succeeded"
+    run = recover_now()
+    assert run.counts["duplicate_checks"] == 1
+    email.refresh_from_db()
+    charge.refresh_from_db()
+    assert email.next_duplicate_check_at is not None and email.duplicate_check_until is not None
+    assert charge.next_duplicate_check_at is None  # keyed: no duplicate is possible
 
 
 @pytest.mark.parametrize(
