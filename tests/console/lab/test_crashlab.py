@@ -135,7 +135,7 @@ def restore_row(*, duplicates: int = 0, missing: int = 0, failed: int = 0, lost_
                detail={**kinds, "recovery": {"by": "automatic", "ok": recovered}})  # fmt: skip
 
 
-def test_restore_drill_judge_holds_the_kill_drills_bar() -> None:
+def test_i22_restore_drill_judge_holds_the_kill_drills_bar() -> None:
     # given a clean row, then rows with each failure the drill exists to catch
     assert judge_restore_row(restore_row()) == []
     # then
@@ -159,7 +159,7 @@ def test_restore_drill_judge_holds_the_kill_drills_bar() -> None:
 @requires_real_broker
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("recovery", ["automatic", "manage.py recover"])
-def test_restore_drill_leaves_one_effect_per_reference_and_loses_nothing(
+def test_i22_restore_drill_leaves_one_effect_per_reference_and_loses_nothing(
     tmp_path: Path, recovery: str
 ) -> None:
     # given: real workers and beat on a scratch ledger database, the sandbox provider in its own

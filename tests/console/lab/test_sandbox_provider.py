@@ -548,7 +548,7 @@ def test_a_malformed_match_is_refused_not_applied_to_everything(sandbox: Sandbox
 # --- where the provider keeps its data (issue 22) ----------------------------------------------
 
 
-def test_the_default_sandbox_database_is_not_the_ledgers(db: None, settings: Any) -> None:
+def test_i22_the_default_sandbox_database_is_not_the_ledgers(db: None, settings: Any) -> None:
     # given: no SANDBOX_DATABASE_URL, the ledger on the test database
     from django.db import connection
 
@@ -569,7 +569,7 @@ def test_the_default_sandbox_database_is_not_the_ledgers(db: None, settings: Any
     assert database_name(provider_dsn("dbname=given")) == "given"
 
 
-def test_a_restore_of_the_ledger_database_leaves_the_providers_effects(sandbox: SandboxProvider) -> None:
+def test_i22_a_restore_of_the_ledger_database_leaves_the_providers_effects(sandbox: SandboxProvider) -> None:
     # given: a charge applied at the provider
     from django.db import connection
 
