@@ -228,31 +228,38 @@ def _restore_guard(claim: svc.Claim, context: dict[str, object]) -> str | None:
                                 source ``reconciler``); two or more schedule duplicate checks
     nothing found, before the   ``deferred``: READY again, due at the settle point (the
     settle point                recovery's start + a lease + the consistency window)
-    nothing found, after it     None: send
+    nothing found, after it     None: send; ``held`` for a person when the intent has
+                                ``forgotten_changes`` (the lost change may be a cancel)
     anything else               ``unknown``: UNKNOWN, cause ``restore_guard``, for the
                                 reconciler and operators
     no look-up possible         ``held``: HELD for a person, unless one already released it
                                 (or said ``absent``) since the recovery
     ==========================  =============================================================
+
+    An intent with ``forgotten_changes`` is looked up at keyed providers too, and after the
+    guard's window has ended.
     """
     since = claim.restore_guard_since
     intent = claim.intent
-    if since is None:
+    marked = intent.forgotten_changes
+    if since is None and not marked:
         return None
     try:
         capabilities = capabilities_for(intent.action)
     except ActionUnavailable:
         return None  # served when claimed (_hold_if_unserved); the call fails on its own
-    if not capabilities.duplicates_possible:
+    if not capabilities.duplicates_possible and not marked:
         return None  # the provider deduplicates on our key: a replay, never a second effect
-    if intent.audit_events.filter(event__in=_GUARD_OVERRIDES, created_at__gte=since).exists():
+    overrides = intent.audit_events.filter(event__in=_GUARD_OVERRIDES)
+    if overrides.filter(created_at__gte=since).exists() if since else overrides.exists():
         return None  # a person decided to send it after the recovery
     if capabilities.lookup == LookupKind.NONE and not capabilities.list_by_reference:
         metrics.RESTORE_GUARD_CHECKS.labels(decision="held").inc()
         problem = (
-            "restore guard: the database went back in time and this provider has neither idempotency keys nor "
-            "a look-up, so whether the forgotten timeline already sent this cannot be known here; confirm "
-            "with the provider, then release or reject"
+            "restore guard: the database went back in time and this provider offers no look-up, so whether "
+            "the forgotten timeline already sent this"
+            + (" (or cancelled or rejected it)" if marked else "")
+            + " cannot be known here; confirm with the provider, then release or reject"
         )
         return "held" if svc.intent_hold_restored(claim=claim, problem=problem) else "stale"
     result = provider_lookup(intent)
@@ -266,11 +273,20 @@ def _restore_guard(claim: svc.Claim, context: dict[str, object]) -> str | None:
         )
         return "succeeded" if found else "stale"
     if result.status in {LookupStatus.NOT_FOUND_YET, LookupStatus.ABSENT}:
-        settle = guard_settle_at(guard_since=since, action=intent.action)
-        if database_now() < settle:
+        settle = guard_settle_at(guard_since=since, action=intent.action) if since else None
+        if settle is not None and database_now() < settle:
             metrics.RESTORE_GUARD_CHECKS.labels(decision="deferred").inc()
             deferred = svc.intent_defer_for_restore(claim=claim, not_before=settle, detail=evidence)
             return "deferred" if deferred else "stale"
+        if marked:
+            # Not sent, yet changed after the restore point: perhaps cancelled or rejected.
+            metrics.RESTORE_GUARD_CHECKS.labels(decision="held").inc()
+            problem = (
+                "restore guard: a timeline the database forgot changed this intent after the restore point and "
+                "the provider has no effect of it: it may have been cancelled, rejected or refused there; ask "
+                "whoever submitted it, then release (send) or reject"
+            )
+            return "held" if svc.intent_hold_restored(claim=claim, problem=problem) else "stale"
         metrics.RESTORE_GUARD_CHECKS.labels(decision="send").inc()
         return None
     metrics.RESTORE_GUARD_CHECKS.labels(decision="unknown").inc()

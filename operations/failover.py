@@ -12,11 +12,19 @@ from datetime import UTC, datetime
 from django.conf import settings
 
 from operations import metrics
+from operations.audit_keys import public_key_load
 from operations.checkpoint_signing import CheckpointUnpublishedError, audit_checkpoint_create
+from operations.checkpoint_verification import checkpoint_verify
 from operations.checkpoints import checkpoint_file_newest, checkpoint_file_path
 from operations.models import AuditCheckpoint, RecoveryRun
 from operations.restore_check import Behind, database_behind
-from operations.services.failover import RecoveryPlan, RecoveryRunning, execution_pause, recover
+from operations.services.failover import (
+    RecoveryPlan,
+    RecoveryRunning,
+    execution_pause,
+    intents_mark_forgotten_changes,
+    recover,
+)
 
 logger = logging.getLogger("operations.restore")
 
@@ -37,7 +45,8 @@ def restore_check(*, actor: str) -> str:
     ``RECOVER_AUTOMATICALLY`` (the default) — since the newest checkpoint the database kept.
 
     Returns ``level`` (nothing to do), ``paused`` (behind; an operator runs ``recover``),
-    ``recovered``, or ``running`` (another recovery holds the lock).
+    ``recovered``, ``running`` (another recovery holds the lock), or ``refused`` (the database
+    does not match its own newest checkpoint: ``AuditFaultsRefused``; not retried by itself).
     """
     behind = pause_if_behind(actor=actor)
     if behind is None:
@@ -45,6 +54,10 @@ def restore_check(*, actor: str) -> str:
     if not settings.EFFECT_LEDGER["RECOVER_AUTOMATICALLY"]:
         logger.critical("the database went back in time; execution paused until manage.py recover runs")
         return "paused"
+    refused = RecoveryRun.objects.order_by("-started_at", "-id").values_list("error", flat=True).first()
+    if refused and refused.startswith(AuditFaultsRefused.__name__):
+        # Not retried by itself: the faults need a person (README, "Failover runbook").
+        return "refused"
     kept = AuditCheckpoint.objects.order_by("-number").values_list("created_at", flat=True).first()
     plan = RecoveryPlan(
         since=kept or datetime(1970, 1, 1, tzinfo=UTC),
@@ -57,34 +70,66 @@ def restore_check(*, actor: str) -> str:
         recover_with_rebaseline(plan)
     except RecoveryRunning:
         return "running"
+    except AuditFaultsRefused as exc:
+        logger.critical("automatic recovery refused; execution stays paused: %s", exc)
+        return "refused"
     return "recovered"
 
 
-def recover_with_rebaseline(plan: RecoveryPlan) -> RecoveryRun:
-    """``services.failover.recover`` with the audit checkpoint re-baseline as its last step:
-    when the database is behind the checkpoint file, a checkpoint that follows the file's newest
-    is signed over the faults (the chains the restore cut back), with ``accepted.restored``
-    naming the checkpoints only the file holds, so later checks find the database level again.
+class AuditFaultsRefused(Exception):
+    """The database does not match its own newest audit checkpoint: not what a restore leaves
+    (a restore to any point after a checkpoint keeps every head that checkpoint saw). Nothing
+    was re-baselined; execution stays paused until an operator looks and decides."""
+
+
+#: Faults named in ``AuditFaultsRefused``'s message (the rest are counted).
+FAULTS_NAMED = 10
+
+
+def recover_with_rebaseline(plan: RecoveryPlan, *, accept_audit_faults: str | None = None) -> RecoveryRun:
+    """``services.failover.recover`` with the audit checkpoint re-baseline as its last step
+    before execution resumes, when the database is behind the checkpoint file:
+
+    1. the database must still match its own newest checkpoint (``checkpoint_verify`` against
+       the stored series): a restore cuts back to a state after that checkpoint, it does not
+       delete what the checkpoint saw. Otherwise ``AuditFaultsRefused`` — unless an operator
+       passes ``accept_audit_faults`` (a reason, recorded with the faults in the signed
+       checkpoint). The detector never does;
+    2. the open intents the forgotten timeline changed are flagged
+       (``services.failover.intents_mark_forgotten_changes``);
+    3. a checkpoint that follows the file's newest is signed over the faults (the chains the
+       restore cut back), with ``accepted.restored`` naming the checkpoints only the file holds.
 
     Raises:
         RecoveryRunning: another recovery is running.
-        operations.audit_keys.AuditKeyError: the database is behind but no signing key is at
-            hand to re-baseline (the run records it; execution stays paused).
+        AuditFaultsRefused: see step 1 (the run records it; execution stays paused).
+        operations.audit_keys.AuditKeyError: no key to verify or sign with (the same).
     """
 
     def rebaseline(run: RecoveryRun) -> int | None:
         if database_behind() is None:
             return None
+        own = checkpoint_verify(public_key=public_key_load(), checkpoint_file=None)
+        if not own.ok and accept_audit_faults is None:
+            faults = [str(fault) for fault in own.faults]
+            named = "; ".join(faults[:FAULTS_NAMED])
+            more = len(faults) + own.omitted - min(len(faults), FAULTS_NAMED)
+            raise AuditFaultsRefused(
+                "the database does not match its own newest audit checkpoint, which a restore does not "
+                f"cause: {named}" + (f"; and {more} more" if more > 0 else "") + ". Nothing was "
+                "re-baselined and execution stays paused: investigate (manage.py verify_audit), then run "
+                "manage.py recover --accept-audit-faults REASON to re-baseline over them"
+            )
         newest = checkpoint_file_newest(checkpoint_file_path())
         if newest is None:
             return None
+        run.counts["changed_after_restore_point"] = intents_mark_forgotten_changes(newest.head_rows())
+        run.save(update_fields=["counts"])
+        reason = f"recovery #{run.pk} ({run.trigger}, {run.actor}) after the database went back in time"
+        if accept_audit_faults is not None and not own.ok:
+            reason += f"; audit faults accepted by the operator: {accept_audit_faults}"
         try:
-            row = audit_checkpoint_create(
-                accept_faults_reason=(
-                    f"recovery #{run.pk} ({run.trigger}, {run.actor}) after the database went back in time"
-                ),
-                restored_after=newest,
-            )
+            row = audit_checkpoint_create(accept_faults_reason=reason, restored_after=newest)
         except CheckpointUnpublishedError as exc:
             logger.error("recovery's checkpoint is stored but not in the file: %s", exc)
             row = AuditCheckpoint.objects.order_by("-number").first()

@@ -56,6 +56,13 @@ class Intent(models.Model):
     request_hash = models.CharField(
         max_length=64, help_text="sha256 hex of the canonical request fingerprint (fingerprint_version)"
     )
+    forgotten_changes = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="a recovery found that a timeline the database forgot (a restore, a failover) changed this "
+        "intent after the restore point (cancelled? approved? sent?): before it is sent, the restore guard looks "
+        "it up and holds it for a person when nothing is found (issue 22)",
+    )
     fingerprint_version = models.PositiveSmallIntegerField(
         default=2,
         db_default=2,

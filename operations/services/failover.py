@@ -37,7 +37,7 @@ from django.utils import timezone
 
 from operations import metrics
 from operations.adapters.registry import ActionUnavailable, capabilities_for
-from operations.models import ExecutionControl, Intent, RecoveryRun
+from operations.models import OPEN_STATUSES, ExecutionControl, Intent, RecoveryRun
 from operations.services.recovery import intent_redispatch
 
 logger = logging.getLogger("operations.restore")
@@ -252,6 +252,45 @@ def _redispatch_ready(run: RecoveryRun, plan: RecoveryPlan) -> int:
     ):
         ready += intent_redispatch(intent_id=intent_id, actor=plan.actor, reason=reason)
     return ready
+
+
+#: Heads compared per statement when marking forgotten changes.
+MARK_BATCH = 5000
+
+
+def intents_mark_forgotten_changes(heads: list[tuple[str, int, str]]) -> int:
+    """Flag the open intents a timeline the database forgot changed after the restore point.
+
+    ``heads`` are the checkpoint file's newest heads ``(intent_id, seq, hash)``: an intent whose
+    chain in the database has no event at that seq with that hash was changed by the forgotten
+    timeline (claimed, sent, cancelled, approved, rejected...), and the database no longer knows
+    how. Open ones (``OPEN_STATUSES``) get ``forgotten_changes``: the restore guard looks them up
+    before any send and holds them for a person when nothing is found (an agent's cancel or an
+    approver's reject may be what was lost). Chains missing from the database altogether are
+    intents the restore lost: the agent re-submits those.
+
+    Returns:
+        How many intents were flagged.
+    """
+    marked = 0
+    open_states = sorted(OPEN_STATUSES)
+    for start in range(0, len(heads), MARK_BATCH):
+        batch = heads[start : start + MARK_BATCH]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                UPDATE operations_intent AS i SET forgotten_changes = true
+                FROM unnest(%s::uuid[], %s::integer[], %s::text[]) AS f(intent_id, seq, hash)
+                WHERE i.id = f.intent_id AND i.status = ANY(%s) AND NOT i.forgotten_changes
+                  AND NOT EXISTS (
+                      SELECT 1 FROM operations_auditevent AS e
+                      WHERE e.intent_id = f.intent_id AND e.seq = f.seq AND e.hash = f.hash
+                  )
+                """,
+                [[h[0] for h in batch], [h[1] for h in batch], [h[2] for h in batch], open_states],
+            )
+            marked += cursor.rowcount
+    return marked
 
 
 def _schedule_duplicate_checks(plan: RecoveryPlan) -> int:

@@ -396,6 +396,12 @@ def test_i22_recovery_checks_recent_successes_at_providers_without_keys_for_dupl
         (["--since", "yesterday"], "not an ISO 8601 date-time"),
         (["--since", "2999-01-01T00:00:00Z"], "is in the future"),
         (["--since", "2026-01-01T00:00:00Z", "--margin", "-1"], "--margin must be from 0"),
+        (["--since", "0001-01-01T00:00:00Z"], "is before 2000"),
+        (["--since", "2026-12-01T09:00:00"], "has no UTC offset"),
+        (["--since", "2026-12-01"], "has no UTC offset"),
+        (["--since", "2026-12-01T09:00:00+25:00"], "not a valid date-time"),
+        (["--since", "2026-01-01T00:00:00Z", "--actor", "ops\x1b[2J"], "--actor must be printable"),
+        (["--since", "2026-01-01T00:00:00Z", "--accept-audit-faults", " "], "needs a printable reason"),
     ],
 )
 def test_i22_recover_refuses_bad_input_and_changes_nothing(args: list[str], message: str) -> None:
@@ -484,3 +490,81 @@ def test_i22_1_without_keys_or_a_look_up_the_guard_holds_for_a_person_who_may_re
     Intent.objects.filter(id=intent.id).update(not_before=None)
     assert execute_intent(intent.id) == "succeeded"
     assert len(effects(sandbox, "email.send", "order-17")) == 1
+
+
+def rewind(intent: Intent, *, to_seq: int, status: str) -> None:
+    """What a restore does to an intent a forgotten timeline changed: its chain back to
+    ``to_seq`` events, its row back to ``status`` (behind the triggers, as a restore is)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute(
+            "DELETE FROM operations_auditevent WHERE intent_id = %s AND seq > %s", [intent.id, to_seq]
+        )
+        cursor.execute("UPDATE operations_intent SET status = %s WHERE id = %s", [status, intent.id])
+        cursor.execute("DELETE FROM operations_auditcheckpoint WHERE number > 1")
+        cursor.execute("SET session_replication_role = origin")
+
+
+@pytest.mark.parametrize(("action", "arguments"), [*UNKEYED, ("payments.charge", charge_arguments())])
+def test_i22_a_cancel_the_restore_forgot_is_held_for_a_person_not_executed(
+    sandbox: Any, action: str, arguments: dict[str, Any]
+) -> None:
+    from operations.services import intent_cancel
+
+    # given: READY at checkpoint #1; the agent cancelled it (200 CANCELLED), checkpoint #2 saw that;
+    # then the database went back to #1
+    intent = submit(
+        action=action, arguments=with_reference(action, arguments, "order-x"), reference="order-x"
+    )
+    audit_checkpoint_create()
+    seq = intent.audit_events.count()
+    intent_cancel(intent_id=intent.id, actor="agent:agent-1")
+    audit_checkpoint_create()
+    rewind(intent, to_seq=seq, status=Intent.Status.READY)
+    # when: recovery runs, and a worker takes the intent once the guard's window has passed
+    assert tasks.restore_check() == "recovered"
+    run = RecoveryRun.objects.get()
+    assert run.counts["changed_after_restore_point"] == 1
+    intent.refresh_from_db()
+    assert intent.forgotten_changes
+    past_the_settle_point()
+    assert execute_intent(intent.id) == "held"
+    # then: nothing sent; a person is asked
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.HELD
+    assert "cancelled, rejected or refused" in intent.hold_reason
+    assert effects(sandbox, action, "order-x") == []
+
+
+def test_i22_automatic_recovery_refuses_what_a_restore_does_not_do(sandbox: Any) -> None:
+    # given: two finished charges that checkpoint #1 saw; later checkpoint #2
+    done = [submit(arguments=charge_arguments(), reference=f"order-t{i}") for i in range(2)]
+    for intent in done:
+        assert execute_intent(intent.id) == "succeeded"
+    audit_checkpoint_create()
+    submit(arguments=charge_arguments(), reference="order-t2")
+    audit_checkpoint_create()
+    # when: someone deletes the two charges' rows and checkpoint #2 (to look like a restore)
+    go_back_in_time(*done)
+    # then: paused, not re-baselined; not retried by itself; a person must accept the faults
+    assert tasks.restore_check() == "refused"
+    run = RecoveryRun.objects.get()
+    assert run.error.startswith("AuditFaultsRefused: the database does not match its own newest audit checkpoint")
+    assert run.finished_at is None and run.checkpoint_number is None
+    assert execution_control().paused_at is not None
+    assert tasks.restore_check() == "refused"
+    assert RecoveryRun.objects.count() == 1
+    code, _, err = command("recover", "--since", (timezone.now() - timedelta(minutes=10)).isoformat())
+    assert code == 1 and "does not match its own newest audit checkpoint" in err
+    assert execution_control().paused_at is not None
+    code, out, err = command(
+        "recover",
+        "--since",
+        (timezone.now() - timedelta(minutes=10)).isoformat(),
+        "--accept-audit-faults",
+        "INC-7",
+    )
+    assert (code, err) == (0, ""), err
+    assert execution_control().paused_at is None
+    code, out, _ = command("verify_audit")
+    assert code == 0 and "audit faults accepted by the operator: INC-7" in out

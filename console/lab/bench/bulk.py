@@ -144,6 +144,7 @@ def _intent_row(
         "arguments": f'{{"amount":{amount},"currency":"EUR","customer":"cus_{i % 9973}"}}',
         "request_hash": intent_id.hex * 2,
         "fingerprint_version": 2,
+        "forgotten_changes": False,
         "client_key": f"{tag}-{i}",
         "idempotency_key": f"el:{tenant}:payments.charge:1:{intent_id}",
         "reference": f"{tag}-order-{i // 2}",

@@ -8,13 +8,17 @@ look UNKNOWN ones up now, schedule duplicate checks for what ended after ``--sin
 margin at providers without keys, re-baseline the audit checkpoint when the database is behind
 the checkpoint file, resume.
 
+When the database does not match its own newest audit checkpoint (which a restore does not
+cause: someone changed the log), nothing is re-baselined and execution stays paused, unless
+``--accept-audit-faults REASON`` after an investigation.
+
 Exit codes: 0 done; 1 it failed (execution stays paused; the error is printed and recorded);
-2 bad arguments, or another recovery is running.
+2 bad arguments (``--since`` needs a UTC offset), or another recovery is running.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -26,13 +30,30 @@ from operations.failover import recover_with_rebaseline
 from operations.restore_check import database_behind
 from operations.services.failover import RecoveryPlan, RecoveryRunning
 
+#: The earliest restore point accepted (nothing of the ledger is older).
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+
 
 def _moment(value: str) -> datetime:
-    """An ISO 8601 date-time; without an offset it is read in the server's time zone."""
-    parsed = parse_datetime(value.strip())
+    """An ISO 8601 date-time with its offset (``Z`` or ``+01:00``): a time without one would be
+    read in some time zone, and a wrong guess moves the restore point by hours.
+
+    Raises:
+        ValueError: not a date-time, no offset, or before 2000.
+    """
+    try:
+        parsed = parse_datetime(value.strip())
+    except ValueError as exc:  # a well-formed but impossible value: month 13, offset +25:00
+        raise ValueError(f"not a valid date-time: {value!r} ({exc})") from exc
     if parsed is None:
         raise ValueError(f"not an ISO 8601 date-time: {value!r} (e.g. 2026-12-01T13:05:00Z)")
-    return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed)
+    if timezone.is_naive(parsed):
+        raise ValueError(
+            f"--since {value!r} has no UTC offset: write it with one (2026-12-01T13:05:00Z, or +01:00)"
+        )
+    if parsed < EARLIEST:
+        raise ValueError(f"--since {value!r} is before {EARLIEST:%Y}: not a restore point of this ledger")
+    return parsed
 
 
 class Command(BaseCommand):
@@ -54,6 +75,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--actor", default="operator", help="who runs it, for the record (default operator)"
         )
+        parser.add_argument(
+            "--accept-audit-faults",
+            metavar="REASON",
+            help="re-baseline even though the database does not match its own newest audit checkpoint "
+            "(which a restore does not cause): after you investigated; the reason and the faults are signed "
+            "into the checkpoint",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -67,16 +95,22 @@ class Command(BaseCommand):
             raise CommandError("--margin must be from 0 to 604800 seconds", returncode=2)
         if since > timezone.now():
             raise CommandError(f"--since {since.isoformat()} is in the future", returncode=2)
+        actor = options["actor"]
+        if not actor.strip() or not actor.isprintable():
+            raise CommandError("--actor must be printable text", returncode=2)
+        accept = options["accept_audit_faults"]
+        if accept is not None and (not accept.strip() or not accept.isprintable()):
+            raise CommandError("--accept-audit-faults needs a printable reason", returncode=2)
         behind = database_behind()
         plan = RecoveryPlan(
             since=since,
             margin_seconds=margin,
-            actor=f"user:{options['actor']}"[:200],
+            actor=f"user:{actor}"[:200],
             trigger="operator",
             reason=behind.reason if behind else f"run by an operator (--since {since.isoformat()})",
         )
         try:
-            run = recover_with_rebaseline(plan)
+            run = recover_with_rebaseline(plan, accept_audit_faults=accept)
         except RecoveryRunning as exc:
             raise CommandError(f"{exc}; nothing was done", returncode=2) from exc
         except Exception as exc:
