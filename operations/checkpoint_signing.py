@@ -34,7 +34,7 @@ from operations.checkpoints import (
 )
 from operations.idempotency import canonical_json
 from operations.models import AuditCheckpoint
-from operations.restore_check import database_behind
+from operations.restore_check import restore_detection
 
 logger = logging.getLogger("operations.checkpoints")
 
@@ -69,7 +69,8 @@ class CheckpointUnpublishedError(CheckpointError):
 
 class DatabaseBehindError(CheckpointError):
     """The database is behind the checkpoint file (``operations.restore_check``): signing on
-    from its older state would fork the series. ``manage.py recover`` re-baselines instead."""
+    from its older state would fork the series (``manage.py recover`` re-baselines instead); or
+    the file is another ledger's, which this database must not write into."""
 
 
 def audit_checkpoint_create(
@@ -124,9 +125,11 @@ def audit_checkpoint_create(
     # once checkpoints exist was lost or removed, and a fresh key would sign on as if nothing
     # happened.
     if restored_after is None:
-        behind = database_behind()
-        if behind is not None:
-            raise DatabaseBehindError(f"audit checkpoint refused: {behind.reason}; run manage.py recover")
+        detection = restore_detection()
+        if detection.state == "behind":
+            raise DatabaseBehindError(f"audit checkpoint refused: {detection.reason}; run manage.py recover")
+        if detection.state == "foreign":
+            raise DatabaseBehindError(f"audit checkpoint refused: {detection.reason}")
     first = not AuditCheckpoint.objects.exists()
     private_key = signing_key_load(create=None if first else False)
     signer_id = key_id(private_key.public_key())
@@ -220,8 +223,15 @@ def checkpoint_publish(checkpoint: SignedCheckpoint) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         # O_APPEND: the line goes at the end even with several writers.
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(checkpoint.to_line() + "\n")
+        with path.open("a+b") as handle:
+            handle.seek(0, os.SEEK_END)
+            torn = False
+            if handle.tell():
+                handle.seek(-1, os.SEEK_END)
+                torn = handle.read(1) != b"\n"
+            # A line cut short (a crash mid-write, a full disk) stays a line of its own: this one
+            # starts on the next line, so the file's newest line is always whole.
+            handle.write(("\n" if torn else "").encode() + checkpoint.to_line().encode("utf-8") + b"\n")
             handle.flush()
             os.fsync(handle.fileno())
     except OSError as exc:

@@ -33,9 +33,8 @@ def pause_if_behind(*, actor: str) -> Behind | None:
     """The check made on every worker's start (and before a delivery the database interrupted):
     when the database is behind the checkpoint file, pause execution. Returns the finding."""
     behind = database_behind()
-    if behind is not None:
+    if behind is not None and execution_pause(reason=behind.reason, actor=actor):
         metrics.RESTORES_DETECTED.inc()
-        execution_pause(reason=behind.reason, actor=actor)
     return behind
 
 

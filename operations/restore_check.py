@@ -11,7 +11,10 @@ holds another checkpoint of the same number — is behind.
 
 What this cannot see: a rollback to a point after the newest checkpoint (by default written
 every ``AUDIT_CHECKPOINT_PERIOD_SECONDS`` = 300 s while anything changed), and a rollback to
-before the first checkpoint (a database without checkpoints looks like a new one). ``manage.py recover
+before the first checkpoint (a database without checkpoints looks like a new one). A missing
+or unreadable file makes the check ``blind``, and a file of another ledger ``foreign``: both
+are logged on every check, shown on the dashboard, and the beat signs no checkpoint into a
+foreign file. ``manage.py recover
 --since`` is the operator's tool for that case (README, "Failover and restore").
 """
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from operations.audit_keys import AuditKeyError, public_key_load, signature_valid
 from operations.checkpoints import (
@@ -50,67 +54,100 @@ class Behind:
     reason: str
 
 
-def database_behind() -> Behind | None:
+@dataclass(frozen=True)
+class Detection:
+    """What the restore check can say now.
+
+    Attributes:
+        state: ``level`` (the database has the file's newest checkpoint, or is ahead; or there
+            is nothing to compare yet), ``behind`` (see ``Behind``), ``blind`` (the check cannot
+            run: the file is missing while the database has checkpoints, or its ends are
+            unreadable or not signed by our key), or ``foreign`` (the file's first checkpoint is
+            not this database's: another ledger's file, or a database created afresh).
+        reason: one sentence for operators ('' when level).
+        behind: set when ``state`` is ``behind``.
+    """
+
+    state: str
+    reason: str = ""
+    behind: Behind | None = None
+
+
+def restore_detection() -> Detection:
     """Compare the database's audit checkpoints with the checkpoint file's ends (a few
     kilobytes read, whatever the file's size: ``checkpoints.checkpoint_file_ends``).
 
-    Behind when the file's first checkpoint is the database's #1 (the same ledger's file) and
-    the database lacks the file's newest checkpoint (its own newest is older) or holds another
-    checkpoint of that number.
+    The file is this ledger's when the database holds the file's first checkpoint, unchanged
+    (a file started afresh after it was lost begins at a later number, which works too). It
+    is then behind when it lacks the file's newest checkpoint (its own newest is older) or holds
+    another checkpoint of that number. A database that lacks even the file's first checkpoint
+    is behind when the file was signed with the key of the database's newest checkpoint.
 
-    Returns:
-        ``Behind``, or None: level or ahead; no file yet; a file of another ledger (its first
-        checkpoint is not the database's #1: a database created afresh, a test database; logged
-        as a warning); a database without any checkpoint (it cannot be told from a new one;
-        README: what this cannot see); or a file whose newest line cannot be trusted (a bad
-        signature or an unreadable end: logged as an error, ``verify_audit`` names it).
+    A database without any checkpoint cannot be told from a new one: ``level`` (README: what
+    this cannot see).
     """
     path = checkpoint_file_path()
+    stored_count = AuditCheckpoint.objects.count()
     try:
         ends = checkpoint_file_ends(path)
     except CheckpointError as exc:
-        logger.error("restore check skipped: %s", exc)
-        return None
+        return Detection("blind", f"the restore check cannot read the checkpoint file: {exc}")
     if ends is None:
-        return None
+        if stored_count:
+            return Detection(
+                "blind",
+                f"the checkpoint file {path} is missing or empty but the database holds {stored_count} "
+                "checkpoint(s): a restore or failover cannot be detected until the next checkpoint starts a "
+                "new file; put the file back, and run manage.py recover --since after any restore",
+            )
+        return Detection("level")
+    if not stored_count:
+        return Detection("level")
+    first_number, number = int(ends.first["number"]), int(ends.newest["number"])
     stored = {
         row.number: row
-        for row in AuditCheckpoint.objects.defer("heads").filter(number__in={1, int(ends.newest["number"])})
+        for row in AuditCheckpoint.objects.defer("heads").filter(number__in={first_number, number})
     }
-    first = stored.get(1)
-    if first is None or checkpoint_statement(first) != ends.first:
-        if AuditCheckpoint.objects.exists():
-            logger.warning(
-                "restore check skipped: %s begins with another checkpoint #1 than this database's "
-                "(a file of another ledger, or the database was created afresh)",
-                path,
-            )
-        return None
-    try:
-        public_key = public_key_load()
-    except AuditKeyError:
-        public_key = None  # no key here: the shape was checked, the signature cannot be
-    number = int(ends.newest["number"])
+    newest_row = AuditCheckpoint.objects.defer("heads").order_by("-number").first()
+    assert newest_row is not None  # stored_count > 0
+    first = stored.get(first_number)
+    public_key = _public_key()
+    if (
+        first is not None
+        and public_key is not None
+        and not signature_valid(public_key, first.signature, canonical_json(checkpoint_statement(first)))
+    ):
+        return Detection(
+            "blind",
+            f"this database's checkpoint #{first_number} does not match its signature (altered): "
+            "manage.py verify_audit names it",
+        )
+    if first is not None and checkpoint_statement(first) != ends.first:
+        return Detection(
+            "foreign",
+            f"the checkpoint file {path} begins with another checkpoint #{first_number} than this database's: "
+            "it is another ledger's file (or the database was created afresh); configure a file of this "
+            "ledger's own",
+        )
+    if first is None and ends.first.get("key_id") != newest_row.key_id:
+        return Detection(
+            "foreign",
+            f"the checkpoint file {path} was signed with another key than this database's checkpoints",
+        )
     if public_key is not None and not signature_valid(
         public_key, ends.newest_signature, canonical_json(ends.newest)
     ):
-        logger.error(
-            "restore check skipped: the newest line of %s (checkpoint #%d) does not match its signature",
-            path,
-            number,
+        return Detection(
+            "blind", f"the newest line of {path} (checkpoint #{number}) does not match its signature"
         )
-        return None
-    database_newest = (
-        AuditCheckpoint.objects.order_by("-number").values_list("number", flat=True).first() or 0
-    )
     same = stored.get(number)
     if same is not None and same.signature == ends.newest_signature:
-        return None
-    if same is None and database_newest > number:
-        return None  # the database is ahead (a file write failed); verify_audit names the gap
+        return Detection("level")
+    if same is None and newest_row.number > number:
+        return Detection("level")  # the database is ahead (a file write failed); verify_audit names it
     if same is None:
         reason = (
-            f"the database's newest audit checkpoint is #{database_newest} but the checkpoint file {path} "
+            f"the database's newest audit checkpoint is #{newest_row.number} but the checkpoint file {path} "
             f"holds #{number} (signed {ends.newest['created_at']}): the database went back in time "
             "(restored from a backup, or a replica that lagged was promoted)"
         )
@@ -119,9 +156,28 @@ def database_behind() -> Behind | None:
             f"the database holds another checkpoint #{number} than the checkpoint file {path}: it went "
             "back in time and signed on from an older state"
         )
-    return Behind(
+    behind = Behind(
         file_number=number,
         file_created_at=str(ends.newest["created_at"]),
-        database_newest=database_newest,
+        database_newest=newest_row.number,
         reason=reason,
     )
+    return Detection("behind", reason, behind)
+
+
+def _public_key() -> Any:
+    try:
+        return public_key_load()
+    except AuditKeyError:
+        return None  # no key here: the shape was checked, the signature cannot be
+
+
+def database_behind() -> Behind | None:
+    """``restore_detection`` for the callers that act only on ``behind``; a blind or foreign
+    check is logged (error, warning) every time it runs, so it is never silent."""
+    detection = restore_detection()
+    if detection.state == "blind":
+        logger.error("restore check blind: %s", detection.reason)
+    elif detection.state == "foreign":
+        logger.warning("restore check skipped: %s", detection.reason)
+    return detection.behind

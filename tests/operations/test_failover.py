@@ -329,7 +329,7 @@ def test_i22_4_verify_audit_reports_the_restore_and_then_the_rebaseline(sandbox:
     assert (code, err) == (0, "")
     assert "the database went back in time: checkpoints #2-#2 are only in the checkpoint file" in out
     assert "reason: recovery #" in out
-    assert "1 lost by a restore and re-baselined" in out
+    assert "all in the database except 1 lost by a restore and re-baselined" in out
     # the series goes on: the beat signs #4 after new events
     submit(arguments=charge_arguments(), reference="order-15")
     assert tasks.audit_checkpoint() == 4
@@ -549,7 +549,9 @@ def test_i22_automatic_recovery_refuses_what_a_restore_does_not_do(sandbox: Any)
     # then: paused, not re-baselined; not retried by itself; a person must accept the faults
     assert tasks.restore_check() == "refused"
     run = RecoveryRun.objects.get()
-    assert run.error.startswith("AuditFaultsRefused: the database does not match its own newest audit checkpoint")
+    assert run.error.startswith(
+        "AuditFaultsRefused: the database does not match its own newest audit checkpoint"
+    )
     assert run.finished_at is None and run.checkpoint_number is None
     assert execution_control().paused_at is not None
     assert tasks.restore_check() == "refused"
@@ -568,3 +570,65 @@ def test_i22_automatic_recovery_refuses_what_a_restore_does_not_do(sandbox: Any)
     assert execution_control().paused_at is None
     code, out, _ = command("verify_audit")
     assert code == 0 and "audit faults accepted by the operator: INC-7" in out
+
+
+def test_i22_a_missing_checkpoint_file_is_never_silent_and_a_new_file_restores_detection(
+    signing: Path, client: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    from operations.restore_check import restore_detection
+    from tests.factories import UserFactory
+
+    audit_checkpoint_create()
+    signing.unlink()
+    # blind: logged on every check, on the dashboard
+    assert restore_detection().state == "blind"
+    assert database_behind() is None
+    assert "restore check blind: the checkpoint file" in caplog.text
+    client.force_login(UserFactory(username="viewer-b", groups=["viewer"]))
+    assert '<strong class="warning">blind</strong>' in client.get("/").content.decode()
+    # the next checkpoint starts a new file, and the check works again
+    lost = submit(arguments=charge_arguments(), reference="order-b")
+    audit_checkpoint_create()
+    assert restore_detection().state == "level"
+    submit(arguments=charge_arguments(), reference="order-b2")
+    audit_checkpoint_create()
+    go_back_in_time(lost)
+    assert restore_detection().state == "behind"
+
+
+def test_i22_a_file_of_another_ledger_is_not_written_into(signing: Path) -> None:
+    from operations.checkpoint_signing import DatabaseBehindError
+    from operations.restore_check import restore_detection
+
+    audit_checkpoint_create()
+    # the database is created afresh (its checkpoints gone), the old file kept
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute("DELETE FROM operations_auditcheckpoint")
+        cursor.execute("SET session_replication_role = origin")
+    assert restore_detection().state == "level"  # no checkpoint: it looks new
+    audit_checkpoint_create()  # its own #1, appended to the old file: now the file is foreign
+    lines = signing.read_text().splitlines()
+    assert restore_detection().state == "foreign"
+    submit(arguments=charge_arguments())
+    with pytest.raises(DatabaseBehindError, match="another ledger's file"):
+        audit_checkpoint_create()
+    assert signing.read_text().splitlines() == lines
+
+
+def test_i22_a_torn_last_line_does_not_swallow_the_next_checkpoint(signing: Path) -> None:
+    from operations.checkpoints import CheckpointError, checkpoint_file_read
+    from operations.restore_check import restore_detection
+
+    audit_checkpoint_create()
+    submit(arguments=charge_arguments())
+    audit_checkpoint_create()
+    signing.write_bytes(signing.read_bytes()[:-50])  # a crash mid-write
+    assert restore_detection().state == "blind"
+    submit(arguments=charge_arguments())
+    audit_checkpoint_create()
+    last = signing.read_bytes().splitlines()[-1]
+    assert last.startswith(b'{"checkpoint":{') and last.endswith(b'"}')
+    assert restore_detection().state == "level"
+    with pytest.raises(CheckpointError, match="line 2"):
+        list(checkpoint_file_read(signing))  # verify_audit names the torn line

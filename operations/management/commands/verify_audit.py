@@ -151,10 +151,10 @@ class Command(BaseCommand):
     def _source(report: CheckpointReport) -> str:
         """Where the checkpoint verified against came from, for the summary line."""
         if report.source == "file":
-            restored = (
-                f" ({report.restored_lines} lost by a restore and re-baselined)"
-                if report.restored_lines
-                else ""
-            )
-            return f"file, newest of {report.file_lines} lines all in the database{restored}"
+            if report.restored_lines:
+                return (
+                    f"file, newest of {report.file_lines} lines, all in the database except "
+                    f"{report.restored_lines} lost by a restore and re-baselined"
+                )
+            return f"file, newest of {report.file_lines} lines all in the database"
         return report.source
