@@ -104,6 +104,15 @@ def go_back_in_time(*intents: Intent) -> None:
         cursor.execute("SET session_replication_role = origin")
 
 
+def a_restore_that_lost(reference: str) -> Intent:
+    """Checkpoint #1, a charge only checkpoint #2 saw, then the database back to #1."""
+    audit_checkpoint_create()
+    lost = submit(arguments=charge_arguments(), reference=reference)
+    audit_checkpoint_create()
+    go_back_in_time(lost)
+    return lost
+
+
 def command(name: str, *args: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     try:
@@ -253,10 +262,7 @@ def test_i22_detection_pauses_execution_and_submissions_go_on(sandbox: Any, sign
     # given: checkpoint #1; a charge submitted, checkpoint #2; then the database goes back
     # to #1 (the charge with it) and an email READY from before it remains
     email = submit(action="email.send", arguments=EMAIL, reference="order-8")
-    audit_checkpoint_create()
-    lost = submit(arguments=charge_arguments(), reference="order-9")
-    audit_checkpoint_create()
-    go_back_in_time(lost)
+    a_restore_that_lost("order-9")
     # when: a worker starts (its check)
     behind = pause_if_behind(actor="detector:test")
     # then: behind, paused, nothing claimed or sent
@@ -282,10 +288,7 @@ def test_i22_detection_pauses_execution_and_submissions_go_on(sandbox: Any, sign
 
 def test_i22_the_beat_check_recovers_by_itself(sandbox: Any, settings: Any) -> None:
     email = submit(action="email.send", arguments=EMAIL, reference="order-11")
-    audit_checkpoint_create()
-    lost = submit(arguments=charge_arguments(), reference="order-12")
-    audit_checkpoint_create()
-    go_back_in_time(lost)
+    a_restore_that_lost("order-12")
     assert tasks.restore_check() == "recovered"
     control = execution_control()
     assert control.paused_at is None and control.fence_epoch > 0
@@ -300,10 +303,7 @@ def test_i22_the_beat_check_recovers_by_itself(sandbox: Any, settings: Any) -> N
 
 def test_i22_without_automatic_recovery_execution_stays_paused(sandbox: Any, settings: Any) -> None:
     settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "RECOVER_AUTOMATICALLY": False}
-    audit_checkpoint_create()
-    lost = submit(arguments=charge_arguments(), reference="order-13")
-    audit_checkpoint_create()
-    go_back_in_time(lost)
+    a_restore_that_lost("order-13")
     assert tasks.restore_check() == "paused"
     assert execution_control().paused_at is not None
     assert not RecoveryRun.objects.exists()
@@ -315,10 +315,7 @@ def test_i22_without_automatic_recovery_execution_stays_paused(sandbox: Any, set
 
 
 def test_i22_4_verify_audit_reports_the_restore_and_then_the_rebaseline(sandbox: Any) -> None:
-    audit_checkpoint_create()
-    lost = submit(arguments=charge_arguments(), reference="order-14")
-    audit_checkpoint_create()
-    go_back_in_time(lost)
+    a_restore_that_lost("order-14")
     # before recovery: not "intact"
     code, _, err = command("verify_audit")
     assert code == 1
@@ -455,10 +452,7 @@ def test_i22_a_file_of_another_ledger_pauses_nothing(signing: Path) -> None:
 def test_i22_the_dashboard_shows_the_pause_and_the_recoveries(sandbox: Any, client: Any) -> None:
     from tests.factories import UserFactory
 
-    audit_checkpoint_create()
-    lost = submit(arguments=charge_arguments(), reference="order-16")
-    audit_checkpoint_create()
-    go_back_in_time(lost)
+    a_restore_that_lost("order-16")
     pause_if_behind(actor="detector:test")
     client.force_login(UserFactory(username="viewer-22", groups=["viewer"]))
     page = client.get("/").content.decode()
