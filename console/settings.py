@@ -169,9 +169,7 @@ else:
         # transport; Celery's "Using Redis" guide). It must exceed the longest time a message is
         # held unacknowledged: the countdown bound plus the task's hard time limit. The
         # ``operations.E001`` system check enforces it (operations/checks.py).
-        CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = env_int(
-            "CELERY_REDIS_VISIBILITY_TIMEOUT", 3600
-        )
+        CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = env_int("CELERY_REDIS_VISIBILITY_TIMEOUT", 3600)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 4.0)
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
