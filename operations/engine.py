@@ -250,7 +250,9 @@ def _restore_guard(claim: svc.Claim, context: dict[str, object]) -> str | None:
         return None  # served when claimed (_hold_if_unserved); the call fails on its own
     if not capabilities.duplicates_possible and not marked:
         return None  # the provider deduplicates on our key: a replay, never a second effect
-    overrides = intent.audit_events.filter(event__in=_GUARD_OVERRIDES)
+    # Only a person's decision counts (the reconciler's authoritative absence does not: the
+    # forgotten change may have been a cancel, which no lookup can see).
+    overrides = intent.audit_events.filter(event__in=_GUARD_OVERRIDES, actor__startswith="user:")
     if overrides.filter(created_at__gte=since).exists() if since else overrides.exists():
         return None  # a person decided to send it after the recovery
     if capabilities.lookup == LookupKind.NONE and not capabilities.list_by_reference:

@@ -94,8 +94,8 @@ def recover_with_rebaseline(plan: RecoveryPlan, *, accept_audit_faults: str | No
        delete what the checkpoint saw. Otherwise ``AuditFaultsRefused`` — unless an operator
        passes ``accept_audit_faults`` (a reason, recorded with the faults in the signed
        checkpoint). The detector never does;
-    2. the open intents the forgotten timeline changed are flagged
-       (``services.failover.intents_mark_forgotten_changes``);
+    2. the open intents the forgotten timeline changed are flagged, and made UNKNOWN when READY,
+       AWAITING_APPROVAL or HELD (``services.failover.intents_mark_forgotten_changes``);
     3. a checkpoint that follows the file's newest is signed over the faults (the chains the
        restore cut back), with ``accepted.restored`` naming the checkpoints only the file holds.
 
@@ -122,7 +122,9 @@ def recover_with_rebaseline(plan: RecoveryPlan, *, accept_audit_faults: str | No
         newest = checkpoint_file_newest(checkpoint_file_path())
         if newest is None:
             return None
-        run.counts["changed_after_restore_point"] = intents_mark_forgotten_changes(newest.head_rows())
+        run.counts["changed_after_restore_point"] = intents_mark_forgotten_changes(
+            newest.head_rows(), actor=run.actor, recovery=run.pk
+        )
         run.save(update_fields=["counts"])
         reason = f"recovery #{run.pk} ({run.trigger}, {run.actor}) after the database went back in time"
         if accept_audit_faults is not None and not own.ok:

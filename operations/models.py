@@ -372,15 +372,18 @@ S = Intent.Status
 #: Every allowed (from, to) move of an intent. ``operations.services`` is the only writer and
 #: consults this table before each compare-and-swap; anything else is ``InvalidTransition``.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
-    S.AWAITING_APPROVAL: frozenset({S.READY, S.REJECTED, S.EXPIRED, S.CANCELLED}),
+    # AWAITING_APPROVAL / HELD / READY -> UNKNOWN: a recovery found that a timeline the database
+    # forgot changed the intent after the restore point (approved and sent? cancelled?): nobody
+    # knows whether its effect exists until a lookup says so (issue 22).
+    S.AWAITING_APPROVAL: frozenset({S.READY, S.REJECTED, S.EXPIRED, S.CANCELLED, S.UNKNOWN}),
     # HELD: behind an earlier intent for the same business action; released when it ended
     # without effect (or by a person accepting the duplicate risk), rejected by a person.
-    S.HELD: frozenset({S.READY, S.AWAITING_APPROVAL, S.REJECTED, S.CANCELLED}),
+    S.HELD: frozenset({S.READY, S.AWAITING_APPROVAL, S.REJECTED, S.CANCELLED, S.UNKNOWN}),
     # READY -> HELD: this deployment cannot run it (its action or version is not served); a
     # person decides (issue 21). Nothing was sent.
     # READY -> SUCCEEDED: a lookup still in flight when the intent was sent back to READY found
     # the effect before any worker re-sent it (evidence wins; issue 21 item 9).
-    S.READY: frozenset({S.RUNNING, S.CANCELLED, S.HELD, S.SUCCEEDED}),
+    S.READY: frozenset({S.RUNNING, S.CANCELLED, S.HELD, S.SUCCEEDED, S.UNKNOWN}),
     # RUNNING -> HELD: the re-check right before the provider call found that the stored
     # request no longer hashes to its request_hash (issue 11 item 2); nothing was sent and a
     # person decides.

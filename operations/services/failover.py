@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,6 +40,7 @@ from operations import metrics
 from operations.adapters.registry import ActionUnavailable, capabilities_for
 from operations.models import OPEN_STATUSES, ExecutionControl, Intent, RecoveryRun
 from operations.services.recovery import intent_redispatch
+from operations.services.transitions import transition
 
 logger = logging.getLogger("operations.restore")
 
@@ -258,22 +260,26 @@ def _redispatch_ready(run: RecoveryRun, plan: RecoveryPlan) -> int:
 MARK_BATCH = 5000
 
 
-def intents_mark_forgotten_changes(heads: list[tuple[str, int, str]]) -> int:
-    """Flag the open intents a timeline the database forgot changed after the restore point.
+def intents_mark_forgotten_changes(heads: list[tuple[str, int, str]], *, actor: str, recovery: int) -> int:
+    """Flag the open intents a timeline the database forgot changed after the restore point,
+    and make the ones nobody is working on UNKNOWN.
 
     ``heads`` are the checkpoint file's newest heads ``(intent_id, seq, hash)``: an intent whose
     chain in the database has no event at that seq with that hash was changed by the forgotten
-    timeline (claimed, sent, cancelled, approved, rejected...), and the database no longer knows
-    how. Open ones (``OPEN_STATUSES``) get ``forgotten_changes``: the restore guard looks them up
-    before any send and holds them for a person when nothing is found (an agent's cancel or an
-    approver's reject may be what was lost). Chains missing from the database altogether are
-    intents the restore lost: the agent re-submits those.
+    timeline (approved and sent, cancelled by its agent, rejected...), and the database no
+    longer knows how. Open ones (``OPEN_STATUSES``) get ``forgotten_changes``. Those in READY,
+    AWAITING_APPROVAL or HELD become UNKNOWN (audited ``forgotten_changes``, due for a lookup
+    now): a decision that ends them without an effect (a reject, an expiry, a cancel) must not
+    be taken while their effect may exist; the reconciler looks them up (found: SUCCEEDED), and
+    should one come back to READY the restore guard looks it up again and holds it for a person
+    when nothing is found (the lost change may have been a cancel). RUNNING and UNKNOWN ones
+    already go through a lookup. Chains missing from the database altogether are intents the
+    restore lost: the agent re-submits those.
 
     Returns:
-        How many intents were flagged.
+        How many intents were flagged (again, for one flagged by an earlier recovery).
     """
-    marked = 0
-    open_states = sorted(OPEN_STATUSES)
+    flagged: list[tuple[uuid.UUID, str]] = []
     for start in range(0, len(heads), MARK_BATCH):
         batch = heads[start : start + MARK_BATCH]
         with connection.cursor() as cursor:
@@ -281,16 +287,38 @@ def intents_mark_forgotten_changes(heads: list[tuple[str, int, str]]) -> int:
                 """
                 UPDATE operations_intent AS i SET forgotten_changes = true
                 FROM unnest(%s::uuid[], %s::integer[], %s::text[]) AS f(intent_id, seq, hash)
-                WHERE i.id = f.intent_id AND i.status = ANY(%s) AND NOT i.forgotten_changes
+                WHERE i.id = f.intent_id AND i.status = ANY(%s)
                   AND NOT EXISTS (
                       SELECT 1 FROM operations_auditevent AS e
                       WHERE e.intent_id = f.intent_id AND e.seq = f.seq AND e.hash = f.hash
                   )
+                RETURNING i.id, i.status
                 """,
-                [[h[0] for h in batch], [h[1] for h in batch], [h[2] for h in batch], open_states],
+                [[h[0] for h in batch], [h[1] for h in batch], [h[2] for h in batch], sorted(OPEN_STATUSES)],
             )
-            marked += cursor.rowcount
-    return marked
+            flagged += cursor.fetchall()
+    reason = (
+        f"recovery #{recovery}: a timeline the database forgot changed this intent after the restore point "
+        "(sent? cancelled? approved?); its effect may exist: looked up before anything else"
+    )
+    for intent_id, status in flagged:
+        if status in UNSETTLED_BY_RECOVERY:
+            transition(
+                intent_id=intent_id,
+                from_status=status,
+                to_status=Intent.Status.UNKNOWN,
+                actor=actor,
+                event="forgotten_changes",
+                reason=reason,
+                data={"recovery": recovery},
+                updates={"next_lookup_at": Now(), "not_before": None, "escalated_at": None},
+            )
+            metrics.UNKNOWN_OUTCOMES.labels(cause="forgotten_changes").inc()
+    return len(flagged)
+
+
+#: The states a recovery turns UNKNOWN when the forgotten timeline changed the intent.
+UNSETTLED_BY_RECOVERY = frozenset({Intent.Status.READY, Intent.Status.AWAITING_APPROVAL, Intent.Status.HELD})
 
 
 def _schedule_duplicate_checks(plan: RecoveryPlan) -> int:

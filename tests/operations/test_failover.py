@@ -500,10 +500,11 @@ def rewind(intent: Intent, *, to_seq: int, status: str) -> None:
 
 
 @pytest.mark.parametrize(("action", "arguments"), [*UNKEYED, ("payments.charge", charge_arguments())])
-def test_i22_a_cancel_the_restore_forgot_is_held_for_a_person_not_executed(
+def test_i22_a_cancel_the_restore_forgot_is_not_executed(
     sandbox: Any, action: str, arguments: dict[str, Any]
 ) -> None:
     from operations.services import intent_cancel
+    from reconciliation.lookups import reconcile_unknown
 
     # given: READY at checkpoint #1; the agent cancelled it (200 CANCELLED), checkpoint #2 saw that;
     # then the database went back to #1
@@ -515,19 +516,63 @@ def test_i22_a_cancel_the_restore_forgot_is_held_for_a_person_not_executed(
     intent_cancel(intent_id=intent.id, actor="agent:agent-1")
     audit_checkpoint_create()
     rewind(intent, to_seq=seq, status=Intent.Status.READY)
-    # when: recovery runs, and a worker takes the intent once the guard's window has passed
+    # when: recovery runs
     assert tasks.restore_check() == "recovered"
     run = RecoveryRun.objects.get()
     assert run.counts["changed_after_restore_point"] == 1
     intent.refresh_from_db()
-    assert intent.forgotten_changes
-    past_the_settle_point()
-    assert execute_intent(intent.id) == "held"
-    # then: nothing sent; a person is asked
+    # then: UNKNOWN (not re-dispatched), flagged, looked up by the reconciler
+    assert intent.forgotten_changes and intent.status == Intent.Status.UNKNOWN
+    assert run.counts["ready_redispatched"] == 0
+    reconcile_unknown()
     intent.refresh_from_db()
-    assert intent.status == Intent.Status.HELD
-    assert "cancelled, rejected or refused" in intent.hold_reason
+    if action == "payments.charge":
+        # the keyed provider's authoritative "absent" sends it back to READY, but the guard
+        # looks again and holds it for a person: the lost change may have been a cancel
+        assert intent.status == Intent.Status.READY
+        past_the_settle_point()
+        assert execute_intent(intent.id) == "held"
+        intent.refresh_from_db()
+        assert "cancelled, rejected or refused" in intent.hold_reason
+    else:
+        assert intent.status == Intent.Status.UNKNOWN  # nothing found proves nothing: an operator decides
     assert effects(sandbox, action, "order-x") == []
+
+
+@pytest.mark.parametrize(("action", "arguments"), [*UNKEYED, ("payments.charge", charge_arguments(20_000))])
+def test_i22_an_intent_the_forgotten_timeline_approved_and_sent_cannot_be_ended_without_its_effect(
+    sandbox: Any, action: str, arguments: dict[str, Any]
+) -> None:
+    from operations.audit import audit_append
+    from operations.exceptions import IntentMoved
+    from operations.services import intent_cancel
+    from reconciliation.lookups import reconcile_unknown
+
+    # given: waiting at checkpoint #1 (a charge above the approval threshold; the others READY);
+    # the forgotten timeline approved and sent it; checkpoint #2 saw that
+    intent = submit(
+        action=action, arguments=with_reference(action, arguments, "order-a"), reference="order-a"
+    )
+    before = intent.status
+    audit_checkpoint_create()
+    seq = intent.audit_events.count()
+    forgotten_send(intent)
+    audit_append(
+        intent_id=intent.id, event="approved", actor="user:alice", from_status=before, to_status=before
+    )
+    audit_checkpoint_create()
+    rewind(intent, to_seq=seq, status=before)
+    # when
+    assert tasks.restore_check() == "recovered"
+    intent.refresh_from_db()
+    # then: UNKNOWN, so no reject, expiry or cancel can end it while its effect exists
+    assert intent.status == Intent.Status.UNKNOWN
+    with pytest.raises(IntentMoved):
+        intent_cancel(intent_id=intent.id, actor="agent:agent-1")
+    reconcile_unknown()
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.SUCCEEDED
+    assert len(effects(sandbox, action, "order-a")) == 1
 
 
 def test_i22_automatic_recovery_refuses_what_a_restore_does_not_do(sandbox: Any) -> None:
