@@ -414,16 +414,29 @@ _STATEMENT_PREFIX = '{"checkpoint":'
 _SIGNATURE_SUFFIX = re.compile(r',"signature":"([0-9a-f]{1,256})"\}\s*$')
 
 
+#: The longest statement read by the restore check (a re-baseline lists up to 1000 faults).
+STATEMENT_MAX_BYTES = 16 * 1024 * 1024
+
+
 def _statement_at(handle: Any, offset: int) -> dict[str, Any]:
-    """The statement of the line starting at ``offset`` (``to_line`` writes it first)."""
-    handle.seek(offset)
-    head = handle.read(64 * 1024).decode("utf-8", errors="replace")
-    if not head.startswith(_STATEMENT_PREFIX):
-        raise CheckpointError("a line does not start with the checkpoint statement")
-    try:
-        statement, _ = json.JSONDecoder().raw_decode(head, len(_STATEMENT_PREFIX))
-    except ValueError as exc:
-        raise CheckpointError(f"a line's statement is not JSON: {exc}") from exc
+    """The statement of the line starting at ``offset`` (``to_line`` writes it first), read in
+    growing pieces until it parses (64 KiB first; at most ``STATEMENT_MAX_BYTES``)."""
+    size = 64 * 1024
+    while True:
+        handle.seek(offset)
+        raw = handle.read(size)
+        line = raw.split(b"\n", 1)[0]
+        head = line.decode("utf-8", errors="replace")
+        if not head.startswith(_STATEMENT_PREFIX):
+            raise CheckpointError("a line does not start with the checkpoint statement")
+        try:
+            statement, _ = json.JSONDecoder().raw_decode(head, len(_STATEMENT_PREFIX))
+            break
+        except ValueError as exc:
+            whole_line = len(line) < len(raw) or len(raw) < size
+            if whole_line or size >= STATEMENT_MAX_BYTES:
+                raise CheckpointError(f"a line's statement is not JSON: {exc}") from exc
+            size *= 4
     problem = _statement_problem(statement)
     if problem:
         raise CheckpointError(problem)

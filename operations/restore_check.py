@@ -24,9 +24,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from operations.audit_keys import AuditKeyError, public_key_load, signature_valid
+from operations.audit_keys import AuditKeyError, key_id, public_key_load, signature_valid
 from operations.checkpoints import (
     CheckpointError,
+    FileEnds,
     checkpoint_file_ends,
     checkpoint_file_path,
     checkpoint_statement,
@@ -83,8 +84,9 @@ def restore_detection() -> Detection:
     another checkpoint of that number. A database that lacks even the file's first checkpoint
     is behind when the file was signed with the key of the database's newest checkpoint.
 
-    A database without any checkpoint cannot be told from a new one: ``level`` (README: what
-    this cannot see).
+    A database without any checkpoint is behind when the file's newest line is signed by this
+    ledger's key (restored to before its first checkpoint, or created afresh beside an old file:
+    fail closed, a recovery continues the file's series), else ``level``.
     """
     path = checkpoint_file_path()
     stored_count = AuditCheckpoint.objects.count()
@@ -101,9 +103,9 @@ def restore_detection() -> Detection:
                 "new file; put the file back, and run manage.py recover --since after any restore",
             )
         return Detection("level")
-    if not stored_count:
-        return Detection("level")
     first_number, number = int(ends.first["number"]), int(ends.newest["number"])
+    if not stored_count:
+        return _without_checkpoints(path, ends, number)
     stored = {
         row.number: row
         for row in AuditCheckpoint.objects.defer("heads").filter(number__in={first_number, number})
@@ -161,6 +163,33 @@ def restore_detection() -> Detection:
         file_created_at=str(ends.newest["created_at"]),
         database_newest=newest_row.number,
         reason=reason,
+    )
+    return Detection("behind", reason, behind)
+
+
+def _without_checkpoints(path: Any, ends: FileEnds, number: int) -> Detection:
+    """A database without any checkpoint next to a file: a new database beside an old file, or
+    one restored to before its first checkpoint. Behind (fail closed; a recovery continues the
+    file's series) when the file's newest line is signed by this ledger's key; foreign when by
+    another key; level when there is no key yet."""
+    public_key = _public_key()
+    if public_key is None:
+        return Detection("level")  # no key yet (the first checkpoint creates it)
+    if ends.newest.get("key_id") != key_id(public_key):
+        return Detection(
+            "foreign", f"the checkpoint file {path} was signed with another key than this ledger's"
+        )
+    if not signature_valid(public_key, ends.newest_signature, canonical_json(ends.newest)):
+        return Detection(
+            "blind", f"the newest line of {path} (checkpoint #{number}) does not match its signature"
+        )
+    reason = (
+        f"the database holds no audit checkpoint but the checkpoint file {path} holds #{number} (signed "
+        f"{ends.newest['created_at']}) with this ledger's key: the database went back to before its first "
+        "checkpoint, or was created afresh beside an old file"
+    )
+    behind = Behind(
+        file_number=number, file_created_at=str(ends.newest["created_at"]), database_newest=0, reason=reason
     )
     return Detection("behind", reason, behind)
 

@@ -397,8 +397,10 @@ def test_i22_recovery_checks_recent_successes_at_providers_without_keys_for_dupl
         (["--since", "2026-12-01T09:00:00"], "has no UTC offset"),
         (["--since", "2026-12-01"], "has no UTC offset"),
         (["--since", "2026-12-01T09:00:00+25:00"], "not a valid date-time"),
+        (["--since", "2026-12-01T09:00:00+23:59"], "more than 14 hours from UTC"),
         (["--since", "2026-01-01T00:00:00Z", "--actor", "ops\x1b[2J"], "--actor must be printable"),
         (["--since", "2026-01-01T00:00:00Z", "--accept-audit-faults", " "], "needs a printable reason"),
+        (["--since", "2026-01-01T00:00:00Z", "--accept-audit-faults", "x" * 501], "at most 500 characters"),
     ],
 )
 def test_i22_recover_refuses_bad_input_and_changes_nothing(args: list[str], message: str) -> None:
@@ -433,20 +435,6 @@ def test_i22_a_second_recovery_at_once_is_refused() -> None:
     finally:
         release.set()
         other.join()
-
-
-def test_i22_a_file_of_another_ledger_pauses_nothing(signing: Path) -> None:
-    audit_checkpoint_create()
-    lines = signing.read_text().splitlines()
-    # the database is re-created (or another ledger's file is configured)
-    with connection.cursor() as cursor:
-        cursor.execute("SET session_replication_role = replica")
-        cursor.execute("DELETE FROM operations_auditcheckpoint")
-        cursor.execute("SET session_replication_role = origin")
-    submit(arguments=charge_arguments())
-    audit_checkpoint_create()  # a new #1, not the file's
-    assert len(signing.read_text().splitlines()) == len(lines) + 1
-    assert database_behind() is None
 
 
 def test_i22_the_dashboard_shows_the_pause_and_the_recoveries(sandbox: Any, client: Any) -> None:
@@ -635,22 +623,49 @@ def test_i22_a_missing_checkpoint_file_is_never_silent_and_a_new_file_restores_d
     assert restore_detection().state == "behind"
 
 
-def test_i22_a_file_of_another_ledger_is_not_written_into(signing: Path) -> None:
+def test_i22_a_database_without_checkpoints_beside_this_ledgers_file_is_behind(signing: Path) -> None:
     from operations.checkpoint_signing import DatabaseBehindError
     from operations.restore_check import restore_detection
 
     audit_checkpoint_create()
-    # the database is created afresh (its checkpoints gone), the old file kept
+    lines = signing.read_text().splitlines()
+    # restored to before its first checkpoint (or created afresh beside the old file)
     with connection.cursor() as cursor:
         cursor.execute("SET session_replication_role = replica")
         cursor.execute("DELETE FROM operations_auditcheckpoint")
         cursor.execute("SET session_replication_role = origin")
-    assert restore_detection().state == "level"  # no checkpoint: it looks new
-    audit_checkpoint_create()  # its own #1, appended to the old file: now the file is foreign
+    assert restore_detection().state == "behind"
+    with pytest.raises(DatabaseBehindError, match="holds no audit checkpoint"):
+        audit_checkpoint_create()
+    assert signing.read_text().splitlines() == lines  # no second #1 in the file
+    # recovery continues the file's series
+    assert tasks.restore_check() == "recovered"
+    assert AuditCheckpoint.objects.get().number == 2
+    assert restore_detection().state == "level"
+
+
+def test_i22_a_file_of_another_ledger_is_not_written_into(
+    signing: Path, settings: Any, tmp_path: Path
+) -> None:
+    from operations.checkpoint_signing import DatabaseBehindError
+    from operations.restore_check import restore_detection
+
+    audit_checkpoint_create()
     lines = signing.read_text().splitlines()
+    # another ledger (its own key, no checkpoint yet) configured with this file
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute("DELETE FROM operations_auditcheckpoint")
+        cursor.execute("SET session_replication_role = origin")
+    settings.EFFECT_LEDGER = {
+        **settings.EFFECT_LEDGER,
+        "AUDIT_SIGNING_KEY_FILE": str(tmp_path / "other" / "key.pem"),
+    }
+    from operations.audit_keys import signing_key_load
+
+    signing_key_load(create=True)
     assert restore_detection().state == "foreign"
-    submit(arguments=charge_arguments())
-    with pytest.raises(DatabaseBehindError, match="another ledger's file"):
+    with pytest.raises(DatabaseBehindError, match="another key"):
         audit_checkpoint_create()
     assert signing.read_text().splitlines() == lines
 
@@ -671,3 +686,33 @@ def test_i22_a_torn_last_line_does_not_swallow_the_next_checkpoint(signing: Path
     assert restore_detection().state == "level"
     with pytest.raises(CheckpointError, match="line 2"):
         list(checkpoint_file_read(signing))  # verify_audit names the torn line
+
+
+def test_i22_a_long_rebaseline_statement_keeps_detection_working(signing: Path) -> None:
+    from operations.restore_check import restore_detection
+    from operations.services import intent_cancel
+
+    # given: 700 READY intents at checkpoint #1, each cancelled before checkpoint #2, then the
+    # database back to #1: 700 cut-back chains, listed in the re-baseline's statement
+    intents = [submit(arguments=charge_arguments(), reference=f"order-l{i}") for i in range(700)]
+    audit_checkpoint_create()
+    seq = intents[0].audit_events.count()
+    for intent in intents:
+        intent_cancel(intent_id=intent.id, actor="agent:agent-1")
+    audit_checkpoint_create()
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute(
+            "DELETE FROM operations_auditevent WHERE intent_id = ANY(%s) AND seq > %s",
+            [[i.id for i in intents], seq],
+        )
+        cursor.execute(
+            "UPDATE operations_intent SET status = 'READY' WHERE id = ANY(%s)", [[i.id for i in intents]]
+        )
+        cursor.execute("DELETE FROM operations_auditcheckpoint WHERE number > 1")
+        cursor.execute("SET session_replication_role = origin")
+    # when
+    assert tasks.restore_check() == "recovered"
+    # then: the statement is longer than the first read, and the check still reads it
+    assert len(signing.read_text().splitlines()[-1]) > 64 * 1024
+    assert restore_detection().state == "level"

@@ -18,7 +18,7 @@ Exit codes: 0 done; 1 it failed (execution stays paused; the error is printed an
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -51,6 +51,9 @@ def _moment(value: str) -> datetime:
         raise ValueError(
             f"--since {value!r} has no UTC offset: write it with one (2026-12-01T13:05:00Z, or +01:00)"
         )
+    offset = parsed.utcoffset()
+    if offset is not None and abs(offset) > timedelta(hours=14):
+        raise ValueError(f"--since {value!r}: no time zone is more than 14 hours from UTC")
     if parsed < EARLIEST:
         raise ValueError(f"--since {value!r} is before {EARLIEST:%Y}: not a restore point of this ledger")
     return parsed
@@ -99,8 +102,10 @@ class Command(BaseCommand):
         if not actor.strip() or not actor.isprintable():
             raise CommandError("--actor must be printable text", returncode=2)
         accept = options["accept_audit_faults"]
-        if accept is not None and (not accept.strip() or not accept.isprintable()):
-            raise CommandError("--accept-audit-faults needs a printable reason", returncode=2)
+        if accept is not None and (not accept.strip() or not accept.isprintable() or len(accept) > 500):
+            raise CommandError(
+                "--accept-audit-faults needs a printable reason of at most 500 characters", returncode=2
+            )
         behind = database_behind()
         plan = RecoveryPlan(
             since=since,
