@@ -64,6 +64,18 @@ def mismatch_hold(hold_reason: str) -> bool:
     return isinstance(hold_reason, str) and hold_reason.startswith(MISMATCH_HOLD)
 
 
+#: How the restore guard's holds begin (``operations.engine._restore_guard``; issue 22).
+RESTORE_GUARD_HOLD = "restore guard:"
+
+
+@register.filter
+def restore_hold(hold_reason: str) -> bool:
+    """Whether a HELD intent was held by the restore guard after a failover or restore (the
+    provider cannot tell whether a forgotten timeline sent it, or cancelled it), rather than
+    because it is not served here."""
+    return isinstance(hold_reason, str) and hold_reason.startswith(RESTORE_GUARD_HOLD)
+
+
 @register.filter
 def key_digest(key: str) -> str:
     """The short digest of a provider idempotency key (never the key itself)."""

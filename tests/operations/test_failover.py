@@ -324,7 +324,10 @@ def test_i22_4_verify_audit_reports_the_restore_and_then_the_rebaseline(sandbox:
     recover_now()
     code, out, err = command("verify_audit")
     assert (code, err) == (0, "")
-    assert "the database went back in time: checkpoints #2-#2 are only in the checkpoint file" in out
+    assert (
+        "a recovery after the database went back in time: checkpoint(s) #2 only in the checkpoint file" in out
+    )
+    assert "  accepted: " in out
     assert "reason: recovery #" in out
     assert "all in the database except 1 lost by a restore and re-baselined" in out
     # the series goes on: the beat signs #4 after new events
@@ -467,6 +470,17 @@ def test_i22_1_without_keys_or_a_look_up_the_guard_holds_for_a_person_who_may_re
     intent.refresh_from_db()
     assert intent.status == Intent.Status.HELD and intent.hold_reason.startswith("restore guard:")
     assert effects(sandbox, "email.send", "order-17") == []
+    # the console says why (not "not served here")
+    from django.test import Client
+
+    from tests.factories import UserFactory
+
+    client = Client()
+    client.force_login(UserFactory(username="ops-17", groups=["operator"]))
+    queue = client.get("/unknown/").content.decode()
+    assert "after a restore" in queue and "not served here" not in queue
+    detail = client.get(f"/held/{intent.id}/").content.decode()
+    assert "Held for a person after a failover or restore" in detail
     # a person who checked with the provider releases it: sent once, not held again
     intent_release_held(intent_id=intent.id, actor="user:ops", reason="checked: never sent")
     Intent.objects.filter(id=intent.id).update(not_before=None)

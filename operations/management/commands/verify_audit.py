@@ -42,6 +42,8 @@ from operations.checkpoints import CheckpointError, checkpoint_file_path, printa
 from operations.models import AuditCheckpoint, AuditEvent
 
 MAX_BREAKS_SHOWN = 50
+#: Accepted faults of a re-baseline listed under it (all are in its signed statement).
+FAULTS_SHOWN = 10
 
 
 class Command(BaseCommand):
@@ -85,17 +87,25 @@ class Command(BaseCommand):
         # Re-baselines are shown on every run, whatever else was found.
         for rebaselined, accepted in report.accepted if report is not None else []:
             gap = restored_gap(accepted)
+            lost = (f"#{gap[0] + 1}" if gap[0] + 1 == gap[1] else f"#{gap[0] + 1}-#{gap[1]}") if gap else ""
             restored = (
-                f"; the database went back in time: checkpoints #{gap[0] + 1}-#{gap[1]} are only in the "
+                f"; a recovery after the database went back in time: checkpoint(s) {lost} only in the "
                 "checkpoint file"
                 if gap
                 else ""
             )
-            (self.stderr if failed else self.stdout).write(
+            out = self.stderr if failed else self.stdout
+            out.write(
                 f"audit checkpoint #{rebaselined} was signed over {len(accepted['faults']) + accepted['omitted']} "
                 f"acknowledged fault(s) of the checkpoint before it{restored}; "
                 f"reason: {printable(accepted['reason'])}"
             )
+            for fault in accepted["faults"][:FAULTS_SHOWN]:
+                out.write(f"  accepted: {printable(fault)}")
+            if len(accepted["faults"]) + accepted["omitted"] > FAULTS_SHOWN:
+                out.write(
+                    f"  and {len(accepted['faults']) + accepted['omitted'] - FAULTS_SHOWN} more (in the signed checkpoint)"
+                )
         if failed:
             raise SystemExit(1)
         events = AuditEvent.objects.count()
