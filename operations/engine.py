@@ -80,7 +80,7 @@ from operations.request_integrity import stored_request_problem
 from operations.services import execution as svc
 from operations.services.approvals import intent_mark_approvals_used
 from operations.services.business import intent_hold_unserved
-from operations.services.failover import database_now, execution_paused, guard_settle_at
+from operations.services.failover import RESTORE_GUARD_HOLD, database_now, execution_paused, guard_settle_at
 from operations.services.recovery import intent_redispatch
 
 logger = logging.getLogger("operations.engine")
@@ -193,14 +193,16 @@ def _prepare(claim: svc.Claim, context: dict[str, object]) -> tuple[Adapter, Exe
             "stored request does not match its request_hash; held", extra={**context, "reason": problem}
         )
         return "held" if svc.intent_hold_mismatch(claim=claim, problem=problem) else "stale"
+    # Before the approval re-check: a flagged intent whose approval the restore lost is held
+    # for a person (whose release asks for approval again), not FAILED for a missing approval.
+    guarded = _restore_guard(claim, context)
+    if guarded is not None:
+        return guarded
     refusal = svc.precheck_refusal(claim.intent)
     if refusal:
         logger.warning("re-check refused the attempt", extra={**context, "reason": refusal})
         svc.intent_record_failure(claim=claim, error=refusal, sent=False)
         return "refused"
-    guarded = _restore_guard(claim, context)
-    if guarded is not None:
-        return guarded
     intent_mark_approvals_used(intent=claim.intent)
     adapter = get_adapter(claim.intent.action)
     call = provider_call(
@@ -258,7 +260,7 @@ def _restore_guard(claim: svc.Claim, context: dict[str, object]) -> str | None:
     if capabilities.lookup == LookupKind.NONE and not capabilities.list_by_reference:
         metrics.RESTORE_GUARD_CHECKS.labels(decision="held").inc()
         problem = (
-            "restore guard: the database went back in time and this provider offers no look-up, so whether "
+            f"{RESTORE_GUARD_HOLD} the database went back in time and this provider offers no look-up, so whether "
             "the forgotten timeline already sent this"
             + (" (or cancelled or rejected it)" if marked else "")
             + " cannot be known here; confirm with the provider, then release or reject"
@@ -284,7 +286,7 @@ def _restore_guard(claim: svc.Claim, context: dict[str, object]) -> str | None:
             # Not sent, yet changed after the restore point: perhaps cancelled or rejected.
             metrics.RESTORE_GUARD_CHECKS.labels(decision="held").inc()
             problem = (
-                "restore guard: a timeline the database forgot changed this intent after the restore point and "
+                f"{RESTORE_GUARD_HOLD} a timeline the database forgot changed this intent after the restore point and "
                 "the provider has no effect of it: it may have been cancelled, rejected or refused there; ask "
                 "whoever submitted it, then release (send) or reject"
             )

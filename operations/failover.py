@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
+from itertools import islice
 
 from django.conf import settings
 
 from operations import metrics
+from operations.audit import audit_verify
 from operations.audit_keys import public_key_load
 from operations.checkpoint_signing import CheckpointUnpublishedError, audit_checkpoint_create
 from operations.checkpoint_verification import checkpoint_verify
@@ -89,11 +91,13 @@ def recover_with_rebaseline(plan: RecoveryPlan, *, accept_audit_faults: str | No
     """``services.failover.recover`` with the audit checkpoint re-baseline as its last step
     before execution resumes, when the database is behind the checkpoint file:
 
-    1. the database must still match its own newest checkpoint (``checkpoint_verify`` against
-       the stored series): a restore cuts back to a state after that checkpoint, it does not
-       delete what the checkpoint saw. Otherwise ``AuditFaultsRefused`` — unless an operator
-       passes ``accept_audit_faults`` (a reason, recorded with the faults in the signed
-       checkpoint). The detector never does;
+    1. the database must look like a restore: its chains whole and every intent where its
+       chain left it (``audit.audit_verify``: intent and events are written in one transaction,
+       so a snapshot has both), its own newest checkpoint's heads all there
+       (``checkpoint_verify`` against the stored series), and at least one checkpoint (without
+       one, a restore cannot be told from a wiped or new database). Otherwise
+       ``AuditFaultsRefused`` — unless an operator passes ``accept_audit_faults`` (a reason,
+       recorded with the faults in the signed checkpoint). The detector never does;
     2. the open intents the forgotten timeline changed are flagged, and made UNKNOWN when READY,
        AWAITING_APPROVAL or HELD (``services.failover.intents_mark_forgotten_changes``);
     3. a checkpoint that follows the file's newest is signed over the faults (the chains the
@@ -109,15 +113,24 @@ def recover_with_rebaseline(plan: RecoveryPlan, *, accept_audit_faults: str | No
         if database_behind() is None:
             return None
         own = checkpoint_verify(public_key=public_key_load(), checkpoint_file=None)
-        if not own.ok and accept_audit_faults is None:
-            faults = [str(fault) for fault in own.faults]
+        faults = [str(fault) for fault in own.faults]
+        # A restore leaves every chain whole and every intent where its chain left it (they are
+        # written in one transaction), and, past its first checkpoint, that checkpoint's heads.
+        breaks = list(islice(audit_verify(), FAULTS_NAMED))
+        faults += [f"intent {b.intent_id}: {b.problem}" for b in breaks]
+        if not AuditCheckpoint.objects.exists():
+            faults.append(
+                "the database holds no audit checkpoint: a restore to before its first checkpoint cannot be told "
+                "from a wiped or new database"
+            )
+        if faults and accept_audit_faults is None:
             named = "; ".join(faults[:FAULTS_NAMED])
             more = len(faults) + own.omitted - min(len(faults), FAULTS_NAMED)
             raise AuditFaultsRefused(
-                "the database does not match its own newest audit checkpoint, which a restore does not "
-                f"cause: {named}" + (f"; and {more} more" if more > 0 else "") + ". Nothing was "
+                "the database does not match its own audit log and newest checkpoint as a restore leaves "
+                f"them: {named}" + (f"; and {more} more" if more > 0 else "") + ". Nothing was "
                 "re-baselined and execution stays paused: investigate (manage.py verify_audit), then run "
-                "manage.py recover --accept-audit-faults REASON to re-baseline over them"
+                "manage.py recover --since <restore point> --accept-audit-faults <reason>"
             )
         newest = checkpoint_file_newest(checkpoint_file_path())
         if newest is None:
@@ -127,7 +140,7 @@ def recover_with_rebaseline(plan: RecoveryPlan, *, accept_audit_faults: str | No
         )
         run.save(update_fields=["counts"])
         reason = f"recovery #{run.pk} ({run.trigger}, {run.actor}) after the database went back in time"
-        if accept_audit_faults is not None and not own.ok:
+        if accept_audit_faults is not None and faults:
             reason += f"; audit faults accepted by the operator: {accept_audit_faults}"
         try:
             row = audit_checkpoint_create(accept_faults_reason=reason, restored_after=newest)

@@ -14,6 +14,7 @@ from django.db.models.functions import Now
 from operations.adapters.base import LookupStatus
 from operations.models import AuditEvent, Intent, Outcome
 from operations.request_integrity import MISMATCH_HOLD
+from operations.services.failover import RESTORE_GUARD_HOLD
 from reconciliation.models import DuplicateFinding, Evidence, ReconciliationRun
 
 #: How far back the queue lists operator confirmations the provider could not verify.
@@ -130,14 +131,21 @@ def likely_duplicate_event(intent: Intent) -> AuditEvent | None:
 def decision_counts() -> dict[str, int]:
     """How many items wait for an operator's decision besides UNKNOWN intents:
     ``{"escalated_compensations": n, "open_duplicate_findings": n, "held": n,
-    "held_likely_duplicates": n, "held_unserved": n, "held_request_mismatch": n}`` (``held``
+    "held_likely_duplicates": n, "held_unserved": n, "held_request_mismatch": n,
+    "held_after_restore": n}`` (``held``
     counts every HELD intent; the likely duplicates, those whose action or version is not served
     and those whose stored request no longer hashes to its request_hash (``hold_reason``) wait
     for a person, the others for their earlier intent to end)."""
     held = Intent.objects.filter(status=Intent.Status.HELD).aggregate(
         held=Count("id"),
         likely_duplicates=Count("id", filter=Q(escalated_at__isnull=False, hold_reason="")),
-        unserved=Count("id", filter=~Q(hold_reason="") & ~Q(hold_reason__startswith=MISMATCH_HOLD)),
+        unserved=Count(
+            "id",
+            filter=~Q(hold_reason="")
+            & ~Q(hold_reason__startswith=MISMATCH_HOLD)
+            & ~Q(hold_reason__startswith=RESTORE_GUARD_HOLD),
+        ),
+        after_restore=Count("id", filter=Q(hold_reason__startswith=RESTORE_GUARD_HOLD)),
         mismatched=Count("id", filter=Q(hold_reason__startswith=MISMATCH_HOLD)),
     )
     return {
@@ -149,6 +157,7 @@ def decision_counts() -> dict[str, int]:
         "held_likely_duplicates": held["likely_duplicates"],
         "held_unserved": held["unserved"],
         "held_request_mismatch": held["mismatched"],
+        "held_after_restore": held["after_restore"],
     }
 
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from operations.idempotency import key_digest as _key_digest
 from operations.request_integrity import MISMATCH_HOLD
+from operations.services.failover import RESTORE_GUARD_HOLD
 
 register = template.Library()
 
@@ -62,10 +63,6 @@ def mismatch_hold(hold_reason: str) -> bool:
     """Whether a HELD intent's ``hold_reason`` says its stored request no longer hashes to its
     request_hash (``operations.request_integrity``), rather than that it is not served here."""
     return isinstance(hold_reason, str) and hold_reason.startswith(MISMATCH_HOLD)
-
-
-#: How the restore guard's holds begin (``operations.engine._restore_guard``; issue 22).
-RESTORE_GUARD_HOLD = "restore guard:"
 
 
 @register.filter

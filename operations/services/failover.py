@@ -48,6 +48,10 @@ logger = logging.getLogger("operations.restore")
 RECOVERY_LOCK_ID = 0x7265636F_76657221
 
 
+#: How the restore guard's holds begin (``hold_reason``), for the console and its counts.
+RESTORE_GUARD_HOLD = "restore guard:"
+
+
 class RecoveryRunning(Exception):
     """Another recovery holds the lock; this one did nothing."""
 

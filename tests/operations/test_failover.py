@@ -590,15 +590,13 @@ def test_i22_automatic_recovery_refuses_what_a_restore_does_not_do(sandbox: Any)
     # then: paused, not re-baselined; not retried by itself; a person must accept the faults
     assert tasks.restore_check() == "refused"
     run = RecoveryRun.objects.get()
-    assert run.error.startswith(
-        "AuditFaultsRefused: the database does not match its own newest audit checkpoint"
-    )
+    assert run.error.startswith("AuditFaultsRefused: the database does not match its own audit log")
     assert run.finished_at is None and run.checkpoint_number is None
     assert execution_control().paused_at is not None
     assert tasks.restore_check() == "refused"
     assert RecoveryRun.objects.count() == 1
     code, _, err = command("recover", "--since", (timezone.now() - timedelta(minutes=10)).isoformat())
-    assert code == 1 and "does not match its own newest audit checkpoint" in err
+    assert code == 1 and "does not match its own audit log and newest checkpoint" in err
     assert execution_control().paused_at is not None
     code, out, err = command(
         "recover",
@@ -652,8 +650,15 @@ def test_i22_a_database_without_checkpoints_beside_this_ledgers_file_is_behind(s
     with pytest.raises(DatabaseBehindError, match="holds no audit checkpoint"):
         audit_checkpoint_create()
     assert signing.read_text().splitlines() == lines  # no second #1 in the file
-    # recovery continues the file's series
-    assert tasks.restore_check() == "recovered"
+    # a restore to before the first checkpoint cannot be told from a wiped database: a person
+    # decides, and recovery then continues the file's series
+    assert tasks.restore_check() == "refused"
+    assert "holds no audit checkpoint" in RecoveryRun.objects.get().error
+    since = (timezone.now() - timedelta(minutes=10)).isoformat()
+    code, _, err = command(
+        "recover", "--since", since, "--accept-audit-faults", "INC-9: restored from backup"
+    )
+    assert (code, err) == (0, "")
     assert AuditCheckpoint.objects.get().number == 2
     assert restore_detection().state == "level"
 
@@ -730,3 +735,49 @@ def test_i22_a_long_rebaseline_statement_keeps_detection_working(signing: Path) 
     # then: the statement is longer than the first read, and the check still reads it
     assert len(signing.read_text().splitlines()[-1]) > 64 * 1024
     assert restore_detection().state == "level"
+
+
+def test_i22_deleting_the_whole_audit_log_is_not_taken_for_a_restore(sandbox: Any) -> None:
+    # given: finished charges, a checkpoint; then every audit event and checkpoint deleted
+    for i in range(2):
+        assert execute_intent(submit(arguments=charge_arguments(), reference=f"order-w{i}").id) == "succeeded"
+    audit_checkpoint_create()
+    with connection.cursor() as cursor:
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute("DELETE FROM operations_auditevent")
+        cursor.execute("DELETE FROM operations_auditcheckpoint")
+        cursor.execute("SET session_replication_role = origin")
+    # then: refused and paused (a restore never leaves SUCCEEDED intents without their chains)
+    assert tasks.restore_check() == "refused"
+    error = RecoveryRun.objects.get().error
+    assert "has no audit events" in error or "no chain" in error or "its chain was deleted" in error, error
+    assert execution_control().paused_at is not None
+
+
+def test_i22_an_approval_request_the_forgotten_timeline_rejected_is_held_not_failed(sandbox: Any) -> None:
+    from operations.services import intent_reject
+    from reconciliation.lookups import reconcile_unknown
+    from tests.factories import UserFactory
+
+    # given: a charge waiting for approval at checkpoint #1, rejected before checkpoint #2
+    intent = submit(arguments=charge_arguments(50_000), reference="order-r")
+    assert intent.status == Intent.Status.AWAITING_APPROVAL
+    audit_checkpoint_create()
+    seq = intent.audit_events.count()
+    intent_reject(
+        intent_id=intent.id,
+        user=UserFactory(username="bob", groups=["approver"]),
+        request_hash=intent.request_hash,
+        reason="too big",
+    )
+    audit_checkpoint_create()
+    rewind(intent, to_seq=seq, status=Intent.Status.AWAITING_APPROVAL)
+    # when: recovery, the reconciler's lookup (absent: back to READY), a worker after the window
+    assert tasks.restore_check() == "recovered"
+    reconcile_unknown()
+    past_the_settle_point()
+    assert execute_intent(intent.id) == "held"
+    # then: held for a person, not FAILED for its missing approval; nothing charged
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.HELD
+    assert effects(sandbox, "payments.charge", "order-r") == []
