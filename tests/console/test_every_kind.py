@@ -31,6 +31,8 @@ from operations.services import (
     intent_record_success,
     intent_reject,
 )
+from operations.services.execution import intent_hold_restored
+from operations.services.failover import RESTORE_GUARD_HOLD, intents_mark_forgotten_changes
 from operations.services.resolution import intent_begin_compensation
 from tests.factories import submit, user_named
 
@@ -72,6 +74,10 @@ UNKNOWN_ESCALATED = "UNKNOWN-escalated"
 HELD_UNSERVED = "HELD-unserved"
 #: HELD for a person: its row was edited after submission, so the worker sent nothing (issue 11).
 HELD_MISMATCH = "HELD-mismatch"
+#: UNKNOWN without any attempt: a recovery found a forgotten timeline changed it (issue 22).
+UNKNOWN_FORGOTTEN = "UNKNOWN-forgotten"
+#: HELD for a person by the restore guard after a failover or restore (issue 22).
+HELD_RESTORE = "HELD-restore"
 STATES = [
     S.AWAITING_APPROVAL,
     S.READY,
@@ -88,6 +94,8 @@ STATES = [
     S.HELD,
     HELD_UNSERVED,
     HELD_MISMATCH,
+    UNKNOWN_FORGOTTEN,
+    HELD_RESTORE,
 ]
 GATED_STATES = {S.AWAITING_APPROVAL, S.REJECTED, S.EXPIRED}
 
@@ -178,16 +186,32 @@ def build(kind: str, state: str, *, settings: Any, approver: Any) -> Intent:
                 [intent.id],
             )
         assert execute_intent(intent.id) == "held"
+    elif state == UNKNOWN_FORGOTTEN:
+        head = intent.audit_events.order_by("-seq").values_list("seq", flat=True).first()
+        assert intents_mark_forgotten_changes(
+            [(str(intent.id), head + 1, "0" * 64)], actor="user:ops", recovery=1
+        )
+    elif state == HELD_RESTORE:
+        assert intent_hold_restored(
+            claim=_claim(intent), problem=f"{RESTORE_GUARD_HOLD} confirm with the provider"
+        )
     elif state in (S.UNKNOWN, UNKNOWN_ESCALATED):
         assert intent_mark_unknown(claim=_claim(intent), error="timeout after send", cause="ambiguous")
         if state == UNKNOWN_ESCALATED:
             assert intent_escalate(intent_id=intent.id, reason="patience exhausted")
     intent.refresh_from_db()
     assert intent.held_behind_id == (earlier.id if earlier else None)
-    expected = {UNKNOWN_ESCALATED: S.UNKNOWN, HELD_UNSERVED: S.HELD, HELD_MISMATCH: S.HELD}.get(state, state)
+    expected = {
+        UNKNOWN_ESCALATED: S.UNKNOWN,
+        UNKNOWN_FORGOTTEN: S.UNKNOWN,
+        HELD_UNSERVED: S.HELD,
+        HELD_MISMATCH: S.HELD,
+        HELD_RESTORE: S.HELD,
+    }.get(state, state)
     assert intent.status == expected
-    assert (intent.escalated_at is not None) == (state in (UNKNOWN_ESCALATED, HELD_UNSERVED, HELD_MISMATCH))
-    assert bool(intent.hold_reason) == (state in (HELD_UNSERVED, HELD_MISMATCH))
+    escalated = (UNKNOWN_ESCALATED, HELD_UNSERVED, HELD_MISMATCH, HELD_RESTORE)
+    assert (intent.escalated_at is not None) == (state in escalated)
+    assert bool(intent.hold_reason) == (state in (HELD_UNSERVED, HELD_MISMATCH, HELD_RESTORE))
     return intent
 
 
