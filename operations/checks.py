@@ -90,3 +90,34 @@ def audit_signing_key_check(app_configs: Any = None, **kwargs: Any) -> list[Chec
             )
         ]
     return []
+
+
+@register()
+def restore_guard_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``operations.W004``: the restore guard (``RESTORE_GUARD_SECONDS``) must outlast its own
+    settle point for every action whose provider cannot deduplicate on our key (a lease plus
+    the provider's consistency window, ``services.failover.guard_settle_at``); shorter, a lost
+    intent re-submitted after the guard ended is sent again without a lookup (issue 22)."""
+    from operations.adapters.registry import ActionUnavailable, capabilities_for, known_actions
+
+    conf = settings.EFFECT_LEDGER
+    guard, lease = float(conf["RESTORE_GUARD_SECONDS"]), float(conf["LEASE_SECONDS"])
+    short = []
+    for action in known_actions():
+        try:
+            capabilities = capabilities_for(action)
+        except ActionUnavailable:
+            continue
+        if capabilities.duplicates_possible and guard <= lease + capabilities.consistency_window_seconds:
+            short.append(f"{action} (needs more than {lease + capabilities.consistency_window_seconds:g} s)")
+    if not short:
+        return []
+    return [
+        Warning(
+            f"EFFECT_LEDGER_RESTORE_GUARD_SECONDS ({guard:g} s) ends before the restore guard's settle point for "
+            + ", ".join(short),
+            hint="raise it (default 86400): re-submissions of intents a restore lost are looked up only while "
+            "the guard lasts",
+            id="operations.W004",
+        )
+    ]

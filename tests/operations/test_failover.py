@@ -781,3 +781,16 @@ def test_i22_an_approval_request_the_forgotten_timeline_rejected_is_held_not_fai
     intent.refresh_from_db()
     assert intent.status == Intent.Status.HELD
     assert effects(sandbox, "payments.charge", "order-r") == []
+
+
+def test_i22_a_restore_guard_shorter_than_its_settle_point_is_warned_about(settings: Any) -> None:
+    from operations.checks import restore_guard_check
+
+    assert restore_guard_check() == []
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "RESTORE_GUARD_SECONDS": 20.0}
+    (warning,) = restore_guard_check()
+    assert (
+        warning.id == "operations.W004"
+        and "email.send" in warning.msg
+        and "payments.charge" not in warning.msg
+    )
