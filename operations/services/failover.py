@@ -306,17 +306,16 @@ def intents_mark_forgotten_changes(heads: list[tuple[str, int, str]], *, actor: 
         "(sent? cancelled? approved?); its effect may exist: looked up before anything else"
     )
     for intent_id, status in flagged:
-        if status in UNSETTLED_BY_RECOVERY:
-            transition(
-                intent_id=intent_id,
-                from_status=status,
-                to_status=Intent.Status.UNKNOWN,
-                actor=actor,
-                event="forgotten_changes",
-                reason=reason,
-                data={"recovery": recovery},
-                updates={"next_lookup_at": Now(), "not_before": None, "escalated_at": None},
-            )
+        if status in UNSETTLED_BY_RECOVERY and transition(
+            intent_id=intent_id,
+            from_status=status,
+            to_status=Intent.Status.UNKNOWN,
+            actor=actor,
+            event="forgotten_changes",
+            reason=reason,
+            data={"recovery": recovery},
+            updates={"next_lookup_at": Now(), "not_before": None, "escalated_at": None},
+        ):  # a compare-and-swap: an intent a person moved meanwhile stays where they put it
             metrics.UNKNOWN_OUTCOMES.labels(cause="forgotten_changes").inc()
     return len(flagged)
 
