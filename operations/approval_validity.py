@@ -88,7 +88,9 @@ def can_approve(user: User, intent: Intent) -> bool:
     return user.groups.filter(name__in=[group, "admin"]).exists()
 
 
-def approval_validity(intent: Intent, *, approver: User | None = None, request_hash: str | None = None) -> Validity:
+def approval_validity(
+    intent: Intent, *, approver: User | None = None, request_hash: str | None = None
+) -> Validity:
     """May this intent's approval be used?
 
     Without ``approver``: do the approvals on record let the intent execute now? Usable when
@@ -108,6 +110,9 @@ def approval_validity(intent: Intent, *, approver: User | None = None, request_h
         request_hash: with ``approver``, the 64-hex sha256 the approver reviewed.
     """
     policy = Policy.from_snapshot(intent.policy)
+    if approver is None and not policy.needs_approval(intent.arguments):
+        # The worker's re-check of an intent that needs no approval reads nothing (issue 13).
+        return Validity(verdict=Verdict.NOT_NEEDED, reason="", given=0, required=policy.approvals_required)
     approved = Q(decision=Approval.Decision.APPROVED)
     current = approved & Q(request_hash=intent.request_hash)
     counts = Approval.objects.filter(intent=intent).aggregate(
@@ -118,13 +123,18 @@ def approval_validity(intent: Intent, *, approver: User | None = None, request_h
     )
     given = int(counts["given"])
     if approver is not None:
-        verdict, reason = _decision_refusal(intent, policy, approver, request_hash) or (Verdict.MAY_DECIDE, "")
+        verdict, reason = _decision_refusal(intent, policy, approver, request_hash) or (
+            Verdict.MAY_DECIDE,
+            "",
+        )
     else:
         verdict, reason = _record_verdict(intent, policy, counts, given)
     return Validity(verdict=verdict, reason=reason, given=given, required=policy.approvals_required)
 
 
-def _record_verdict(intent: Intent, policy: Policy, counts: dict[str, Any], given: int) -> tuple[Verdict, str]:
+def _record_verdict(
+    intent: Intent, policy: Policy, counts: dict[str, Any], given: int
+) -> tuple[Verdict, str]:
     required = policy.approvals_required
     if not policy.needs_approval(intent.arguments):
         return Verdict.NOT_NEEDED, ""
@@ -150,7 +160,10 @@ def _decision_refusal(
     intent: Intent, policy: Policy, approver: User, request_hash: str | None
 ) -> tuple[Verdict, str] | None:
     if not can_approve(approver, intent):
-        return Verdict.NO_PERMISSION, f"You are not in the '{policy.approver_group}' group for {intent.action}."
+        return (
+            Verdict.NO_PERMISSION,
+            f"You are not in the '{policy.approver_group}' group for {intent.action}.",
+        )
     if policy.four_eyes and is_own_request(intent, approver):
         return Verdict.OWN_REQUEST, "You requested this intent; someone else must approve it (four eyes)."
     if intent.status != Intent.Status.AWAITING_APPROVAL:

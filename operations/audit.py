@@ -59,9 +59,39 @@ def event_hash(
     return sha256_hex(canonical_json(document))
 
 
-def _chain_head(intent_id: uuid.UUID, *, first: bool) -> tuple[int, str, datetime]:
-    """The chain's last ``seq`` (0 when empty) and ``hash`` (``GENESIS`` when empty), and the
-    database's ``statement_timestamp()``, in one round trip.
+@dataclass(frozen=True)
+class ChainHead:
+    """Where an intent's chain ends: its last ``seq`` (0 when empty), that event's ``hash``
+    (``GENESIS`` when empty) and the database's ``statement_timestamp()`` read with them, which
+    becomes the next event's ``created_at``."""
+
+    seq: int
+    hash: str
+    now: datetime
+
+
+def chain_head_returning(table: str = Intent._meta.db_table) -> str:
+    """SQL for a ``RETURNING`` (or select list) of an ``UPDATE`` on the intent table: three
+    columns, ``statement_timestamp()``, the chain's last seq and its hash (NULLs when empty;
+    named ``chain_now``, ``chain_seq``, ``chain_hash``),
+    read in the same statement that locked the row (``head_from_row`` reads them back)."""
+    last = (
+        f"(SELECT {{column}} FROM {AuditEvent._meta.db_table} "
+        f"WHERE intent_id = {table}.id ORDER BY seq DESC LIMIT 1)"
+    )
+    return (
+        f"statement_timestamp() AS chain_now, {last.format(column='seq')} AS chain_seq, "
+        f"{last.format(column='hash')} AS chain_hash"
+    )
+
+
+def head_from_row(now: datetime, seq: int | None, digest: str | None) -> ChainHead:
+    """The ``ChainHead`` of the three columns ``chain_head_returning`` returns."""
+    return ChainHead(seq=seq or 0, hash=digest or GENESIS, now=now)
+
+
+def _chain_head(intent_id: uuid.UUID, *, first: bool) -> ChainHead:
+    """The chain's head and the database's ``statement_timestamp()``, in one round trip.
 
     Event times come from the database clock, like leases and expiries: a worker whose own
     clock runs fast must not stamp events in the future, out of order with everyone else's
@@ -72,7 +102,7 @@ def _chain_head(intent_id: uuid.UUID, *, first: bool) -> tuple[int, str, datetim
         if first:
             cursor.execute("SELECT statement_timestamp()")
             (now,) = cursor.fetchone()
-            return 0, GENESIS, now
+            return ChainHead(seq=0, hash=GENESIS, now=now)
         cursor.execute(
             f"""
             SELECT statement_timestamp(), last.seq, last.hash
@@ -85,7 +115,49 @@ def _chain_head(intent_id: uuid.UUID, *, first: bool) -> tuple[int, str, datetim
             [intent_id],
         )
         now, seq, digest = cursor.fetchone()
-    return (seq or 0), (digest or GENESIS), now
+    return head_from_row(now, seq, digest)
+
+
+def audit_event(
+    *,
+    head: ChainHead,
+    intent_id: uuid.UUID,
+    event: str,
+    actor: str,
+    from_status: str = "",
+    to_status: str = "",
+    reason: str = "",
+    data: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """The next event of the chain that ends at ``head`` (unsaved), hashed: ``seq`` is
+    ``head.seq + 1``, ``prev_hash`` is ``head.hash``, ``created_at`` is ``head.now``."""
+    data = data or {}
+    seq = head.seq + 1
+    digest = event_hash(
+        intent_id=intent_id,
+        seq=seq,
+        event=event,
+        from_status=from_status,
+        to_status=to_status,
+        actor=actor,
+        reason=reason,
+        data=data,
+        created_at=head.now.isoformat(),
+        prev_hash=head.hash,
+    )
+    return AuditEvent(
+        intent_id=intent_id,
+        seq=seq,
+        event=event,
+        from_status=from_status,
+        to_status=to_status,
+        actor=actor,
+        reason=reason,
+        data=data,
+        created_at=head.now,
+        prev_hash=head.hash,
+        hash=digest,
+    )
 
 
 def audit_append(
@@ -98,6 +170,7 @@ def audit_append(
     reason: str = "",
     data: dict[str, Any] | None = None,
     first: bool = False,
+    head: ChainHead | None = None,
 ) -> AuditEvent:
     """Append one event to the intent's chain. Call inside the transition's transaction,
     after the UPDATE that locked the intent row (or the INSERT that created it). Its
@@ -105,39 +178,25 @@ def audit_append(
 
     Args:
         first: the caller inserted the intent in this transaction (skips reading the chain).
+        head: the chain's head as the caller's locking UPDATE returned it
+            (``chain_head_returning``): nothing is read before the insert.
 
     Raises:
         django.db.IntegrityError: a concurrent writer appended the same ``seq`` (cannot happen
             while the caller holds the intent's row lock).
     """
-    data = data or {}
-    last_seq, prev_hash, created_at = _chain_head(intent_id, first=first)
-    seq = last_seq + 1
-    digest = event_hash(
+    row = audit_event(
+        head=head or _chain_head(intent_id, first=first),
         intent_id=intent_id,
-        seq=seq,
         event=event,
+        actor=actor,
         from_status=from_status,
         to_status=to_status,
-        actor=actor,
         reason=reason,
         data=data,
-        created_at=created_at.isoformat(),
-        prev_hash=prev_hash,
     )
-    return AuditEvent.objects.create(
-        intent_id=intent_id,
-        seq=seq,
-        event=event,
-        from_status=from_status,
-        to_status=to_status,
-        actor=actor,
-        reason=reason,
-        data=data,
-        created_at=created_at,
-        prev_hash=prev_hash,
-        hash=digest,
-    )
+    row.save(force_insert=True)
+    return row
 
 
 @dataclass(frozen=True)

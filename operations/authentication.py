@@ -2,13 +2,21 @@
 
 Tokens are random 32-byte url-safe strings minted by ``manage.py create_agent``; only their
 sha256 is stored. An agent is a principal of one tenant; it can never approve or resolve.
+
+A verified token is kept in the web process for ``EFFECT_LEDGER["TOKEN_CACHE_SECONDS"]`` (5 s by
+default), so a submission costs no separate read of the agent (issue 13): a token revoked or an
+agent deactivated is refused by every process within that many seconds. Unknown tokens are
+never cached (each is looked up, so a new agent works at once).
 """
 
 from __future__ import annotations
 
 import secrets
+import threading
+import time
 from typing import Any
 
+from django.conf import settings
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
@@ -27,6 +35,38 @@ def agent_create(*, name: str, tenant: str) -> tuple[Agent, str]:
     return agent, token
 
 
+#: token digest -> (monotonic time it expires, the agent); at most ``_CACHE_MAX`` entries.
+_verified: dict[str, tuple[float, Agent]] = {}
+_CACHE_MAX = 10_000
+_cache_lock = threading.Lock()
+
+
+def agent_for_token(token: str) -> Agent | None:
+    """The active agent whose token this is, or None; from this process's cache when it was
+    verified less than ``TOKEN_CACHE_SECONDS`` ago (the bound on how long a revocation takes)."""
+    digest = sha256_hex(token.encode())
+    ttl = float(settings.EFFECT_LEDGER["TOKEN_CACHE_SECONDS"])
+    now = time.monotonic()
+    cached = _verified.get(digest)
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    agent = Agent.objects.filter(token_digest=digest, is_active=True).first()
+    with _cache_lock:
+        if agent is None or ttl <= 0:
+            _verified.pop(digest, None)
+        else:
+            if len(_verified) >= _CACHE_MAX:
+                _verified.clear()
+            _verified[digest] = (now + ttl, agent)
+    return agent
+
+
+def forget_verified_tokens() -> None:
+    """Empty this process's token cache (tests; after a revocation done in this process)."""
+    with _cache_lock:
+        _verified.clear()
+
+
 class AgentTokenAuthentication(authentication.BaseAuthentication):
     """DRF authentication: ``request.user`` becomes the ``Agent``."""
 
@@ -42,7 +82,7 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
             token = header[1].decode("ascii")
         except UnicodeDecodeError as exc:
             raise exceptions.AuthenticationFailed("the token must be ASCII") from exc
-        agent = Agent.objects.filter(token_digest=sha256_hex(token.encode()), is_active=True).first()
+        agent = agent_for_token(token)
         if agent is None:
             raise exceptions.AuthenticationFailed("unknown or revoked token")
         return agent, token

@@ -68,7 +68,7 @@ from operations.adapters.base import (
     RetryableError,
     TerminalError,
 )
-from operations.adapters.registry import ActionUnavailable, capabilities_for, get_adapter, serving_problem
+from operations.adapters.registry import ActionUnavailable, capabilities_for, get_adapter
 from operations.bounds import reference_problem
 from operations.calls import provider_call, provider_lookup
 from operations.delivery import database_unavailable
@@ -128,9 +128,10 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
     the evidence, in a fresh transaction. Only when the database itself is unreachable does the
     error propagate (the task retries the delivery; the lease takeover is the last net).
 
-    Before the claim, an intent this deployment cannot run (its action is not registered, its
+    At the claim, an intent this deployment cannot run (its action is not registered, its
     adapter cannot be loaded, or its ``action_version`` is no longer served: ``serving_problem``)
-    is HELD for a person with that reason; nothing is sent and no attempt is spent.
+    is HELD for a person with that reason (the claim is rolled back); nothing is sent and no
+    attempt is spent.
 
     After the claim, the claimed row is re-hashed before anything else: a row whose stored
     request no longer hashes to its request_hash is HELD for a person (nothing is sent).
@@ -149,14 +150,15 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
         # The database was away: perhaps a failover to a replica that lagged. Check before
         # claiming (the beat checks every RESTORE_CHECK_PERIOD_SECONDS anyway).
         pause_if_behind(actor=f"detector:{worker}")
-    if _hold_if_unserved(intent_id, worker):
-        return "held"
-    claim = svc.intent_claim(
-        intent_id=intent_id,
-        worker=worker,
-        lease_seconds=settings.EFFECT_LEDGER["LEASE_SECONDS"],
-        delivery_retries=delivery_retries,
-    )
+    try:
+        claim = svc.intent_claim(
+            intent_id=intent_id,
+            worker=worker,
+            lease_seconds=settings.EFFECT_LEDGER["LEASE_SECONDS"],
+            delivery_retries=delivery_retries,
+        )
+    except svc.NotServed as unserved:
+        return "held" if _hold_unserved(intent_id, worker, unserved.problem) else "duplicate"
     if claim is None:
         if execution_paused():
             # Recovery re-dispatches every READY intent when it resumes execution.
@@ -187,7 +189,7 @@ def _prepare(claim: svc.Claim, context: dict[str, object]) -> tuple[Adapter, Exe
     """Step 4 (re-check) and the call to make; ``held`` when the claimed row no longer hashes to
     its request_hash (the call would be built from exactly this row), ``refused`` when the
     approval or ceiling re-check refused it."""
-    problem = stored_request_problem(claim.intent)
+    problem = stored_request_problem(claim.intent, recorded=claim.submitted_record)
     if problem:
         logger.error(
             "stored request does not match its request_hash; held", extra={**context, "reason": problem}
@@ -456,18 +458,10 @@ def _unrecorded(exc: Exception, context: dict[str, object]) -> str:
     return "unrecorded"
 
 
-def _hold_if_unserved(intent_id: uuid.UUID, worker: str) -> bool:
+def _hold_unserved(intent_id: uuid.UUID, worker: str, problem: str) -> bool:
     # Versioned actions survive upgrades (issue 21, item 7): an intent runs with the version it
-    # was submitted under, or not at all. One primary-key read per delivery.
-    row = Intent.objects.filter(id=intent_id, status=Intent.Status.READY).values_list(
-        "action", "action_version"
-    )
-    found = row.first()
-    if found is None:
-        return False
-    problem = serving_problem(*found)
-    if problem is None:
-        return False
+    # was submitted under, or not at all. The claim checks it on the row it locked and rolls
+    # back (no attempt spent); READY -> HELD here.
     held = intent_hold_unserved(intent_id=intent_id, reason=problem, actor=f"worker:{worker}")
     if held:
         logger.warning("intent held: not served here", extra={"intent_id": str(intent_id), "reason": problem})

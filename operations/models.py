@@ -258,7 +258,8 @@ class Approval(models.Model):
 
 
 class OutboxMessage(models.Model):
-    """A message written in the same transaction as a state change; the relay publishes it.
+    """A message written in the same transaction as a state change, handed to the broker after
+    commit and acknowledged by the claim that consumes it (``operations.outbox``).
 
     ``id`` is the message id and ``body`` the frozen, byte-identical payload on every re-send
     (shared/cases C08). ``due_at`` keeps a delay in the database: the relay publishes the row
@@ -274,14 +275,31 @@ class OutboxMessage(models.Model):
         db_default=Now(),
         help_text="when the message may be delivered: the intent's not_before, or the time it was written",
     )
-    sent_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(
+        null=True, blank=True, help_text="when last handed to the broker (after commit, or by the relay)"
+    )
     publish_count = models.PositiveIntegerField(default=0)
     last_error = models.TextField(blank=True, default="")
+    acked_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="when a claim consumed it (or the relay found its intent no longer READY)",
+    )
 
     class Meta:
         indexes = [
-            # The relay's queue: unsent rows by due time.
-            models.Index(fields=["due_at"], condition=Q(sent_at__isnull=True), name="outbox_due_q"),
+            # The relay's queue: rows never handed over, by due time.
+            models.Index(
+                fields=["due_at"],
+                condition=Q(sent_at__isnull=True, acked_at__isnull=True),
+                name="outbox_due_q",
+            ),
+            # Handed over, not yet consumed: the relay re-publishes those past the stalled bound.
+            models.Index(
+                fields=["sent_at"],
+                condition=Q(sent_at__isnull=False, acked_at__isnull=True),
+                name="outbox_unacked",
+            ),
         ]
 
 

@@ -66,7 +66,11 @@ def submission_seal(*, policy: dict[str, Any], idempotency_key: str) -> dict[str
     }
 
 
-def stored_request_problem(intent: Intent) -> str | None:
+#: ``stored_request_problem``'s default: read the submitted event's data.
+READ_SUBMITTED = object()
+
+
+def stored_request_problem(intent: Intent, *, recorded: Any = READ_SUBMITTED) -> str | None:
     """Why ``intent``'s stored request cannot be trusted any more, or None when it proves itself.
 
     Re-derives ``request_hash`` (RFC 8785 canonical fingerprint, ``operations.idempotency``)
@@ -76,6 +80,11 @@ def stored_request_problem(intent: Intent) -> str | None:
 
     Returns a sentence starting with ``MISMATCH_HOLD`` that a person can act on. Never raises
     for stored data (a value that cannot be canonicalised is a problem, not an error).
+
+    Args:
+        recorded: the ``data`` of the intent's ``submitted`` event (seq 1) when the caller read
+            it already (the claim returns it, ``execution.intent_claim``): a dict, or None when
+            there is no such event; by default it is read here.
     """
     try:
         derived = fingerprint_hash(stored_fingerprint(intent))
@@ -90,11 +99,12 @@ def stored_request_problem(intent: Intent) -> str | None:
             f"to the request_hash {intent.request_hash[:12]}… it was submitted with (they hash to "
             f"{derived[:12]}…): the row was changed after submission; nothing is sent"
         )
-    recorded = (
-        AuditEvent.objects.filter(intent_id=intent.id, seq=1, event="submitted")
-        .values_list("data", flat=True)
-        .first()
-    )
+    if recorded is READ_SUBMITTED:
+        recorded = (
+            AuditEvent.objects.filter(intent_id=intent.id, seq=1, event="submitted")
+            .values_list("data", flat=True)
+            .first()
+        )
     if isinstance(recorded, dict):
         if recorded.get("request_hash") != intent.request_hash:
             return (

@@ -112,13 +112,14 @@ def redispatch_stalled_ready(
             # countdown arrives at not_before, not at updated_at).
             .filter(updated_at__lt=cutoff)
             .filter(Q(not_before__isnull=True) | Q(not_before__lt=cutoff))
-            # Not while a due message is still waiting for the relay: that one will be sent. A
-            # row due later than the intent (its not_before moved back) does not count.
+            # Not while a due message is unconsumed: the relay publishes it (again, once it is
+            # past the stalled bound). A row due later than the intent (its not_before moved
+            # back) does not count.
             .filter(
                 ~Exists(
                     OutboxMessage.objects.filter(
                         intent_id=OuterRef("pk"),
-                        sent_at__isnull=True,
+                        acked_at__isnull=True,
                         due_at__lte=Now() + timedelta(seconds=MAX_COUNTDOWN_SECONDS),
                     )
                 )

@@ -55,6 +55,14 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Any:
 
 
 @pytest.fixture(autouse=True)
+def _no_tokens_verified_before() -> None:
+    # Each test starts with an empty token cache (operations.authentication).
+    from operations.authentication import forget_verified_tokens
+
+    forget_verified_tokens()
+
+
+@pytest.fixture(autouse=True)
 def _own_checkpoint_file(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Each test its own audit checkpoint file: the file is compared with the database
     (``operations.restore_check``), so one shared by every test database would be another

@@ -30,7 +30,7 @@ def ledger_gauges() -> dict[str, Any]:
                    count(*) FILTER (WHERE due_at > statement_timestamp()),
                    COALESCE(EXTRACT(EPOCH FROM statement_timestamp()
                             - min(due_at) FILTER (WHERE due_at <= statement_timestamp())), 0)
-            FROM operations_outboxmessage WHERE sent_at IS NULL
+            FROM operations_outboxmessage WHERE sent_at IS NULL AND acked_at IS NULL
             """
         )
         pending, scheduled, oldest = cursor.fetchone()

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Case, When
 from django.db.models.functions import Now
 
 from operations import metrics
@@ -63,22 +64,40 @@ def business_key(*, tenant: str, action: str, reference: str, arguments: Any, po
     return hashlib.sha256(canonical_json([tenant, action, identity])).hexdigest()
 
 
-def open_intent_for(key: str) -> Intent | None:
-    """The intent a new one with business identity ``key`` must wait behind, or None.
+def lock_identity(key: str) -> datetime:
+    """Take the transaction-scoped advisory lock on business identity ``key`` (none when it is
+    empty) and return the database's ``statement_timestamp()``, in one round trip.
 
-    Takes a transaction-scoped advisory lock on the identity first: a concurrent submission for
-    the same identity waits here until this transaction commits, then sees its row. Call inside
-    the submission's transaction. The earliest open intent that is not itself held is chosen
-    (else the earliest held one, whose own earlier intent has just ended).
+    A concurrent submission for the same identity waits here until this transaction commits,
+    then sees its row (``open_intent_for``, a later statement with a later snapshot). The time
+    dates the submission's first audit event (``operations.audit``: events carry database time).
     """
     with connection.cursor() as cursor:
         # The race this stops: two submissions with two keys for one order both seeing no open
         # intent and both proceeding. hashtextextended gives the lock a 64-bit key.
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
-    candidates = Intent.objects.filter(business_key=key, status__in=OPEN_STATUSES).order_by(
-        "created_at", "id"
+        if key:
+            cursor.execute(
+                "SELECT statement_timestamp() FROM pg_advisory_xact_lock(hashtextextended(%s, 0))", [key]
+            )
+        else:
+            cursor.execute("SELECT statement_timestamp()")
+        (now,) = cursor.fetchone()
+    assert isinstance(now, datetime)
+    return now
+
+
+def open_intent_for(key: str) -> Intent | None:
+    """The intent a new one with business identity ``key`` must wait behind, or None.
+
+    Call inside the submission's transaction after ``lock_identity(key)``. The earliest open
+    intent that is not itself held is chosen (else the earliest held one, whose own earlier
+    intent has just ended): one indexed read.
+    """
+    return (
+        Intent.objects.filter(business_key=key, status__in=OPEN_STATUSES)
+        .order_by(Case(When(status=Intent.Status.HELD, then=1), default=0), "created_at", "id")
+        .first()
     )
-    return candidates.exclude(status=Intent.Status.HELD).first() or candidates.first()
 
 
 def intent_release_held(

@@ -6,6 +6,7 @@ them around the adapter call, which happens outside any transaction.
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,16 +18,18 @@ from django.db.models.functions import Coalesce, Now
 
 from operations import metrics
 from operations.adapters.base import ExecutionResult
+from operations.adapters.registry import serving_problem
 from operations.approval_validity import approval_validity
-from operations.audit import audit_append
+from operations.audit import audit_append, audit_event, chain_head_returning, head_from_row
 from operations.backoff import backoff_seconds
 from operations.bounds import clean_detail, clean_text, reference_problem, unstorable_evidence
-from operations.models import FENCE_EPOCH_STRIDE, Attempt, Intent, Outcome
+from operations.models import FENCE_EPOCH_STRIDE, Attempt, Intent, OutboxMessage, Outcome
 from operations.policies import Policy
 from operations.services.budget import retry_allowed as retry_allowed  # the engine's name for it
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.resolution import complete_compensated_original, intent_escalate
 from operations.services.transitions import check_allowed, transition
+from operations.statements import Statement, insert_statement, run_together, update_statement
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ class Claim:
     #: When a recovery's restore guard covers this claim, the time that recovery began (the
     #: effect may have been sent before it by a timeline the database forgot); else None.
     restore_guard_since: datetime | None = None
+    #: The ``data`` of the intent's ``submitted`` audit event, read by the claim (None: no such
+    #: event), for ``request_integrity.stored_request_problem``.
+    submitted_record: dict[str, Any] | None = None
 
 
 def intent_claim(
@@ -56,51 +62,41 @@ def intent_claim(
 
     ``delivery_retries`` > 0 (the message was re-delivered while the database was unreachable)
     is recorded in the ``claimed`` event with the reason, so the wait before it is explained.
+
+    One write transaction of two statements (issue 13): the compare-and-swap ``_CLAIM_SQL``
+    (``UPDATE ... RETURNING`` the row, the restore guard, the ``submitted`` event's data for the
+    request-integrity check, and the audit chain's head), then one
+    statement inserting the attempt and the ``claimed`` event and acknowledging the intent's
+    outbox messages (``_ACK_SQL``; ``operations.statements.run_together``).
+
+    Raises:
+        NotServed: the intent's action or version is not served here (checked on the claimed
+            row before anything is written; the claim is rolled back, no attempt is spent).
     """
     # The one transition written as SQL (the hottest): it still obeys the transition table.
     check_allowed(intent_id=intent_id, current=Intent.Status.READY, target=Intent.Status.RUNNING)
     with transaction.atomic():
-        # The race this stops: two deliveries of the same message (or two workers) claiming one
-        # intent. The UPDATE's WHERE is re-checked under the row lock, so exactly one wins and
-        # the fence increments once (shared/cases C05). RETURNING saves a re-read.
-        claimed = list(
-            Intent.objects.raw(
-                """
-                UPDATE operations_intent
-                SET status = %s,
-                    fence = GREATEST(fence, (SELECT fence_epoch * %s FROM operations_executioncontrol)) + 1,
-                    attempt_count = attempt_count + 1,
-                    lease_owner = %s, lease_expires_at = statement_timestamp() + make_interval(secs => %s),
-                    updated_at = statement_timestamp()
-                WHERE id = %s AND status = %s
-                  AND (not_before IS NULL OR not_before <= statement_timestamp())
-                  AND NOT EXISTS (SELECT 1 FROM operations_executioncontrol WHERE paused_at IS NOT NULL)
-                RETURNING *, (
-                    SELECT guard_started_at FROM operations_executioncontrol
-                    WHERE guard_until > statement_timestamp()
-                ) AS restore_guard_since
-                """,
-                [
-                    Intent.Status.RUNNING,
-                    FENCE_EPOCH_STRIDE,
-                    worker,
-                    lease_seconds,
-                    intent_id,
-                    Intent.Status.READY,
-                ],
-            )
-        )
+        # The race this stops: two deliveries of the same message (or two workers) claiming
+        # one intent. The UPDATE's WHERE is re-checked under the row lock, so exactly one
+        # wins and the fence increments once (shared/cases C05). RETURNING saves a re-read.
+        claimed = list(Intent.objects.raw(_CLAIM_SQL, [Intent.Status.RUNNING, FENCE_EPOCH_STRIDE, worker, lease_seconds, intent_id, Intent.Status.READY]))  # fmt: skip
         if len(claimed) != 1:
             return None
         intent = claimed[0]
-        attempt = Attempt.objects.create(
+        # Before anything is written: an intent this deployment cannot run is not claimed.
+        problem = serving_problem(intent.action, intent.action_version)
+        if problem is not None:
+            raise NotServed(problem)
+        head = head_from_row(intent.chain_now, intent.chain_seq, intent.chain_hash)  # type: ignore[attr-defined]
+        attempt = Attempt(
             intent=intent,
             attempt_no=intent.attempt_count,
             fence=intent.fence,
             worker=worker,
-            started_at=Now(),
+            started_at=head.now,
         )
-        audit_append(
+        event = audit_event(
+            head=head,
             intent_id=intent_id,
             event="claimed",
             actor=f"worker:{worker}",
@@ -117,6 +113,11 @@ def intent_claim(
                 **({"delivery_retries": delivery_retries} if delivery_retries else {}),
             },
         )
+        (attempt.id,) = run_together(
+            insert_statement(attempt, returning="id"),
+            insert_statement(event),
+            Statement(_ACK_SQL, (intent_id,)),
+        )
     metrics.ATTEMPTS.inc()
     return Claim(
         intent=intent,
@@ -124,7 +125,52 @@ def intent_claim(
         fence=intent.fence,
         worker=worker,
         restore_guard_since=getattr(intent, "restore_guard_since", None),
+        submitted_record=_json_or_none(getattr(intent, "submitted_record", None)),
     )
+
+
+def _json_or_none(value: Any) -> dict[str, Any] | None:
+    # A jsonb column read through a raw query arrives as text (Django parses JSONField only).
+    loaded = json.loads(value) if isinstance(value, str) else value
+    return loaded if isinstance(loaded, dict) else None
+
+
+class NotServed(Exception):
+    """The claimed intent's action or version is not served by this deployment
+    (``operations.adapters.registry.serving_problem``); the claim was rolled back."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__(problem)
+        self.problem = problem
+
+
+#: The claim's compare-and-swap (see ``intent_claim``); it returns the row, the restore guard's
+#: start when the guard is on, and the audit chain's head with the database time.
+_CLAIM_SQL = f"""
+    UPDATE operations_intent
+    SET status = %s,
+        fence = GREATEST(fence, (SELECT fence_epoch * %s FROM operations_executioncontrol)) + 1,
+        attempt_count = attempt_count + 1,
+        lease_owner = %s, lease_expires_at = statement_timestamp() + make_interval(secs => %s),
+        updated_at = statement_timestamp()
+    WHERE id = %s AND status = %s
+      AND (not_before IS NULL OR not_before <= statement_timestamp())
+      AND NOT EXISTS (SELECT 1 FROM operations_executioncontrol WHERE paused_at IS NOT NULL)
+    RETURNING *, (
+        SELECT guard_started_at FROM operations_executioncontrol
+        WHERE guard_until > statement_timestamp()
+    ) AS restore_guard_since, (
+        SELECT data FROM operations_auditevent
+        WHERE intent_id = operations_intent.id AND seq = 1 AND event = 'submitted'
+    ) AS submitted_record,
+    {chain_head_returning()}
+"""
+
+#: The claim consumes the intent's outbox messages (``operations.outbox``).
+_ACK_SQL = (
+    f"UPDATE {OutboxMessage._meta.db_table} SET acked_at = statement_timestamp() "
+    "WHERE intent_id = %s AND acked_at IS NULL"
+)
 
 
 def precheck_refusal(intent: Intent) -> str | None:
@@ -169,11 +215,12 @@ def precheck_refusal(intent: Intent) -> str | None:
 
 def _close_attempt(
     claim: Claim, result: str, *, error: str = "", detail: dict[str, Any] | None = None
-) -> None:
+) -> Statement:
     # An attempt row is inserted at claim and closed exactly once (finished_at IS NULL guard).
     # ``_record`` hands it text and JSON already made storable (``operations.bounds``).
-    Attempt.objects.filter(id=claim.attempt.id, finished_at__isnull=True).update(
-        finished_at=Now(), result=result, error=error, detail=detail or {}
+    return update_statement(
+        Attempt.objects.filter(id=claim.attempt.id, finished_at__isnull=True),
+        {"finished_at": Now(), "result": result, "error": error, "detail": detail or {}},
     )
 
 
@@ -193,9 +240,12 @@ def _record(
     data: dict[str, Any] | None = None,
     updates: dict[str, Any] | None = None,
     dispatch: bool = False,
+    also: tuple[Statement, ...] = (),
 ) -> bool:
     """RUNNING -> ``to_status`` for the claim's fence (a stale worker's write moves nothing),
-    releasing the lease and closing the attempt. Call inside the caller's transaction.
+    releasing the lease and closing the attempt (and running ``also``, e.g. the outcome's
+    INSERT) in the statement that appends the audit event (``transition``). Call inside the
+    caller's transaction.
 
     A refused write is recorded too (``_record_fenced_out``): the attempt row says it was
     fenced out and what the provider answered, and the intent's chain gets an audit event.
@@ -217,10 +267,9 @@ def _record(
         data={"fence": claim.fence, **(data or {}), **(detail or {})},
         updates={**release_lease(), "last_error": error, **(updates or {})},
         dispatch=dispatch,
+        also=(_close_attempt(claim, attempt_result, error=error, detail=detail), *also),
     )
-    if moved:
-        _close_attempt(claim, attempt_result, error=error, detail=detail)
-    else:
+    if not moved:
         _record_fenced_out(
             claim,
             would_be=to_status,
@@ -300,6 +349,14 @@ def intent_record_success(*, claim: Claim, result: ExecutionResult) -> bool:
         if digest:
             detail["response_digest_unstorable"] = unstorable_evidence(result.response_digest)
         digest = ""
+    outcome = Outcome(
+        intent=claim.intent,
+        attempt=claim.attempt,
+        source=Outcome.Source.PROVIDER,
+        provider_reference=result.provider_reference,
+        response_digest=digest,
+        detail=detail,
+    )
     with transaction.atomic():
         moved = _record(
             claim,
@@ -309,17 +366,10 @@ def intent_record_success(*, claim: Claim, result: ExecutionResult) -> bool:
             detail={"provider_reference": result.provider_reference},
             data={"replayed": bool(result.replayed)},
             updates=duplicate_check_updates(action=claim.intent.action, attempts=claim.attempt.attempt_no),
+            also=(insert_statement(outcome),),
         )
         if moved:
             complete_compensated_original(compensation=claim.intent)
-            Outcome.objects.create(
-                intent=claim.intent,
-                attempt=claim.attempt,
-                source=Outcome.Source.PROVIDER,
-                provider_reference=result.provider_reference,
-                response_digest=digest,
-                detail=detail,
-            )
     if moved:
         metrics.ACCEPTED_EFFECTS.labels(source="provider").inc()
         if result.replayed:

@@ -86,7 +86,7 @@ def intent_redispatch(*, intent_id: uuid.UUID, actor: str, reason: str) -> bool:
         touched = Intent.objects.filter(id=intent_id, status=Intent.Status.READY).update(updated_at=Now())
         if not touched:
             return False
-        message = outbox_enqueue(intent_id=intent_id)
+        message_id = outbox_enqueue(intent_id=intent_id)
         audit_append(
             intent_id=intent_id,
             event="redispatched",
@@ -94,7 +94,7 @@ def intent_redispatch(*, intent_id: uuid.UUID, actor: str, reason: str) -> bool:
             from_status=Intent.Status.READY,
             to_status=Intent.Status.READY,
             reason=reason,
-            data={"message_id": str(message.id)},
+            data={"message_id": str(message_id)},
         )
     metrics.REDISPATCHES.inc()
     return True

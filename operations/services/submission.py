@@ -16,7 +16,7 @@ from operations import metrics
 from operations.adapters.base import ArgumentsInvalid, Preview
 from operations.adapters.registry import ActionUnavailable, UnknownAction, get_adapter
 from operations.approval_validity import user_principal
-from operations.audit import audit_append
+from operations.audit import GENESIS, ChainHead, audit_event
 from operations.exceptions import (
     CancelRefused,
     ClientKeyInvalid,
@@ -33,11 +33,13 @@ from operations.idempotency import (
     storage_problems,
 )
 from operations.models import Intent
+from operations.outbox import handoff_after_commit
 from operations.policies import Policy, policy_for
 from operations.request_integrity import submission_seal
-from operations.services.business import business_key, open_intent_for
+from operations.services.business import business_key, lock_identity, open_intent_for
 from operations.services.refusals import refusals_audited
-from operations.services.transitions import outbox_enqueue, transition
+from operations.services.transitions import outbox_handoff, transition
+from operations.statements import insert_statement, run_together
 
 REFERENCE_MAX_LENGTH = Intent._meta.get_field("reference").max_length or 200
 
@@ -211,25 +213,22 @@ def intent_submit(
         raise ValidationFailed(f"arguments cannot be canonicalised: {exc}") from exc
     replay = partial(_replay_or_refuse, digest=digest, reference=reference, arguments=arguments)
 
-    existing = Intent.objects.filter(tenant=tenant, principal=principal, client_key=client_key).first()
-    if existing is not None:
-        return replay(existing)
+    def existing() -> Intent | None:
+        return Intent.objects.filter(tenant=tenant, principal=principal, client_key=client_key).first()
 
     policy = policy_for(action)
-    key = (
-        ""
-        if compensates is not None
-        else business_key(
-            tenant=tenant, action=action, reference=reference, arguments=arguments, policy=policy
+    try:
+        key = (
+            ""
+            if compensates is not None
+            else _business_identity(tenant, action, reference, arguments, policy)
         )
-    )
-    if policy.reference_required and compensates is None and not key:
-        what = ", ".join(policy.business_identity_fields) or "reference"
-        raise ValidationFailed(
-            f"{action} must name the business object it acts on ({what}): one business action runs at a "
-            "time, and without it a retry under a new Idempotency-Key could not be recognised",
-            errors=[{"field": what, "message": "required by the action's policy"}],
-        )
+    except ValidationFailed:
+        # A replay is answered as it was the first time even if the policy changed since.
+        earlier_submission = existing()
+        if earlier_submission is None:
+            raise
+        return replay(earlier_submission)
     gated = policy.needs_approval(arguments)
     intent_id = uuid.uuid4()
     intent = Intent(
@@ -261,47 +260,83 @@ def intent_submit(
     )
     try:
         with transaction.atomic():
-            earlier = open_intent_for(key) if key else None
-            if earlier is not None:
-                # A second intent for the same business action: it waits for the first one.
-                intent.status, intent.held_behind, intent.approval_expires_at = (
-                    Intent.Status.HELD,
-                    earlier,
-                    None,
-                )
-            intent.save(force_insert=True)
-            audit_append(
-                intent_id=intent_id,
-                event="submitted",
-                first=True,
-                actor=principal,
-                to_status=intent.status,
-                reason=(
-                    f"held: intent {earlier.id} for the same business action is {earlier.status}"
-                    if earlier
-                    else ""
-                ),
-                data={
-                    "request_hash": digest,
-                    "fingerprint_version": FINGERPRINT_VERSION,
-                    "client_key": client_key,
-                    "needs_approval": gated,
-                    **submission_seal(policy=intent.policy, idempotency_key=intent.idempotency_key),
-                    **({"held_behind": str(earlier.id)} if earlier else {}),
-                },
-            )
-            if earlier is None and not gated:
-                outbox_enqueue(intent_id=intent_id)
+            _insert(intent, key=key, gated=gated)
     except IntegrityError:
-        # The race this handles: a concurrent submission with the same client key committed
-        # first (the unique index made us wait for it). Re-read and replay its answer.
-        existing = Intent.objects.filter(tenant=tenant, principal=principal, client_key=client_key).first()
-        if existing is None:
+        # The key was used before (a replay), or a concurrent submission with the same client
+        # key committed first (the unique index made us wait for it): answer as for that one.
+        earlier_submission = existing()
+        if earlier_submission is None:
             raise
-        return replay(existing)
-    if gated and intent.status == Intent.Status.AWAITING_APPROVAL:  # set by the database clock
-        intent.refresh_from_db(fields=["approval_expires_at"])
+        return replay(earlier_submission)
     return SubmitResult(intent=intent, created=True)
+
+
+def _business_identity(tenant: str, action: str, reference: str, arguments: Any, policy: Policy) -> str:
+    """The intent's business identity (``business_key``, "" for none).
+
+    Raises:
+        ValidationFailed: the action's policy requires an identity and the request names none.
+    """
+    key = business_key(tenant=tenant, action=action, reference=reference, arguments=arguments, policy=policy)
+    if policy.reference_required and not key:
+        what = ", ".join(policy.business_identity_fields) or "reference"
+        raise ValidationFailed(
+            f"{action} must name the business object it acts on ({what}): one business action runs at a "
+            "time, and without it a retry under a new Idempotency-Key could not be recognised",
+            errors=[{"field": what, "message": "required by the action's policy"}],
+        )
+    return key
+
+
+def _insert(intent: Intent, *, key: str, gated: bool) -> None:
+    """Write a new intent with its first audit event and, when it may run now, its outbox
+    message, handed to the broker after commit. Call inside a transaction. Three statements
+    with a business identity, two without (DESIGN.md step 1; issue 13)::
+
+        SELECT statement_timestamp() [FROM pg_advisory_xact_lock(<identity>)]
+        SELECT ... FROM operations_intent WHERE business_key = <identity> AND status IN (open)
+            ORDER BY status = 'HELD', created_at, id LIMIT 1            -- with an identity only
+        WITH s0 AS (INSERT INTO operations_intent ... RETURNING approval_expires_at),
+             s1 AS (INSERT INTO operations_outboxmessage ...)           -- when it may run now
+             s2 AS (INSERT INTO operations_auditevent ...)
+        SELECT ...
+
+    The intent's unique (tenant, principal, client_key) makes a reused key fail the last
+    statement (``IntegrityError``) with nothing written.
+    """
+    now = lock_identity(key)
+    earlier = open_intent_for(key) if key else None
+    if earlier is not None:
+        # A second intent for the same business action: it waits for the first one.
+        intent.status, intent.held_behind, intent.approval_expires_at = Intent.Status.HELD, earlier, None
+    event = audit_event(
+        head=ChainHead(seq=0, hash=GENESIS, now=now),
+        intent_id=intent.id,
+        event="submitted",
+        actor=intent.principal,
+        to_status=intent.status,
+        reason=f"held: intent {earlier.id} for the same business action is {earlier.status}"
+        if earlier
+        else "",
+        data={
+            "request_hash": intent.request_hash,
+            "fingerprint_version": FINGERPRINT_VERSION,
+            "client_key": intent.client_key,
+            "needs_approval": gated,
+            **submission_seal(policy=intent.policy, idempotency_key=intent.idempotency_key),
+            **({"held_behind": str(earlier.id)} if earlier else {}),
+        },
+    )
+    statements = [insert_statement(intent, returning="approval_expires_at")]
+    handoff = None
+    if earlier is None and not gated:
+        handoff, enqueue = outbox_handoff(intent_id=intent.id)
+        statements.append(enqueue)
+    statements.append(insert_statement(event))
+    expires_at, *countdown = run_together(*statements)
+    intent.approval_expires_at = expires_at  # set by the database clock
+    if handoff is not None:
+        handoff_after_commit(handoff, countdown[0])
 
 
 @refusals_audited("cancel")

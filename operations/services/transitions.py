@@ -1,8 +1,9 @@
 """The one compare-and-swap every state transition goes through.
 
 A transition is ``UPDATE intent SET status = <to>, ... WHERE id = <id> AND status = <from>
-[AND fence = <fence>]`` that must touch exactly one row, plus its audit event (and outbox
-message where one follows) in the same transaction. Zero rows means somebody else moved first:
+[AND fence = <fence>] RETURNING <the audit chain's head>`` that must touch exactly one row, plus
+its audit event (and outbox message where one follows) in one more statement of the same
+transaction. Zero rows means somebody else moved first:
 the caller re-reads and never overwrites.
 
 Database time: Django's ``Now()`` is PostgreSQL's ``statement_timestamp()``; raw SQL in this
@@ -13,19 +14,20 @@ every lease, expiry and backoff is judged by one clock.
 from __future__ import annotations
 
 import uuid
-from functools import partial
+from collections.abc import Sequence
 from typing import Any
 
-from django.db import transaction
-from django.db.models import Q, Subquery
-from django.db.models.functions import Greatest, Now
+from django.db import connection, transaction
+from django.db.models import Q
+from django.db.models.functions import Now
 
 from operations import metrics
-from operations.audit import audit_append
+from operations.audit import audit_event, chain_head_returning, head_from_row
 from operations.exceptions import IntentMoved, InvalidTransition
 from operations.idempotency import canonical_json
-from operations.models import ALLOWED_TRANSITIONS, Intent, OutboxMessage
-from operations.outbox import kick_relay
+from operations.models import ALLOWED_TRANSITIONS, Intent
+from operations.outbox import Handoff, enqueue_statement, handoff_after_commit
+from operations.statements import Statement, insert_statement, run_together, update_statement
 
 EXECUTE_TASK = "operations.execute_intent"
 
@@ -36,24 +38,26 @@ def check_allowed(*, intent_id: uuid.UUID, current: str, target: str) -> None:
         raise InvalidTransition(intent_id=intent_id, current=current, target=target)
 
 
-def outbox_enqueue(*, intent_id: uuid.UUID, task: str = EXECUTE_TASK) -> OutboxMessage:
-    """Write an outbox message for ``task(intent_id)`` in the caller's transaction.
-
-    The body is canonical JSON frozen now, carrying the message id, so every publication of
-    this row is byte-identical (shared/cases C08). ``due_at`` is the intent's ``not_before``
-    when that is later than now: the relay keeps the row until then (C15). After commit the relay is kicked for latency;
-    the periodic relay is the safety net if the kick fails.
-    """
+def outbox_handoff(*, intent_id: uuid.UUID, task: str = EXECUTE_TASK) -> tuple[Handoff, Statement]:
+    """A new outbox message for ``task(intent_id)`` and the INSERT that writes it
+    (``operations.outbox.enqueue_statement``). The body is canonical JSON frozen now, carrying
+    the message id, so every publication of this row is byte-identical (shared/cases C08)."""
     message_id = uuid.uuid4()
     body = canonical_json({"message_id": str(message_id), "intent_id": str(intent_id), "task": task}).decode()
-    # Due when the intent is: its not_before (a retry's backoff), read in this same INSERT after
-    # the caller's UPDATE set it, or now. GREATEST ignores a NULL not_before (PostgreSQL).
-    due_at = Greatest(Subquery(Intent.objects.filter(id=intent_id).values("not_before")[:1]), Now())
-    message = OutboxMessage.objects.create(
-        id=message_id, intent_id=intent_id, task=task, body=body, due_at=due_at
-    )
-    transaction.on_commit(partial(kick_relay, message_id))
-    return message
+    handoff = Handoff(id=message_id, task=task, body=body)
+    return handoff, enqueue_statement(handoff, intent_id=intent_id)
+
+
+def outbox_enqueue(*, intent_id: uuid.UUID, task: str = EXECUTE_TASK) -> uuid.UUID:
+    """Write an outbox message for ``task(intent_id)`` in the caller's transaction and hand it
+    to the broker after commit (``operations.outbox``); returns the message id.
+
+    ``due_at`` is the intent's ``not_before`` when that is later than now: the relay keeps the
+    row until then (C15). Set ``not_before`` before calling this."""
+    handoff, statement = outbox_handoff(intent_id=intent_id, task=task)
+    (countdown,) = run_together(statement)
+    handoff_after_commit(handoff, countdown)
+    return handoff.id
 
 
 def transition(
@@ -69,8 +73,14 @@ def transition(
     updates: dict[str, Any] | None = None,
     where: Q | None = None,
     dispatch: bool = False,
+    also: Sequence[Statement] = (),
 ) -> bool:
     """Move one intent from ``from_status`` to ``to_status`` if nobody moved it first.
+
+    Two statements: the compare-and-swap ``UPDATE ... RETURNING`` the audit chain's head
+    (``operations.audit.chain_head_returning``), then, only when it moved, one statement that
+    inserts the audit event, the outbox message (``dispatch``) and runs ``also``
+    (``operations.statements.run_together``).
 
     Args:
         intent_id: the intent.
@@ -82,7 +92,9 @@ def transition(
             touches nothing).
         updates: further columns to set in the same UPDATE (expressions allowed).
         where: a further condition of the compare-and-swap (e.g. an expiry by database time).
-        dispatch: also write an outbox message for ``execute_intent``.
+        dispatch: also write an outbox message for ``execute_intent``, handed over after commit.
+        also: further writes of the same step (e.g. closing the attempt), sent with the audit
+            event when the intent moved; none may touch the intent row.
 
     Returns:
         True when exactly one row moved; False when the compare-and-swap matched nothing.
@@ -100,12 +112,20 @@ def transition(
             queryset = queryset.filter(where)
         # The race this stops: two actors (workers, reconciler, operator) deciding on the same
         # intent. Only the one whose WHERE still matches moves it; the other sees 0 rows.
-        moved = queryset.update(status=to_status, updated_at=Now(), **(updates or {}))
-        if moved != 1:
+        update = update_statement(
+            queryset,
+            {"status": to_status, "updated_at": Now(), **(updates or {})},
+            returning=chain_head_returning(),
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(update.sql, update.params)
+            rows = cursor.fetchall()
+        if len(rows) != 1:
             if fence is not None:
                 metrics.STALE_FENCES_REJECTED.inc()
             return False
-        audit_append(
+        event_row = audit_event(
+            head=head_from_row(*rows[0]),
             intent_id=intent_id,
             event=event,
             actor=actor,
@@ -114,8 +134,14 @@ def transition(
             reason=reason,
             data=data,
         )
+        statements = [insert_statement(event_row), *also]
+        handoff = None
         if dispatch:
-            outbox_enqueue(intent_id=intent_id)
+            handoff, enqueue = outbox_handoff(intent_id=intent_id)
+            statements.insert(0, enqueue)
+        results = run_together(*statements)
+        if handoff is not None:
+            handoff_after_commit(handoff, results[0])
     return True
 
 

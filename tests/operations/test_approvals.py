@@ -37,7 +37,7 @@ def test_approve_moves_to_ready_and_writes_outbox_in_one_step(approver: Any) -> 
     approved = intent_approve(intent_id=intent.id, user=approver, request_hash=intent.request_hash)
     # then: the decision and the dispatch committed together (C11)
     assert approved.status == Intent.Status.READY
-    assert OutboxMessage.objects.filter(intent=intent, sent_at__isnull=True).count() == 1
+    assert OutboxMessage.objects.filter(intent=intent, acked_at__isnull=True).count() == 1
     approval = Approval.objects.get(intent=intent)
     assert approval.request_hash == intent.request_hash and approval.decision == "approved"
 

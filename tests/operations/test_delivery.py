@@ -31,7 +31,7 @@ from operations.engine import execute_intent
 from operations.models import AuditEvent, Intent, OutboxMessage
 from operations.outbox import outbox_relay
 from operations.selectors import ledger_gauges
-from operations.services import intent_claim, intent_schedule_retry
+from operations.services import intent_cancel, intent_claim, intent_schedule_retry
 from tests.factories import submit
 
 pytestmark = pytest.mark.django_db
@@ -102,11 +102,13 @@ def test_bounded_countdown_never_exceeds_the_bound() -> None:
 def test_c15_relay_publishes_only_within_the_countdown_bound(
     settings: Any, broker_queue: Callable[[], list[Any]]
 ) -> None:
-    # given: one intent due now, one retry due in under 30 s, one retry due in about an hour
+    # given: one intent due now, one retry due in under 30 s, one retry due in about an hour;
+    # the hand-offs after commit of the first two failed (the broker was down)
     now_due = submit()
     soon = schedule_retry_after(settings, 10)
     later = schedule_retry_after(settings, 3600)
     assert 1700 < seconds_until(later.not_before) <= 3600  # type: ignore[arg-type]
+    OutboxMessage.objects.filter(acked_at__isnull=True).update(sent_at=None)
     # when
     sent = outbox_relay()
     # then: two messages reach the broker, none with a countdown above the bound
@@ -125,11 +127,44 @@ def test_c15_relay_publishes_only_within_the_countdown_bound(
     assert gauges["outbox_oldest_pending_seconds"] == 0
 
 
-def test_c15_a_row_becomes_lag_only_once_it_is_due(settings: Any, broker_queue: Callable[[], list[Any]]) -> None:
+def test_c15_the_hand_off_after_commit_keeps_the_same_bound(
+    settings: Any, broker_queue: Callable[[], list[Any]], django_capture_on_commit_callbacks: Any
+) -> None:
+    # given: two intents whose first messages were consumed, under policies retrying 10 s and
+    # an hour out
+    intents = []
+    for seconds in (10, 3600):
+        settings.EFFECT_LEDGER_POLICIES = {
+            **settings.EFFECT_LEDGER_POLICIES,
+            "payments.charge": {"retry": {"base_seconds": seconds, "cap_seconds": seconds}},
+        }
+        intents.append(submit())
+    soon, later = intents
+    OutboxMessage.objects.update(acked_at=Now())
+    # when: their retries are scheduled and the writes commit
+    with django_capture_on_commit_callbacks(execute=True):
+        for intent in intents:
+            claim = intent_claim(intent_id=intent.id, worker="w", lease_seconds=30)
+            assert claim is not None and intent_schedule_retry(claim=claim, error="provider 503")
+    # then: the first is handed to the broker with a countdown within the bound, the second
+    # stays in the database, never handed over
+    [message] = broker_queue()
+    assert message.payload[1]["intent_id"] == str(soon.id)
+    eta = eta_seconds(message)
+    assert eta is not None and 0 < eta <= MAX_COUNTDOWN_SECONDS
+    waiting = OutboxMessage.objects.get(intent=later, acked_at__isnull=True)
+    assert waiting.sent_at is None and waiting.publish_count == 0
+
+
+def test_c15_a_row_becomes_lag_only_once_it_is_due(
+    settings: Any, broker_queue: Callable[[], list[Any]]
+) -> None:
     # given: a retry due in an hour, then the hour passes without the relay running
     later = schedule_retry_after(settings, 3600)
     assert ledger_gauges()["outbox_oldest_pending_seconds"] == 0
-    OutboxMessage.objects.filter(intent=later, sent_at__isnull=True).update(due_at=Now() - timedelta(seconds=100))
+    OutboxMessage.objects.filter(intent=later, sent_at__isnull=True).update(
+        due_at=Now() - timedelta(seconds=100)
+    )
     Intent.objects.filter(id=later.id).update(not_before=Now() - timedelta(seconds=100))
     # when
     gauges = ledger_gauges()
@@ -154,8 +189,8 @@ def test_c15_an_early_delivery_is_redispatched_audited_and_kept_until_due(
     event = AuditEvent.objects.filter(intent=later).order_by("-seq").first()
     assert event is not None and event.event == "redispatched" and event.actor == "worker:w9"
     assert "before its not_before" in event.reason
-    fresh = OutboxMessage.objects.get(intent=later, sent_at__isnull=True)
-    assert fresh.due_at == later.not_before and event.data["message_id"] == str(fresh.id)
+    fresh = OutboxMessage.objects.get(id=event.data["message_id"])
+    assert fresh.due_at == later.not_before and fresh.sent_at is None and fresh.acked_at is None
     assert outbox_relay() == 0 and broker_queue() == []
 
 
@@ -174,10 +209,11 @@ def test_stalled_ready_threshold_follows_the_relay_period_broker_settings_and_le
 def test_stalled_ready_redispatch_waits_for_the_threshold_and_is_audited() -> None:
     from reconciliation.services import redispatch_stalled_ready
 
-    # given: a READY intent whose message went out and was lost, unmoved for just under the threshold
+    # given: a READY intent whose message was consumed without running (acknowledged by a
+    # delivery that died), unmoved for just under the threshold
     threshold = stalled_ready_seconds()
     intent = submit()
-    OutboxMessage.objects.filter(intent=intent).update(sent_at=Now())
+    OutboxMessage.objects.filter(intent=intent).update(sent_at=Now(), acked_at=Now())
     Intent.objects.filter(id=intent.id).update(updated_at=Now() - timedelta(seconds=threshold - 5))
     assert redispatch_stalled_ready().moved == 0
     # when: the threshold passes
@@ -188,7 +224,50 @@ def test_stalled_ready_redispatch_waits_for_the_threshold_and_is_audited() -> No
     event = AuditEvent.objects.filter(intent=intent).order_by("-seq").first()
     assert event is not None and (event.event, event.actor) == ("redispatched", "reconciler")
     assert "presumed lost" in event.reason and (event.from_status, event.to_status) == ("READY", "READY")
-    assert OutboxMessage.objects.filter(intent=intent, sent_at__isnull=True).count() == 1
+    assert OutboxMessage.objects.filter(intent=intent, acked_at__isnull=True).count() == 1
+
+
+def test_a_handed_over_message_never_consumed_is_published_again_after_the_stalled_bound(
+    broker_queue: Callable[[], list[Any]],
+) -> None:
+    from reconciliation.services import redispatch_stalled_ready
+
+    # given: a READY intent whose message was handed over at commit and then lost (the writer
+    # died before publishing, or the broker lost it), just under the stalled bound ago
+    threshold = stalled_ready_seconds()
+    intent = submit()
+    message = OutboxMessage.objects.get(intent=intent)
+    OutboxMessage.objects.filter(id=message.id).update(sent_at=Now() - timedelta(seconds=threshold - 5))
+    Intent.objects.filter(id=intent.id).update(updated_at=Now() - timedelta(seconds=threshold + 60))
+    # then: neither the relay nor the sweep acts yet
+    assert outbox_relay() == 0 and redispatch_stalled_ready().moved == 0
+    # when: the bound passes
+    OutboxMessage.objects.filter(id=message.id).update(sent_at=Now() - timedelta(seconds=threshold + 1))
+    # then: the relay publishes the same row again (same id and body), the sweep adds nothing
+    assert outbox_relay() == 1 and redispatch_stalled_ready().moved == 0
+    [published] = broker_queue()
+    assert published.headers["id"] == str(message.id)
+    message.refresh_from_db()
+    assert message.publish_count == 2 and message.acked_at is None
+    # when: a claim consumes it, nothing is published again however long it waits
+    assert intent_claim(intent_id=intent.id, worker="w", lease_seconds=30) is not None
+    OutboxMessage.objects.filter(id=message.id).update(sent_at=Now() - timedelta(seconds=threshold + 1))
+    assert outbox_relay() == 0
+    assert OutboxMessage.objects.get(id=message.id).acked_at is not None
+
+
+def test_the_relay_acknowledges_a_message_whose_intent_left_ready_without_publishing(
+    broker_queue: Callable[[], list[Any]],
+) -> None:
+    # given: an intent cancelled while its message was never handed over
+    intent = submit()
+    OutboxMessage.objects.filter(intent=intent).update(sent_at=None)
+    intent_cancel(intent_id=intent.id, actor="agent:a")
+    # when
+    sent = outbox_relay()
+    # then
+    assert sent == 0 and broker_queue() == []
+    assert OutboxMessage.objects.get(intent=intent).acked_at is not None
 
 
 def test_stalled_ready_sweep_wakes_an_intent_whose_only_message_is_due_later(settings: Any) -> None:
@@ -203,7 +282,7 @@ def test_stalled_ready_sweep_wakes_an_intent_whose_only_message_is_due_later(set
     counts = redispatch_stalled_ready()
     # then: a message due now, beside the one still waiting for the hour
     assert counts.moved == 1
-    pending = OutboxMessage.objects.filter(intent=later, sent_at__isnull=True)
+    pending = OutboxMessage.objects.filter(intent=later, acked_at__isnull=True)
     assert pending.count() == 2 and pending.filter(due_at__lte=Now()).count() == 1
 
 

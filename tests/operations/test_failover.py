@@ -338,16 +338,16 @@ def test_i22_4_verify_audit_reports_the_restore_and_then_the_rebaseline(sandbox:
 
 
 def test_i22_5_recovery_gives_every_ready_intent_a_fresh_message_at_once(sandbox: Any) -> None:
-    # given: READY intents whose messages were consumed (sent_at set) before the restore
+    # given: READY intents whose messages were consumed before the restore
     ready = [submit(action="email.send", arguments=EMAIL, reference=f"order-r{i}") for i in range(3)]
-    OutboxMessage.objects.update(sent_at=timezone.now())
+    OutboxMessage.objects.update(sent_at=timezone.now(), acked_at=timezone.now())
     # when
     run = recover_now()
-    # then: each has an unsent message due now, audited
+    # then: each has an unconsumed message due now, audited
     assert run.counts["ready_redispatched"] == 3
     for intent in ready:
         assert OutboxMessage.objects.filter(
-            intent=intent, sent_at__isnull=True, due_at__lte=timezone.now()
+            intent=intent, acked_at__isnull=True, due_at__lte=timezone.now()
         ).exists()
         assert intent.audit_events.filter(
             event="redispatched", reason__startswith=f"recovery #{run.pk}"

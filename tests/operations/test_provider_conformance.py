@@ -71,7 +71,7 @@ def last_code(intent: Intent) -> str:
 def seconds_until_due(intent: Intent) -> float:
     """Seconds from the database's now to the intent's ``not_before`` (and its outbox row's)."""
     row = Intent.objects.filter(id=intent.id).annotate(now=Now()).values("not_before", "now").get()
-    due = OutboxMessage.objects.filter(intent_id=intent.id, sent_at__isnull=True).order_by("-due_at").first()
+    due = OutboxMessage.objects.filter(intent_id=intent.id, acked_at__isnull=True).order_by("-due_at").first()
     assert due is not None and abs((due.due_at - row["not_before"]).total_seconds()) < 0.01
     return float((row["not_before"] - row["now"]).total_seconds())
 

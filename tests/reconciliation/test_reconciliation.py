@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from operations.engine import execute_intent
 from operations.exceptions import IntentMoved, ResolutionRefused
-from operations.models import Intent, Outcome
+from operations.models import Intent, Outcome, OutboxMessage
 from operations.services import intent_claim, intent_mark_unknown
 from reconciliation.duplicates import run_duplicate_checks
 from reconciliation.lookups import claim_unknown_batch, reconcile_unknown
@@ -205,9 +205,9 @@ def test_approval_expiry_sweep(sandbox: Any) -> None:
 
 
 def test_reconcile_pass_records_a_run_with_outbox_lag_warning(sandbox: Any, settings: Any) -> None:
-    # given: an outbox row that was never published (the post-commit kick does not run here)
+    # given: an outbox row that was never published (its hand-off after commit failed)
     settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "OUTBOX_LAG_WARNING_SECONDS": 0}
-    submit()
+    OutboxMessage.objects.filter(intent=submit()).update(sent_at=None)
     time.sleep(0.05)
     # when
     detail = reconcile_pass()
@@ -364,16 +364,17 @@ def test_stalled_ready_intent_gets_a_fresh_message_but_not_while_one_is_pending(
     from operations.models import OutboxMessage
     from reconciliation.services import redispatch_stalled_ready
 
-    # given: a READY intent whose message went out long ago (and was lost by the broker)
+    # given: a READY intent whose message was consumed long ago without running (acknowledged
+    # by a delivery that died before its claim committed... or lost with the broker's queue)
     intent = submit()
-    OutboxMessage.objects.filter(intent=intent).update(sent_at=Now())
+    OutboxMessage.objects.filter(intent=intent).update(sent_at=Now(), acked_at=Now())
     Intent.objects.filter(id=intent.id).update(updated_at=Now() - timedelta(minutes=5))
     # when
     first = redispatch_stalled_ready()
     second = redispatch_stalled_ready()
     # then: one fresh message; none more while it waits for the broker
     assert (first.moved, second.moved) == (1, 0)
-    assert OutboxMessage.objects.filter(intent=intent, sent_at__isnull=True).count() == 1
+    assert OutboxMessage.objects.filter(intent=intent, acked_at__isnull=True).count() == 1
 
 
 def test_idle_pass_records_no_run_and_old_runs_are_pruned(db: Any, settings: Any) -> None:

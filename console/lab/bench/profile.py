@@ -1,5 +1,5 @@
 """Phase 3, per statement: one happy-path intent run in this process (API submit through the
-real view, the post-commit relay kick, then the worker's ``execute_intent``), counting every
+real view, the hand-off after commit, then the worker's ``execute_intent``), counting every
 SQL statement and every server-side commit, by step."""
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ def tallying(tally: Tally) -> Iterator[None]:
 
 def happy_path(*, token: str, runs: int = 5) -> dict[str, Any]:
     """Submit and execute ``runs`` auto-approved ``payments.charge`` intents in-process; return
-    statements and commits per intent, by step (``submit`` includes the relay kick).
+    statements and commits per intent, by step (``submit`` includes the hand-off after commit).
 
-    The sandbox provider must be running (``settings.SANDBOX_PROVIDER_URL``); the relay kick
+    The sandbox provider must be running (``settings.SANDBOX_PROVIDER_URL``); the hand-off
     publishes to the broker, where no worker consumes it (harmless: a duplicate delivery).
     """
     from rest_framework.test import APIClient
@@ -76,7 +76,7 @@ def happy_path(*, token: str, runs: int = 5) -> dict[str, Any]:
     for run in range(runs):
         key = f"profile-{uuid.uuid4().hex[:8]}"
         with tallying(tally):
-            tally.step = "submit (API + relay kick)"
+            tally.step = "submit (API + hand-off)"
             began = time.perf_counter()
             response = client.post(
                 "/api/v1/intents",
