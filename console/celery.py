@@ -44,4 +44,10 @@ app.conf.beat_schedule = {
         "task": "operations.restore_check",
         "schedule": settings.EFFECT_LEDGER["RESTORE_CHECK_PERIOD_SECONDS"],
     },
+    # SUCCEEDED and the terminal states counted with one GROUP BY for the dashboard and /metrics
+    # (operations.services.status_rollup_refresh: why a period and not a counter per transition).
+    "status-rollup": {
+        "task": "operations.status_rollup",
+        "schedule": settings.EFFECT_LEDGER["STATUS_ROLLUP_PERIOD_SECONDS"],
+    },
 }

@@ -169,7 +169,9 @@ else:
         # transport; Celery's "Using Redis" guide). It must exceed the longest time a message is
         # held unacknowledged: the countdown bound plus the task's hard time limit. The
         # ``operations.E001`` system check enforces it (operations/checks.py).
-        CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = env_int("CELERY_REDIS_VISIBILITY_TIMEOUT", 3600)
+        CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = env_int(
+            "CELERY_REDIS_VISIBILITY_TIMEOUT", 3600
+        )
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 4.0)
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
@@ -253,6 +255,10 @@ EFFECT_LEDGER: dict[str, Any] = {
     "RECOVER_AUTOMATICALLY": env_bool("EFFECT_LEDGER_RECOVER_AUTOMATICALLY", True),
     "RECOVERY_MARGIN_SECONDS": env_float("EFFECT_LEDGER_RECOVERY_MARGIN_SECONDS", 60.0),
     "RESTORE_GUARD_SECONDS": env_float("EFFECT_LEDGER_RESTORE_GUARD_SECONDS", 86400.0),
+    # Beat period of the status rollup (operations.services.status_rollup_refresh): the counts
+    # of SUCCEEDED and the terminal states the dashboard and /metrics show are at most about
+    # this old; the open states are counted exactly on every request.
+    "STATUS_ROLLUP_PERIOD_SECONDS": env_float("EFFECT_LEDGER_STATUS_ROLLUP_PERIOD_SECONDS", 60.0),
 }
 
 # Policies per action (risk decision table in shared/seeds/004). The policy in force is

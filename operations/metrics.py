@@ -120,10 +120,22 @@ def render_metrics() -> tuple[bytes, str]:
     class LedgerCollector:
         def collect(self) -> Any:
             gauges = ledger_gauges()
-            by_status = GaugeMetricFamily("effect_ledger_intents", "Intents by state", labels=["status"])
+            by_status = GaugeMetricFamily(
+                "effect_ledger_intents",
+                "Intents by state: open states exact, the others from the status rollup",
+                labels=["status"],
+            )
             for status, count in gauges["by_status"].items():
-                by_status.add_metric([status], count)
+                if count is not None:  # no rollup yet and too many to count: absent, not 0
+                    by_status.add_metric([status], count)
             yield by_status
+            rollup_age = gauges["status_counts"].rollup_age_seconds
+            if rollup_age is not None:
+                yield GaugeMetricFamily(
+                    "effect_ledger_intents_rollup_age_seconds",
+                    "Seconds since the settled states of effect_ledger_intents were counted",
+                    value=rollup_age,
+                )
             yield GaugeMetricFamily(
                 "effect_ledger_outbox_oldest_pending_seconds",
                 "Seconds since the oldest unsent due outbox message became due (0 when none)",

@@ -29,6 +29,13 @@ STATUS_VALUES = [
     "HELD",
 ]
 
+#: The states an intent passes through on its way to an end (``OPEN_STATUSES``): few rows at any
+#: moment, so the dashboard and ``/metrics`` count them exactly, over the partial index
+#: ``intent_open_status``. The others (``SETTLED_STATUS_VALUES``: SUCCEEDED and the terminal
+#: states) grow with every intent ever made and are counted by the status rollup.
+OPEN_STATUS_VALUES = ["AWAITING_APPROVAL", "READY", "RUNNING", "UNKNOWN", "COMPENSATING", "HELD"]
+SETTLED_STATUS_VALUES = [status for status in STATUS_VALUES if status not in OPEN_STATUS_VALUES]
+
 
 class Intent(models.Model):
     """One logical action a principal wants done, executed at most once at the provider."""
@@ -181,6 +188,11 @@ class Intent(models.Model):
             # The console's search by reference has no tenant: (tenant, reference) cannot serve it.
             models.Index(fields=["reference"], name="intent_reference_any_tenant"),
             models.Index(fields=["-created_at", "id"], name="intent_created"),
+            # Exact counts of the open states for the dashboard and /metrics, as one index-only
+            # scan of the few open rows (the settled ones are the status rollup's).
+            models.Index(
+                fields=["status"], condition=Q(status__in=OPEN_STATUS_VALUES), name="intent_open_status"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -423,7 +435,7 @@ TERMINAL_STATUSES = frozenset(status for status, targets in ALLOWED_TRANSITIONS.
 
 #: States in which an intent may still cause (or be) an effect: a second intent for the same
 #: business action waits (HELD) while one of these exists (issue "One business action").
-OPEN_STATUSES = frozenset({S.AWAITING_APPROVAL, S.READY, S.RUNNING, S.UNKNOWN, S.COMPENSATING, S.HELD})
+OPEN_STATUSES = frozenset(S(status) for status in OPEN_STATUS_VALUES)
 
 #: Terminal states in which the intent left no effect at the provider (by its own account): a
 #: compensation that ends here undid nothing, and an intent that ends here needs no duplicate check.
@@ -503,3 +515,26 @@ class RecoveryRun(models.Model):
 
     def __str__(self) -> str:
         return f"recovery {self.pk} at {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+class StatusRollup(models.Model):
+    """How many intents were in one settled state (``SETTLED_STATUS_VALUES``) when they were last
+    counted: one row per state, rewritten together by ``operations.services.status_rollup_refresh``
+    (the beat, every ``STATUS_ROLLUP_PERIOD_SECONDS``). The dashboard and ``/metrics`` show these
+    counts with their age instead of counting a million rows on every request.
+    """
+
+    status = models.CharField(max_length=20, primary_key=True)
+    count = models.BigIntegerField()
+    computed_at = models.DateTimeField(help_text="database time of the statement that counted")
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=SETTLED_STATUS_VALUES), name="status_rollup_settled_status"
+            ),
+            models.CheckConstraint(condition=Q(count__gte=0), name="status_rollup_count_non_negative"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.status}: {self.count} at {self.computed_at:%Y-%m-%d %H:%M:%S}"

@@ -12,7 +12,7 @@ from celery import shared_task
 from celery.exceptions import Reject
 from django.db import DatabaseError, connections
 
-from operations import checkpoint_signing, checkpoints, engine, failover, metrics, outbox
+from operations import checkpoint_signing, checkpoints, engine, failover, metrics, outbox, services
 from operations.audit_keys import AuditKeyError
 from operations.delivery import database_retry_countdown, database_unavailable
 
@@ -97,3 +97,10 @@ def restore_check() -> str:
     execution when the database went back in time, then recover (``operations.failover``).
     Returns ``level``, ``paused``, ``recovered`` or ``running``."""
     return failover.restore_check(actor=f"detector:{engine.worker_identity()}")
+
+
+@shared_task(name="operations.status_rollup")
+def status_rollup() -> dict[str, int]:
+    """Recount SUCCEEDED and the terminal states for the dashboard and ``/metrics`` (the beat's,
+    every ``STATUS_ROLLUP_PERIOD_SECONDS``; see ``operations.services.status_rollup``)."""
+    return services.status_rollup_refresh()

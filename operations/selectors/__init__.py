@@ -32,6 +32,7 @@ from operations.selectors.intents import (
     previous_with_reference,
 )
 from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
+from operations.selectors.status_counts import StatusCount, StatusCounts, intent_status_counts
 
 __all__ = [
     "PAGE_SIZE",
@@ -55,6 +56,9 @@ __all__ = [
     "intent_list",
     "intent_outcomes",
     "intent_search",
+    "intent_status_counts",
+    "StatusCount",
+    "StatusCounts",
     "ledger_gauges",
     "previous_with_reference",
     "throughput_last_hour",

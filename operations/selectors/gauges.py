@@ -6,22 +6,22 @@ from typing import Any
 
 from django.db import connection
 
-from operations.models import Intent
+from operations.selectors.status_counts import intent_status_counts
 
 
 def ledger_gauges() -> dict[str, Any]:
     """Counts by state, outbox backlog, the oldest UNKNOWN age and the oldest HELD age, in
     seconds (database clock), and how many HELD intents are likely duplicates waiting for a person.
 
+    ``status_counts`` is ``intent_status_counts()`` (the open states exact, the settled ones from
+    the status rollup, with its age); ``by_status`` its counts by state (None: not computed yet).
+
     ``outbox_pending`` and ``outbox_oldest_pending_seconds`` (how long the oldest unsent row has
     been due) are the relay's lag; ``outbox_scheduled`` counts rows whose due time has not come.
-    Each query is served by an index (the status index or a partial queue index).
+    Each query is served by a partial index; none reads the whole table.
     """
-    by_status = {status.value: 0 for status in Intent.Status}
+    status_counts = intent_status_counts()
     with connection.cursor() as cursor:
-        cursor.execute("SELECT status, count(*) FROM operations_intent GROUP BY status")
-        for status, count in cursor.fetchall():
-            by_status[status] = count
         # A row waiting for its due time (a retry's backoff) is scheduled, not lag: the backlog
         # and its age count only rows that are due (shared/cases C15).
         cursor.execute(
@@ -49,7 +49,8 @@ def ledger_gauges() -> dict[str, Any]:
         )
         held_oldest, held_likely_duplicates = cursor.fetchone()
     return {
-        "by_status": by_status,
+        "status_counts": status_counts,
+        "by_status": status_counts.by_status,
         "outbox_pending": int(pending),
         "outbox_scheduled": int(scheduled),
         "outbox_oldest_pending_seconds": float(oldest),

@@ -51,6 +51,7 @@ from operations.services.schedules import (
     intents_claim_due_duplicate_checks,
     intents_claim_due_lookups,
 )
+from operations.services.status_rollup import status_rollup_refresh
 from operations.services.submission import (
     PreviewResult,
     SubmitResult,
@@ -107,6 +108,7 @@ __all__ = [
     "intent_schedule_retry",
     "intent_submit",
     "intent_take_over_lease",
+    "status_rollup_refresh",
     "transition",
     "user_principal",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -93,3 +94,10 @@ def unknown_with_effect(**kwargs: Any) -> tuple[Intent, str]:
 def seen(intent: Intent) -> str:
     """The ``seen_seq`` a console page loaded now would carry for ``intent`` (its last audit event)."""
     return str(last_audit_seq(intent.id))
+
+
+def status_count(body: str, status: str) -> int:
+    """The dashboard's count for ``status`` (its row in "Intents by state")."""
+    found = re.search(rf'\?status={status}">{status}</a></td><td class="num">(\d+)<', body)
+    assert found, f"no {status} row on the dashboard"
+    return int(found.group(1))

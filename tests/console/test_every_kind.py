@@ -34,6 +34,7 @@ from operations.services import (
 from operations.services.execution import intent_hold_restored
 from operations.services.failover import RESTORE_GUARD_HOLD, intents_mark_forgotten_changes
 from operations.services.resolution import intent_begin_compensation
+from tests.console.conftest import status_count
 from tests.factories import submit, user_named
 
 pytestmark = pytest.mark.django_db
@@ -219,13 +220,6 @@ def page(client: Client, url: str, **headers: str) -> str:
     response = client.get(url, **headers)  # type: ignore[arg-type]
     assert response.status_code == 200, (url, response.status_code)
     return response.content.decode()
-
-
-def status_count(body: str, status: str) -> int:
-    """The dashboard's count for ``status`` (its row in "Intents by state")."""
-    found = re.search(rf'\?status={status}">{status}</a></td><td class="num">(\d+)<', body)
-    assert found, f"no {status} row on the dashboard"
-    return int(found.group(1))
 
 
 @pytest.mark.parametrize(("kind", "state"), CASES)

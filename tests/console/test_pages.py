@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import csv
 import io
+import re
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
 from django.test import Client
 from django.urls import reverse
 
 from operations import selectors
 from operations.idempotency import key_digest
-from operations.models import AuditEvent, Intent
-from operations.services import intent_approve, intent_cancel
-from tests.console.conftest import claimed, gated, make_unknown
+from operations.models import AuditEvent, Intent, StatusRollup
+from operations.selectors import status_counts
+from operations.services import intent_approve, intent_cancel, status_rollup_refresh
+from tests.console.conftest import claimed, gated, make_unknown, status_count
 from tests.factories import charge_arguments, submit
 
 pytestmark = pytest.mark.django_db
@@ -203,6 +207,71 @@ def test_dashboard_counts_waiting_unknown_outbox_and_chart(viewer_client: Client
     assert "<svg" in body and "1 succeeded, 0 failed" in body
     poll = viewer_client.get(reverse("dashboard"), **HTMX).content.decode()
     assert 'id="stats"' in poll and "<html" not in poll
+
+
+def settled_header(body: str) -> str:
+    """The header of the dashboard's settled states: where their counts come from."""
+    found = re.search(r'<th scope="rowgroup" colspan="2" class="small" id="rollup-age">(.*?)</th>', body)
+    assert found, "no settled-states header on the dashboard"
+    return found.group(1)
+
+
+def test_dashboard_renders_before_any_rollup_with_exact_counts(viewer_client: Client) -> None:
+    # given: no rollup has run (a new installation), one intent cancelled, one READY
+    intent_cancel(intent_id=submit().id, actor="agent:agent-1", reason="changed my mind")
+    submit()
+    # when
+    body = viewer_client.get(reverse("dashboard")).content.decode()
+    # then: few settled intents, so counted exactly, and the page says so
+    assert "exact (no rollup has run yet)" in settled_header(body)
+    assert status_count(body, "CANCELLED") == 1 and status_count(body, "READY") == 1
+
+
+def test_dashboard_renders_before_any_rollup_on_a_large_table(
+    viewer_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: no rollup, and more settled intents than the exact fallback counts
+    monkeypatch.setattr(status_counts, "EXACT_FALLBACK_LIMIT", 0)
+    intent_cancel(intent_id=submit().id, actor="agent:agent-1", reason="changed my mind")
+    # when
+    response = viewer_client.get(reverse("dashboard"))
+    # then: the page renders, the settled counts are marked as not computed, never a wrong number
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "not computed yet" in settled_header(body)
+    assert (
+        '?status=CANCELLED">CANCELLED</a></td><td class="num"><span class="muted" title="not computed yet">'
+        in body
+    )
+    assert status_count(body, "READY") == 0
+
+
+def test_dashboard_shows_settled_counts_from_the_rollup_with_its_age(viewer_client: Client) -> None:
+    # given: a rollup counting one cancelled intent, 42 s ago; one more cancelled since
+    intent_cancel(intent_id=submit().id, actor="agent:agent-1", reason="changed my mind")
+    status_rollup_refresh()
+    StatusRollup.objects.update(computed_at=Now() - timedelta(seconds=42))
+    intent_cancel(intent_id=submit().id, actor="agent:agent-1", reason="changed my mind")
+    gated()
+    # when
+    body = viewer_client.get(reverse("dashboard")).content.decode()
+    poll = viewer_client.get(reverse("dashboard"), **HTMX).content.decode()  # type: ignore[arg-type]
+    # then: the rollup's count and its age; the open states exact
+    for page in (body, poll):
+        assert re.search(r"as of <span>4\d s ago</span>", settled_header(page)), settled_header(page)
+        assert status_count(page, "CANCELLED") == 1
+        assert status_count(page, "AWAITING_APPROVAL") == 1
+    assert "beat is running" not in body and "is the beat running?" not in body
+
+
+def test_dashboard_flags_a_rollup_the_beat_stopped_refreshing(viewer_client: Client) -> None:
+    # given: a rollup an hour old (the period is 60 s)
+    status_rollup_refresh()
+    StatusRollup.objects.update(computed_at=Now() - timedelta(hours=1))
+    # when
+    body = viewer_client.get(reverse("dashboard")).content.decode()
+    # then
+    assert "is the beat running?" in settled_header(body)
 
 
 def test_metrics_endpoint_still_served() -> None:

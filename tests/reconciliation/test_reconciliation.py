@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from operations.engine import execute_intent
 from operations.exceptions import IntentMoved, ResolutionRefused
-from operations.models import Intent, Outcome, OutboxMessage
+from operations.models import Intent, OutboxMessage, Outcome
 from operations.services import intent_claim, intent_mark_unknown
 from reconciliation.duplicates import run_duplicate_checks
 from reconciliation.lookups import claim_unknown_batch, reconcile_unknown

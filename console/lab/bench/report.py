@@ -90,7 +90,7 @@ def render(r: dict[str, Any], command: str) -> str:
         f"| ceiling / commits per intent | {ratios['intents_per_second_bound_by_commits']} intents/s |",
         f"| achieved / that bound | {ratios['achieved_over_commit_bound']} |",
         "",
-        f"Console at {o['console_rows']:,} intents (loaded with COPY in {r['console']['load']['copy_seconds']} s), server time in-process, {o['page_repeat']} requests each:",
+        f"Console at {o['console_rows']:,} intents (loaded with COPY in {r['console']['load']['copy_seconds']} s; status rollup refreshed after the load in {r['console']['load']['status_rollup_refresh_ms']} ms, as the beat would), server time in-process, {o['page_repeat']} requests each:",
         "",
         "| page | p50 ms | p95 ms | queries | seq scan on a big table | slowest query ms | its indexes |",
         "|---|---|---|---|---|---|---|",

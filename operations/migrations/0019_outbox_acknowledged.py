@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('operations', '0017_intent_forgotten_changes'),
+        ('operations', '0018_status_rollup'),
     ]
 
     operations = [
