@@ -11,9 +11,10 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from console.celery import app
+from operations import outbox
 from operations.models import Attempt, Intent, OutboxMessage
 from operations.outbox import outbox_relay
 from tests.factories import charge_arguments, submit
@@ -146,10 +147,19 @@ def test_c02_sigkill_every_worker_with_acks_late(cluster: Cluster, sandbox: Any)
 
 
 def test_c03_nothing_is_published_before_commit_and_rollback_publishes_nothing(
-    cluster: Cluster, sandbox: Any
+    cluster: Cluster, sandbox: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # given
+    # given: a worker, and every publication of this process (the submitter's hand-off after
+    # commit) recorded with whether a transaction was still open, then sent to the real broker
     cluster.worker("w1")
+    publish = outbox._publish
+    published: list[bool] = []
+
+    def recorded(message: Any, countdown: float) -> None:
+        published.append(connection.in_atomic_block)
+        publish(message, countdown)
+
+    monkeypatch.setattr(outbox, "_publish", recorded)
 
     class Rollback(Exception):
         pass
@@ -163,9 +173,10 @@ def test_c03_nothing_is_published_before_commit_and_rollback_publishes_nothing(
     with transaction.atomic():
         kept = submit(reference="kept")
         time.sleep(1)
-        assert not OutboxMessage.objects.filter(intent=kept, sent_at__isnull=False).exists()
+        assert published == []
     wait_for(lambda: all_terminal([kept.id]), 30, "the committed intent to finish")
-    # then
+    # then: one publication, after the commit; nothing for the rolled-back submission
+    assert published == [False]
     assert OutboxMessage.objects.count() == 1
     assert Intent.objects.count() == 1
     assert len(sandbox.ledger("payments")) == 1
