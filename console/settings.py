@@ -124,7 +124,7 @@ REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["operations.authentication.AgentTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["operations.api_support.StrictJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["operations.api_json.FastJSONRenderer"],
     "EXCEPTION_HANDLER": "operations.api_support.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -169,7 +169,9 @@ else:
         # transport; Celery's "Using Redis" guide). It must exceed the longest time a message is
         # held unacknowledged: the countdown bound plus the task's hard time limit. The
         # ``operations.E001`` system check enforces it (operations/checks.py).
-        CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = env_int("CELERY_REDIS_VISIBILITY_TIMEOUT", 3600)
+        CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] = env_int(
+            "CELERY_REDIS_VISIBILITY_TIMEOUT", 3600
+        )
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = env_float("CELERY_BROKER_CONNECTION_TIMEOUT", 4.0)
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
