@@ -86,10 +86,14 @@ def _child_pid(pid: int) -> int:
     return int(children[0].pid)
 
 
-def top_frames(collapsed: Path, *, count: int = 12) -> list[tuple[str, float, float]]:
-    """(frame, self share, total share) of the ``count`` frames with the most total samples in
-    a py-spy ``raw`` file (one ``frame;frame;... samples`` line per stack); shares in percent
-    of all samples, a frame counted once per stack for its total."""
+def top_frames(
+    collapsed: Path, *, count: int = 12
+) -> tuple[list[tuple[str, float, float]], list[tuple[str, float, float]]]:
+    """(frame, self share, total share) in percent of all samples of a py-spy ``raw`` file (one
+    ``frame;frame;... samples`` line per stack; a frame counts once per stack for its total):
+    the ``count`` frames with the most total samples below the process's own scaffolding
+    (frames in 85 % or more of the samples: the server's or the worker's main loop), and the
+    ``count`` with the most self samples."""
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
     samples = 0
@@ -103,11 +107,24 @@ def top_frames(collapsed: Path, *, count: int = 12) -> list[tuple[str, float, fl
         for frame in set(frames):
             total[frame] += int(n)
     if not samples:
-        return []
-    return [
-        (f, round(100 * own[f] / samples, 1), round(100 * t / samples, 1))
-        for f, t in total.most_common(count)
-    ]
+        return [], []
+
+    def row(frame: str) -> tuple[str, float, float]:
+        return frame, round(100 * own[frame] / samples, 1), round(100 * total[frame] / samples, 1)
+
+    below = [f for f, t in total.most_common() if t < 0.85 * samples][:count]
+    return [row(f) for f in below], [row(f) for f, _ in own.most_common(count)]
+
+
+def summary(out_dir: Path, seconds: float) -> Iterator[str]:
+    """The top-frames tables of ``api.txt`` and ``worker.txt`` in ``out_dir``, as Markdown."""
+    for name in ("api", "worker"):
+        by_total, by_self = top_frames(out_dir / f"{name}.txt")
+        yield f"\n{name}: {out_dir / name}.svg (on-CPU, {RATE} samples/s, {seconds:.0f} s)\n"
+        yield "| by total: frame | self % | total % |\n|---|---|---|"
+        yield from (f"| `{frame}` | {mine} | {total} |" for frame, mine, total in by_total)
+        yield "\n| by self: frame | self % | total % |\n|---|---|---|"
+        yield from (f"| `{frame}` | {mine} | {total} |" for frame, mine, total in by_self)
 
 
 def record(*, out_dir: str, seconds: float, database_name: str) -> Iterator[str]:
@@ -149,11 +166,7 @@ def record(*, out_dir: str, seconds: float, database_name: str) -> Iterator[str]
         load.start()
         _wait(recorders)
         load.join()
-        for name in ("api", "worker"):
-            yield f"\n{name}: {target_dir / name}.svg (on-CPU, {RATE} samples/s, {seconds:.0f} s)\n"
-            yield "| frame | self % | total % |\n|---|---|---|"
-            for frame, own, total in top_frames(target_dir / f"{name}.txt"):
-                yield f"| `{frame}` | {own} | {total} |"
+        yield from summary(target_dir, seconds)
     finally:
         if cluster is not None:
             cluster.stop()
