@@ -186,13 +186,15 @@ class LocalCluster:
         self.env["SANDBOX_PROVIDER_URL"] = self.sandbox_url
         return self.sandbox_url
 
-    def start_worker(self, name: str, *, concurrency: int = 1, prefetch: int = 1) -> Process:
-        """Start ``celery worker`` on the cluster's queue, with the lab's tasks, and wait until it
-        is ready."""
+    def start_worker(
+        self, name: str, *, concurrency: int = 1, prefetch: int = 1, pool: str = "prefork", queue: str = ""
+    ) -> Process:
+        """Start ``celery worker -P <pool>`` (prefork, threads or solo) on ``queue`` (default the
+        cluster's), with the lab's tasks, and wait until it is ready."""
         command = [
-            sys.executable, "-m", "celery", "-A", "console", "worker", "-l", "INFO", "-P", "prefork",
+            sys.executable, "-m", "celery", "-A", "console", "worker", "-l", "INFO", "-P", pool,
             "--include", ",".join(LAB_TASK_MODULES),
-            "-c", str(concurrency), "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "-Q", self.queue,
+            "-c", str(concurrency), "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "-Q", queue or self.queue,
             "--prefetch-multiplier", str(prefetch), "--without-gossip", "--without-mingle",
         ]  # fmt: skip
         process = Process(name, command, self.env)

@@ -46,8 +46,9 @@ def render(r: dict[str, Any], command: str) -> str:
         f"Command: `{command}`",
         "",
         f"Machine: {m['cpus']} CPU ({m['cpu']}), PostgreSQL {m['postgresql']} (synchronous_commit={m['synchronous_commit']}),"
-        f" broker {m['broker']}, Python {m['python']}; {o['workers']} Celery worker process(es) x concurrency 1,"
-        f" gunicorn x{o['api_workers']} sync, {o['clients']} HTTP clients, load generator on the same machine.",
+        f" broker {m['broker']}, Python {m['python']}; {o['workers']} Celery worker process(es), ledger pool"
+        f" {o['ledger_pool']}, bare pool {r['bare']['chosen']} (fastest tried); gunicorn x{o['api_workers']}"
+        f" {o['api_web']}; {o['clients']} HTTP clients, load generator on the same machine.",
         "",
         "| measure | result | target | |",
         "|---|---|---|---|",
@@ -71,9 +72,15 @@ def render(r: dict[str, Any], command: str) -> str:
         )
     b = r["bare"]
     lines += [
-        f"| bare Celery task (same workers, broker, endpoint) | {b['effects']} | {b['effects_per_second']} | | | | | |",
+        f"| bare Celery task ({b['processes']} processes {b['chosen']}, same broker, endpoint) | {b['effects']} | {b['effects_per_second']} | | | | | |",
         "",
-    ]
+        f"Bare-Celery baseline, each pool on {b['processes']} worker processes (pool:concurrency:prefetch; the fastest is the baseline):",
+        "",
+        "| pool | effects | effects/s | publish s |",
+        "|---|---|---|---|",
+        *(f"| {run['pool']} | {run['effects']} | {run['effects_per_second']} | {run['publish_seconds']} |" for run in b["runs"]),
+        "",
+    ]  # fmt: skip
     db, p, c, ratios = r["full"]["db"], r["profile"], r["ceiling"], r["ratios"]
     lines += [
         "Database cost per intent (happy path):",
@@ -109,11 +116,13 @@ def render(r: dict[str, Any], command: str) -> str:
         "|---|---|---|",
         *(f"| {rec[k]['unknown_rows']:,} | {rec[k]['pass_ms']} | {rec[k]['claim_ms']} |" for k in ("small", "large")),
         "",
-        f"API, closed loop, {r['api']['clients']} clients, {r['api']['seconds_each']} s each (workers stopped):",
+        f"API, closed loop, {r['api']['clients']} clients, {r['api']['seconds_each']} s each (workers stopped),"
+        f" gunicorn x{o['api_workers']} per worker class:",
         "",
-        "| endpoint | req/s | p50 ms | p99 ms |",
-        "|---|---|---|---|",
-        *(f"| {n} | {r['api'][k]['requests_per_second']} | {r['api'][k]['latency']['p50_ms']} | {r['api'][k]['latency']['p99_ms']} |"
+        "| gunicorn | endpoint | req/s | p50 ms | p99 ms |",
+        "|---|---|---|---|---|",
+        *(f"| {api['web']} | {n} | {api[k]['requests_per_second']} | {api[k]['latency']['p50_ms']} | {api[k]['latency']['p99_ms']} |"
+          for api in (r["api"], *r.get("api_compare", ()))
           for k, n in (("trivial", "trivial DRF view"), ("submit", "POST /api/v1/intents"))),
     ]  # fmt: skip
     return "\n".join(lines) + "\n"

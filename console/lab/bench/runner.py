@@ -15,6 +15,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from console.lab.bench import bulk, database, e2e, profile, reconciler, services
+from console.lab.bench.choices import CeleryPool, WebWorkers
 from console.lab.bench.console_pages import console_at_scale
 from console.lab.bench.stats import ratio
 from console.lab.cluster import LocalCluster
@@ -39,6 +40,14 @@ class Options:
     ceiling_seconds: float = 3.0
     database: str = "effect_ledger_bench"
     keep: bool = False
+    #: gunicorn of the end-to-end runs and of the API table; ``api_compare`` are also measured
+    #: in the API phase (each on its own gunicorn, same number of processes).
+    api_web: WebWorkers = WebWorkers("sync")
+    api_compare: tuple[WebWorkers, ...] = ()
+    #: the bare-Celery baseline is measured with each pool (``workers`` processes each) and the
+    #: fastest is the baseline; the ledger's workers run ``ledger_pool``.
+    bare_pools: tuple[CeleryPool, ...] = (CeleryPool("prefork", 1),)
+    ledger_pool: CeleryPool = CeleryPool("prefork", 1)
 
 
 def _log(message: str) -> None:
@@ -68,7 +77,7 @@ def run(options: Options) -> dict[str, Any]:
     cluster: LocalCluster | None = None
     try:
         call_command("migrate", verbosity=0)
-        results: dict[str, Any] = {"options": options.__dict__, "machine": _machine()}
+        results: dict[str, Any] = {"options": _labelled(options), "machine": _machine()}
         from operations.authentication import agent_create
 
         _, token = agent_create(name="bench", tenant="acme")
@@ -84,16 +93,25 @@ def run(options: Options) -> dict[str, Any]:
         sandbox_url = services.start_sandbox(cluster, dsn=database.server_dsn(sandbox_db))
         settings.SANDBOX_PROVIDER_URL = sandbox_url
         cluster.use_queue_here()
-        _, api_url = services.start_gunicorn(cluster, workers=options.api_workers)
-        workers = [cluster.start_worker(f"bench-w{i}") for i in range(options.workers)]
-        beat = cluster.start_beat()
+        web = options.api_web
+        _, api_url = services.start_gunicorn(
+            cluster, workers=options.api_workers, worker_class=web.worker_class, threads=web.threads
+        )
         target = e2e.Target(api_url, token, bench_db, sandbox_db, sandbox_url)
+        results["bare"] = _bare_baseline(options, cluster, target)
+        ledger = options.ledger_pool
+        workers = [
+            cluster.start_worker(
+                f"bench-w{i}", pool=ledger.pool, concurrency=ledger.concurrency, prefetch=ledger.prefetch
+            )
+            for i in range(options.workers)
+        ]
+        beat = cluster.start_beat()
         _log(
-            f"{options.workers} worker(s), gunicorn x{options.api_workers} at {api_url}, sandbox at {sandbox_url}"
+            f"{options.workers} worker(s) {ledger.label}, gunicorn x{options.api_workers} {web.label} at {api_url},"
+            f" sandbox at {sandbox_url}"
         )
         e2e.run_half_load(target, intents=4 * options.clients, rate=20, clients=options.clients)  # warm-up
-        _log(f"bare Celery baseline: {options.intents} effects")
-        results["bare"] = e2e.run_bare(target, effects=options.intents, queue=cluster.queue)
         _log(f"end to end at full load: {options.intents} intents, {options.clients} clients")
         full = e2e.run_full_load(target, intents=options.intents, clients=options.clients)
         results["full"] = full
@@ -110,6 +128,8 @@ def run(options: Options) -> dict[str, Any]:
             process.kill_group()
         _log("API submit vs trivial view (workers stopped)")
         results["api"] = e2e.run_api(target, clients=options.clients, seconds=options.api_seconds)
+        results["api"]["web"] = web.label
+        results["api_compare"] = _api_alternatives(options, cluster, target)
         _log("statement profile of one happy-path intent (in-process)")
         results["profile"] = profile.happy_path(token=token)
         _log(f"bulk-loading {options.console_rows} intents (COPY)")
@@ -124,6 +144,55 @@ def run(options: Options) -> dict[str, Any]:
         if not options.keep:
             for name in (bench_db, sandbox_db):
                 database.drop_database(name, admin_db=user_db)
+
+
+def _labelled(options: Options) -> dict[str, Any]:
+    """``options`` as JSON-ready values (pools and worker classes by their labels)."""
+    return {
+        **options.__dict__,
+        "api_web": options.api_web.label,
+        "api_compare": [web.label for web in options.api_compare],
+        "bare_pools": [pool.label for pool in options.bare_pools],
+        "ledger_pool": options.ledger_pool.label,
+    }
+
+
+def _bare_baseline(options: Options, cluster: LocalCluster, target: e2e.Target) -> dict[str, Any]:
+    """The bare task with each of ``options.bare_pools`` on ``options.workers`` fresh worker
+    processes of their own queue (nothing else consuming); the fastest is the baseline."""
+    runs = []
+    for config in options.bare_pools:
+        queue = f"{cluster.queue}-bare"
+        started = [
+            cluster.start_worker(f"bench-bare{i}", pool=config.pool, concurrency=config.concurrency,
+                                 prefetch=config.prefetch, queue=queue)
+            for i in range(options.workers)
+        ]  # fmt: skip
+        _log(f"bare Celery baseline {config.label}: {options.intents} effects")
+        e2e.run_bare(target, effects=max(20, options.intents // 10), queue=queue)  # warm-up
+        run = e2e.run_bare(target, effects=options.intents, queue=queue)
+        runs.append({"pool": config.label, **run})
+        for process in started:
+            process.kill_group()
+        _delete_queue(queue)
+    best = max(runs, key=lambda run: run["effects_per_second"])
+    return {**best, "chosen": best["pool"], "processes": options.workers, "runs": runs}
+
+
+def _api_alternatives(options: Options, cluster: LocalCluster, target: e2e.Target) -> list[dict[str, Any]]:
+    """``run_api`` on a fresh gunicorn per ``options.api_compare`` configuration."""
+    out = []
+    for web in options.api_compare:
+        _log(f"API with gunicorn x{options.api_workers} {web.label}")
+        process, url = services.start_gunicorn(
+            cluster, workers=options.api_workers, worker_class=web.worker_class, threads=web.threads
+        )
+        there = e2e.Target(url, target.token, target.ledger_db, target.sandbox_db, target.sandbox_url)
+        out.append(
+            {"web": web.label, **e2e.run_api(there, clients=options.clients, seconds=options.api_seconds)}
+        )
+        process.kill_group()
+    return out
 
 
 def _console_and_reconciler(options: Options, results: dict[str, Any]) -> dict[str, Any]:

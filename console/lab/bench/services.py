@@ -34,13 +34,17 @@ def start_sandbox(cluster: LocalCluster, *, dsn: str) -> str:
     return cluster.sandbox_url
 
 
-def start_gunicorn(cluster: LocalCluster, *, workers: int) -> tuple[Process, str]:
+def start_gunicorn(
+    cluster: LocalCluster, *, workers: int, worker_class: str = "sync", threads: int = 1
+) -> tuple[Process, str]:
     """Serve ``console.wsgi`` with ``console.lab.bench.settings`` (real routes plus
-    ``/bench/trivial``) on ``workers`` sync workers; return the process and its base URL."""
+    ``/bench/trivial``) on ``workers`` processes of ``worker_class`` (``sync``, or ``gthread``
+    with ``threads`` threads each); return the process and its base URL."""
     port = free_port()
     env = {**cluster.env, "DJANGO_SETTINGS_MODULE": "console.lab.bench.settings"}
     command = [sys.executable, "-m", "gunicorn", "console.wsgi:application", "-b", f"127.0.0.1:{port}",
-               "-w", str(workers), "-k", "sync", "--backlog", "2048", "--log-level", "warning", "--no-control-socket"]  # fmt: skip
+               "-w", str(workers), "-k", worker_class, "--threads", str(threads), "--backlog", "2048",
+               "--log-level", "warning", "--no-control-socket"]  # fmt: skip
     process = Process("bench-gunicorn", command, env)
     cluster.processes.append(process)
     url = f"http://127.0.0.1:{port}"

@@ -26,7 +26,38 @@ class Command(BaseCommand):
         parser.add_argument("--intents", type=int, default=5000, help="intents at full load (default 5000)")
         parser.add_argument("--workers", type=int, default=2, help="Celery worker processes (default 2)")
         parser.add_argument("--clients", type=int, default=8, help="concurrent HTTP clients (default 8)")
-        parser.add_argument("--api-workers", type=int, default=2, help="gunicorn sync workers (default 2)")
+        parser.add_argument(
+            "--api-workers", type=int, default=2, help="gunicorn worker processes (default 2)"
+        )
+        parser.add_argument(
+            "--api-worker-class",
+            default="sync",
+            help="gunicorn worker class: sync or gthread:THREADS (default sync, see README)",
+        )
+        parser.add_argument(
+            "--api-compare",
+            default="",
+            help="also measure the API with these worker classes, comma-separated (gthread:2,gthread:4)",
+        )
+        parser.add_argument(
+            "--bare-pools",
+            default="prefork:1,threads:2,threads:4,threads:8",
+            help="Celery pools tried for the bare baseline, pool:concurrency[:prefetch], comma-separated;"
+            " the fastest is the baseline (default prefork:1,threads:2,threads:4,threads:8)",
+        )
+        parser.add_argument(
+            "--ledger-pool",
+            default="prefork:1",
+            help="Celery pool of the ledger's workers, pool:concurrency[:prefetch] (default prefork:1)",
+        )
+        parser.add_argument(
+            "--flame",
+            metavar="DIR",
+            help="only record py-spy flame graphs of a gunicorn worker and a Celery worker into DIR",
+        )
+        parser.add_argument(
+            "--flame-seconds", type=float, default=20.0, help="seconds recorded per flame graph"
+        )
         parser.add_argument("--api-seconds", type=float, default=8.0, help="seconds per API run (default 8)")
         parser.add_argument("--console-rows", type=int, default=1_000_000, help="intents bulk-loaded")
         parser.add_argument("--skip-console-scale", action="store_true",
@@ -39,7 +70,15 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         """Run the benchmark, print the Markdown report, write the files asked for."""
         from console.lab.bench import report, runner
+        from console.lab.bench.choices import CeleryPool, WebWorkers
 
+        if options["flame"]:
+            from console.lab.bench import flame
+
+            for line in flame.record(out_dir=options["flame"], seconds=options["flame_seconds"],
+                                     database_name=options["database"]):  # fmt: skip
+                self.stdout.write(line)
+            return
         bench = runner.Options(
             intents=options["intents"],
             workers=options["workers"],
@@ -49,6 +88,10 @@ class Command(BaseCommand):
             console_rows=options["console_rows"],
             database=options["database"],
             keep=options["keep"],
+            api_web=WebWorkers.parse(options["api_worker_class"]),
+            api_compare=tuple(WebWorkers.parse(t) for t in options["api_compare"].split(",") if t),
+            bare_pools=tuple(CeleryPool.parse(t) for t in options["bare_pools"].split(",") if t),
+            ledger_pool=CeleryPool.parse(options["ledger_pool"]),
         )
         if options["skip_console_scale"]:
             bench.console_rows, bench.unknown_small, bench.unknown_large = 2000, 20, 200
