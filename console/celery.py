@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from celery import Celery
+from celery.signals import task_postrun, worker_init
 from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -51,3 +54,21 @@ app.conf.beat_schedule = {
         "schedule": settings.EFFECT_LEDGER["STATUS_ROLLUP_PERIOD_SECONDS"],
     },
 }
+
+
+# Database sessions in workers (issue 13). Celery's Django fix-up closes every connection before
+# and after every task unless CELERY_DB_REUSE_MAX is set (settings): a new PostgreSQL session,
+# a server process and its set-up, per intent. With it set, a worker keeps its connection as a
+# web process does, and after each task does what Django's request cycle does: close a
+# connection older than CONN_MAX_AGE or left unusable by an error (``close_old_connections``).
+# No health check before reuse in workers (a ``SELECT 1`` and a commit per task): a task that
+# finds its connection broken (the database restarted) closes it and is delivered again
+# (``operations.tasks.execute_intent``).
+@worker_init.connect
+def _no_health_check_in_workers(**_: Any) -> None:
+    connections.settings[DEFAULT_DB_ALIAS]["CONN_HEALTH_CHECKS"] = False
+
+
+@task_postrun.connect
+def _close_old_connections(**_: Any) -> None:
+    close_old_connections()

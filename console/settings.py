@@ -83,10 +83,15 @@ def _database_url() -> str:
 
 
 DATABASE_URL = _database_url()
-# Persistent connections (seconds; 0 closes after each request or task), checked before reuse.
+# Persistent connections (seconds; 0 closes after each request or task). A web process checks a
+# connection before reusing it in a request (DATABASE_CONN_HEALTH_CHECKS, a ``SELECT 1``: one round
+# trip and one commit per request; off, the first request on a connection a database restart
+# broke answers 503 with Retry-After instead); workers never do (console/celery.py).
 DATABASES = {
     "default": dj_database_url.parse(
-        DATABASE_URL, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60), conn_health_checks=True
+        DATABASE_URL,
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
+        conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", True),
     )
 }
 DATABASES["default"].setdefault("OPTIONS", {})
@@ -181,6 +186,9 @@ CELERY_TASK_DEFAULT_QUEUE = env_str("EFFECT_LEDGER_QUEUE", "effect-ledger")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Keep database connections across tasks (console/celery.py): Celery's Django fix-up closes them
+# around every task otherwise, and after this many tasks (times two) even so.
+CELERY_DB_REUSE_MAX = 1_000_000
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 60)
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 90)
 CELERY_TASK_IGNORE_RESULT = True
