@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Case, When
 from django.db.models.functions import Now
 
 from operations import metrics
@@ -86,18 +86,33 @@ def lock_identity(key: str) -> datetime:
     return now
 
 
-def open_intent_for(key: str) -> Intent | None:
+@dataclass(frozen=True)
+class OpenIntent:
+    """The open intent a new one waits behind: its id and status."""
+
+    id: uuid.UUID
+    status: str
+
+
+_OPEN_INTENT_SQL = f"""
+    SELECT id, status FROM operations_intent
+    WHERE business_key = %s AND status IN ({", ".join(f"'{status}'" for status in sorted(OPEN_STATUSES))})
+    ORDER BY status = 'HELD', created_at, id
+    LIMIT 1
+"""
+
+
+def open_intent_for(key: str) -> OpenIntent | None:
     """The intent a new one with business identity ``key`` must wait behind, or None.
 
     Call inside the submission's transaction after ``lock_identity(key)``. The earliest open
     intent that is not itself held is chosen (else the earliest held one, whose own earlier
-    intent has just ended): one indexed read.
+    intent has just ended): one read on the ``intent_business_key`` index (``_OPEN_INTENT_SQL``).
     """
-    return (
-        Intent.objects.filter(business_key=key, status__in=OPEN_STATUSES)
-        .order_by(Case(When(status=Intent.Status.HELD, then=1), default=0), "created_at", "id")
-        .first()
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(_OPEN_INTENT_SQL, [key])
+        row = cursor.fetchone()
+    return OpenIntent(id=row[0], status=row[1]) if row else None
 
 
 def intent_release_held(

@@ -308,7 +308,11 @@ def _insert(intent: Intent, *, key: str, gated: bool) -> None:
     earlier = open_intent_for(key) if key else None
     if earlier is not None:
         # A second intent for the same business action: it waits for the first one.
-        intent.status, intent.held_behind, intent.approval_expires_at = Intent.Status.HELD, earlier, None
+        intent.status, intent.held_behind_id, intent.approval_expires_at = (
+            Intent.Status.HELD,
+            earlier.id,
+            None,
+        )
     event = audit_event(
         head=ChainHead(seq=0, hash=GENESIS, now=now),
         intent_id=intent.id,
