@@ -49,6 +49,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from typing import Any
@@ -90,8 +91,11 @@ STALE_FENCE_REASON = "the provider has seen a newer attempt (stale_fence): recon
 
 
 def worker_identity() -> str:
-    """``<hostname>:<pid>``, the lease owner recorded on claims."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """``<hostname>:<pid>``, and ``/<thread name>`` in a pool thread (Celery's threads pool): the
+    lease owner recorded on claims (for people; fences, not owners, decide who may write)."""
+    thread = threading.current_thread()
+    suffix = "" if thread is threading.main_thread() else f"/{thread.name}"
+    return f"{socket.gethostname()}:{os.getpid()}{suffix}"
 
 
 def provider_deadline_seconds() -> float:

@@ -27,7 +27,10 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, default=2, help="Celery worker processes (default 2)")
         parser.add_argument("--clients", type=int, default=8, help="concurrent HTTP clients (default 8)")
         parser.add_argument(
-            "--api-workers", type=int, default=2, help="gunicorn worker processes (default 2)"
+            "--api-workers",
+            type=int,
+            default=4,
+            help="gunicorn worker processes (default 4: two per core here, measured, see README)",
         )
         parser.add_argument(
             "--api-worker-class",
@@ -47,8 +50,9 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--ledger-pool",
-            default="prefork:1",
-            help="Celery pool of the ledger's workers, pool:concurrency[:prefetch] (default prefork:1)",
+            default="threads:4",
+            help="Celery pool of the ledger's workers, pool:concurrency[:prefetch] (default threads:4,"
+            " measured, see README)",
         )
         parser.add_argument(
             "--flame",
