@@ -79,7 +79,15 @@ def intent_claim(
         # The race this stops: two deliveries of the same message (or two workers) claiming
         # one intent. The UPDATE's WHERE is re-checked under the row lock, so exactly one
         # wins and the fence increments once (shared/cases C05). RETURNING saves a re-read.
-        claimed = list(Intent.objects.raw(_CLAIM_SQL, [Intent.Status.RUNNING, FENCE_EPOCH_STRIDE, worker, lease_seconds, intent_id, Intent.Status.READY]))  # fmt: skip
+        params = [
+            Intent.Status.RUNNING,
+            FENCE_EPOCH_STRIDE,
+            worker,
+            lease_seconds,
+            intent_id,
+            Intent.Status.READY,
+        ]
+        claimed = list(Intent.objects.raw(_CLAIM_SQL, params))
         if len(claimed) != 1:
             return None
         intent = claimed[0]
@@ -118,6 +126,7 @@ def intent_claim(
             insert_statement(event),
             Statement(_ACK_SQL, (intent_id,)),
         )
+        attempt._state.adding, attempt._state.db = False, "default"  # saved, as save() would mark it
     metrics.ATTEMPTS.inc()
     return Claim(
         intent=intent,

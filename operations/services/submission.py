@@ -339,6 +339,7 @@ def _insert(intent: Intent, *, key: str, gated: bool) -> None:
     statements.append(insert_statement(event))
     expires_at, *countdown = run_together(*statements)
     intent.approval_expires_at = expires_at  # set by the database clock
+    intent._state.adding, intent._state.db = False, "default"  # saved, as save() would mark it
     if handoff is not None:
         handoff_after_commit(handoff, countdown[0])
 
