@@ -11,7 +11,8 @@ write transactions per intent). The periodic relay publishes what the hand-off d
   and recorded ``last_error``, C04);
 - rows handed over but unacknowledged after ``operations.delivery.stalled_ready_seconds()``
   (the writer died between commit and publication, or the broker lost the message), published
-  again once per that bound while their intent is still READY;
+  again once per that bound while their intent is still READY and execution is not paused
+  (issue 22: the recovery that resumes it re-dispatches every READY intent);
 - a row whose intent is no longer READY is obsolete (the intent was claimed through another
   message, cancelled, held): the relay acknowledges it without publishing.
 
@@ -84,6 +85,8 @@ _RELAY_CANDIDATES = f"""
         (SELECT id FROM {OutboxMessage._meta.db_table}
          WHERE acked_at IS NULL AND sent_at < statement_timestamp() - make_interval(secs => %(stalled)s)
            AND due_at <= statement_timestamp() + make_interval(secs => %(bound)s)
+           -- while execution is paused no claim can consume them; recovery re-dispatches
+           AND NOT EXISTS (SELECT 1 FROM operations_executioncontrol WHERE paused_at IS NOT NULL)
          ORDER BY sent_at LIMIT %(batch)s)
     )
     ORDER BY o.due_at

@@ -256,6 +256,24 @@ def test_a_handed_over_message_never_consumed_is_published_again_after_the_stall
     assert OutboxMessage.objects.get(id=message.id).acked_at is not None
 
 
+def test_a_handed_over_message_is_not_published_again_while_execution_is_paused(
+    broker_queue: Callable[[], list[Any]],
+) -> None:
+    from operations.services.failover import execution_pause, execution_resume
+
+    # given: a message handed over and unconsumed past the stalled bound, execution paused
+    intent = submit()
+    OutboxMessage.objects.filter(intent=intent).update(
+        sent_at=Now() - timedelta(seconds=stalled_ready_seconds() + 1)
+    )
+    assert execution_pause(reason="database behind", actor="detector:test")
+    # then: no claim could consume it; the recovery that resumes re-dispatches READY intents
+    assert outbox_relay() == 0 and broker_queue() == []
+    # and once execution resumes, the relay publishes it again
+    assert execution_resume(actor="user:op")
+    assert outbox_relay() == 1 and len(broker_queue()) == 1
+
+
 def test_the_relay_acknowledges_a_message_whose_intent_left_ready_without_publishing(
     broker_queue: Callable[[], list[Any]],
 ) -> None:
