@@ -22,6 +22,7 @@ from django.db import connection
 
 from operations.idempotency import canonical_json, sha256_hex
 from operations.models import AuditEvent, Intent
+from operations.statements import Statement, insert_statement
 
 GENESIS = "0" * 64
 
@@ -157,6 +158,43 @@ def audit_event(
         created_at=head.now,
         prev_hash=head.hash,
         hash=digest,
+    )
+
+
+def audit_insert_statement(event: AuditEvent) -> Statement:
+    """The INSERT of ``event`` for ``operations.statements.run_together``, returning its id, or
+    nothing when its ``seq`` is already taken (``audit_chain_seq_unique``); then call
+    ``audit_appended``.
+
+    Why a ``seq`` can be taken: the chain's head comes back from the compare-and-swap ``UPDATE``
+    that locked the intent (``chain_head_returning``). When that UPDATE waited for the row lock
+    of a transaction that appended an event without changing the status (a refused decision, an
+    approval, a lookup) and committed, PostgreSQL re-checks the UPDATE's WHERE on the newest row
+    (READ COMMITTED, "UPDATE ... re-evaluates its WHERE"), but the head's subquery still reads the
+    snapshot taken before the wait, so it misses that event.
+    """
+    return insert_statement(
+        event, returning="id", on_conflict="ON CONSTRAINT audit_chain_seq_unique DO NOTHING"
+    )
+
+
+def audit_appended(event: AuditEvent, inserted_id: int | None) -> AuditEvent:
+    """``event`` as stored by ``audit_insert_statement``; when its ``seq`` was taken, the same
+    event appended again on the chain's head read now (one more statement, only in that race:
+    the caller holds the intent's row lock, so the head cannot move again)."""
+    if inserted_id is not None:
+        event.id = inserted_id
+        event._state.adding, event._state.db = False, "default"
+        return event
+    assert event.intent_id is not None  # chained events belong to an intent
+    return audit_append(
+        intent_id=event.intent_id,
+        event=event.event,
+        actor=event.actor,
+        from_status=event.from_status,
+        to_status=event.to_status,
+        reason=event.reason,
+        data=event.data,
     )
 
 

@@ -35,10 +35,11 @@ class Statement:
     returns: bool = False
 
 
-def insert_statement(instance: models.Model, *, returning: str = "") -> Statement:
+def insert_statement(instance: models.Model, *, returning: str = "", on_conflict: str = "") -> Statement:
     """The ``INSERT`` the ORM would run for ``instance`` (``save(force_insert=True)``), with
-    ``RETURNING <returning>`` when given. Field defaults and ``auto_now_add`` are applied to the
-    instance as ``save`` would; an auto primary key is left to the database."""
+    ``ON CONFLICT <on_conflict>`` and ``RETURNING <returning>`` when given. Field defaults and
+    ``auto_now_add`` are applied to the instance as ``save`` would; an auto primary key is left
+    to the database."""
     model = type(instance)
     fields = [
         f
@@ -49,6 +50,8 @@ def insert_statement(instance: models.Model, *, returning: str = "") -> Statemen
     query.insert_values(fields, [instance])
     compiler = query.get_compiler(connection=connection)
     ((sql, params),) = compiler.as_sql()
+    if on_conflict:
+        sql = f"{sql} ON CONFLICT {on_conflict}"
     return Statement(f"{sql} RETURNING {returning}" if returning else sql, tuple(params), bool(returning))
 
 

@@ -20,7 +20,14 @@ from operations import metrics
 from operations.adapters.base import ExecutionResult
 from operations.adapters.registry import serving_problem
 from operations.approval_validity import approval_validity
-from operations.audit import audit_append, audit_event, chain_head_returning, head_from_row
+from operations.audit import (
+    audit_append,
+    audit_appended,
+    audit_event,
+    audit_insert_statement,
+    chain_head_returning,
+    head_from_row,
+)
 from operations.backoff import backoff_seconds
 from operations.bounds import clean_detail, clean_text, reference_problem, unstorable_evidence
 from operations.models import FENCE_EPOCH_STRIDE, Attempt, Intent, OutboxMessage, Outcome
@@ -121,11 +128,12 @@ def intent_claim(
                 **({"delivery_retries": delivery_retries} if delivery_retries else {}),
             },
         )
-        (attempt.id,) = run_together(
+        attempt.id, event_id = run_together(
             insert_statement(attempt, returning="id"),
-            insert_statement(event),
+            audit_insert_statement(event),
             Statement(_ACK_SQL, (intent_id,)),
         )
+        audit_appended(event, event_id)
         attempt._state.adding, attempt._state.db = False, "default"  # saved, as save() would mark it
     metrics.ATTEMPTS.inc()
     return Claim(

@@ -22,12 +22,18 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from operations import metrics
-from operations.audit import audit_event, chain_head_returning, head_from_row
+from operations.audit import (
+    audit_appended,
+    audit_event,
+    audit_insert_statement,
+    chain_head_returning,
+    head_from_row,
+)
 from operations.exceptions import IntentMoved, InvalidTransition
 from operations.idempotency import canonical_json
 from operations.models import ALLOWED_TRANSITIONS, Intent
 from operations.outbox import Handoff, enqueue_statement, handoff_after_commit
-from operations.statements import Statement, insert_statement, run_together, update_statement
+from operations.statements import Statement, run_together, update_statement
 
 EXECUTE_TASK = "operations.execute_intent"
 
@@ -134,14 +140,15 @@ def transition(
             reason=reason,
             data=data,
         )
-        statements = [insert_statement(event_row), *also]
+        statements = [audit_insert_statement(event_row), *also]
         handoff = None
         if dispatch:
             handoff, enqueue = outbox_handoff(intent_id=intent_id)
-            statements.insert(0, enqueue)
-        results = run_together(*statements)
+            statements.insert(1, enqueue)
+        event_id, *countdown = run_together(*statements)
+        audit_appended(event_row, event_id)
         if handoff is not None:
-            handoff_after_commit(handoff, results[0])
+            handoff_after_commit(handoff, countdown[0])
     return True
 
 

@@ -76,3 +76,63 @@ def test_c05_two_connections_claim_one_intent_one_wins() -> None:
     intent.refresh_from_db()
     assert intent.fence == 1 and intent.status == Intent.Status.RUNNING and intent.attempt_count == 1
     assert Attempt.objects.filter(intent=intent).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("move", ["cancel", "claim", "record success"])
+def test_i13_a_transition_that_waited_for_the_row_lock_appends_after_the_event_it_waited_for(
+    move: str,
+) -> None:
+    """Issue 13 review: the compare-and-swap returns the audit chain's head, read in the snapshot
+    taken before it waited for the intent's row lock. When the lock's holder appended an event
+    without changing the status (a refused decision) and committed, that head is stale; the
+    transition must still succeed, its event after the other one."""
+    import time
+
+    from django.db import transaction
+
+    from operations.adapters.base import ExecutionResult
+    from operations.audit import audit_verify
+    from operations.models import AuditEvent
+    from operations.services import intent_cancel, intent_record_success
+    from operations.services.refusals import intent_record_refusal
+
+    intent = submit()
+    claim = None
+    if move == "record success":
+        claim = intent_claim(intent_id=intent.id, worker="w1", lease_seconds=30)
+        assert claim is not None
+    locked, done = threading.Event(), threading.Event()
+
+    def refusal_holding_the_lock() -> None:
+        try:
+            with transaction.atomic():
+                intent_record_refusal(
+                    intent_id=intent.id, actor="user:someone", decision="approve", reason="no"
+                )
+                locked.set()
+                time.sleep(0.5)  # the other transition now waits for the row lock
+        finally:
+            connection.close()
+            done.set()
+
+    holder = threading.Thread(target=refusal_holding_the_lock)
+    holder.start()
+    assert locked.wait(10)
+    if move == "cancel":
+        intent_cancel(intent_id=intent.id, actor="agent:a")
+        expected = ("decision_refused", "cancelled")
+    elif move == "claim":
+        assert intent_claim(intent_id=intent.id, worker="w2", lease_seconds=30) is not None
+        expected = ("decision_refused", "claimed")
+    else:
+        assert claim is not None
+        result = ExecutionResult(provider_reference="ch_1", response_digest="")
+        assert intent_record_success(claim=claim, result=result)
+        expected = ("decision_refused", "succeeded")
+    holder.join(10)
+    assert done.is_set()
+    events = list(AuditEvent.objects.filter(intent_id=intent.id).order_by("seq").values_list("seq", "event"))
+    assert [name for _, name in events][-2:] == list(expected), events
+    assert [seq for seq, _ in events] == list(range(1, len(events) + 1))
+    assert list(audit_verify()) == []
