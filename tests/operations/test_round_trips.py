@@ -19,11 +19,14 @@ from console.lab.bench.profile import Tally, tallying
 from operations.engine import execute_intent
 from operations.models import AuditEvent, Intent, OutboxMessage
 from tests.factories import make_agent
+from tests.support.fake_provider import FakeProvider, fake_provider  # noqa: F401
 from tests.support.processes import sandbox, sandbox_provider  # noqa: F401
 
 
 def _submit(client: APIClient, action: str, arguments: dict[str, Any]) -> uuid.UUID:
     key = f"rt-{uuid.uuid4().hex[:10]}"
+    if action == "reservations.create":  # its business reference travels in the arguments
+        arguments = {**arguments, "reference": key}
     response = client.post(
         "/api/v1/intents",
         {"action": action, "arguments": arguments, "reference": key},
@@ -40,6 +43,7 @@ def _submit(client: APIClient, action: str, arguments: dict[str, Any]) -> uuid.U
     [
         ("payments.charge", {"amount": 1200, "currency": "EUR", "customer": "c"}),
         ("email.send", {"to": "a@example.com", "subject": "s", "body": "b"}),
+        ("reservations.create", {"resource": "room-101", "start": "2030-01-01T10:00:00Z", "seats": 2}),
     ],
 )
 def test_i13_a_happy_path_intent_is_three_write_transactions_and_no_autocommit_read(
@@ -47,6 +51,19 @@ def test_i13_a_happy_path_intent_is_three_write_transactions_and_no_autocommit_r
     action: str,
     arguments: dict[str, Any],
 ) -> None:
+    _assert_three_write_transactions(action, arguments)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i13_the_generic_http_adapter_costs_the_same_three_write_transactions(
+    fake_provider: FakeProvider,  # noqa: F811
+    settings: Any,
+) -> None:
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {"acme.transfer": {"url": f"{fake_provider.url}/v1/transfers"}}
+    _assert_three_write_transactions("acme.transfer", {"amount": 1200, "currency": "EUR", "account": "acc_9"})
+
+
+def _assert_three_write_transactions(action: str, arguments: dict[str, Any]) -> None:
     # given: an agent whose token this web process verified a moment ago
     _, token = make_agent()
     client = APIClient()
