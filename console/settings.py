@@ -230,7 +230,8 @@ EFFECT_LEDGER: dict[str, Any] = {
     "PROVIDER_RESPONSE_MAX_BYTES": env_int("EFFECT_LEDGER_PROVIDER_RESPONSE_MAX_BYTES", 1024 * 1024),
     "OUTBOX_BATCH": env_int("EFFECT_LEDGER_OUTBOX_BATCH", 100),
     # Seconds a web process keeps an agent token it verified (operations/authentication.py): a
-    # revoked or deactivated token is refused by every process within this bound. 0 = no cache.
+    # revoked, deactivated or deleted agent is refused, and a change to it (its tenant) seen, by
+    # every process within this bound. 0 = no cache.
     "TOKEN_CACHE_SECONDS": env_float("EFFECT_LEDGER_TOKEN_CACHE_SECONDS", 5.0),
     # Beat periods in seconds (console/celery.py): the outbox relay's safety net and the reconciler.
     "RELAY_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RELAY_PERIOD_SECONDS", 2.0),

@@ -72,9 +72,10 @@ def intent_claim(
 
     One write transaction of two statements (issue 13): the compare-and-swap ``_CLAIM_SQL``
     (``UPDATE ... RETURNING`` the row, the restore guard, the ``submitted`` event's data for the
-    request-integrity check, and the audit chain's head), then one
-    statement inserting the attempt and the ``claimed`` event and acknowledging the intent's
-    outbox messages (``_ACK_SQL``; ``operations.statements.run_together``).
+    request-integrity check, and the audit chain's head), then one statement inserting the
+    attempt and the ``claimed`` event, acknowledging the intent's outbox messages (``_ACK_SQL``)
+    and reading the execution control row again (``_CONTROL_SQL``: a pause committed while the
+    UPDATE waited for the row lock rolls the claim back; the guard is taken from this read).
 
     Raises:
         NotServed: the intent's action or version is not served here (checked on the claimed
@@ -82,6 +83,19 @@ def intent_claim(
     """
     # The one transition written as SQL (the hottest): it still obeys the transition table.
     check_allowed(intent_id=intent_id, current=Intent.Status.READY, target=Intent.Status.RUNNING)
+    try:
+        return _claim(
+            intent_id=intent_id, worker=worker, lease_seconds=lease_seconds, delivery_retries=delivery_retries
+        )
+    except _ControlMoved:
+        return None  # rolled back: the engine finds execution paused, or recovery re-dispatches
+
+
+class _ControlMoved(Exception):
+    """The execution control row changed while the claim waited for the intent's row lock."""
+
+
+def _claim(*, intent_id: uuid.UUID, worker: str, lease_seconds: int, delivery_retries: int) -> Claim | None:
     with transaction.atomic():
         # The race this stops: two deliveries of the same message (or two workers) claiming
         # one intent. The UPDATE's WHERE is re-checked under the row lock, so exactly one
@@ -128,11 +142,19 @@ def intent_claim(
                 **({"delivery_retries": delivery_retries} if delivery_retries else {}),
             },
         )
-        attempt.id, event_id = run_together(
+        attempt.id, event_id, control = run_together(
             insert_statement(attempt, returning="id"),
             audit_insert_statement(event),
             Statement(_ACK_SQL, (intent_id,)),
+            Statement(_CONTROL_SQL, (), returns=True),
         )
+        # The UPDATE read the control row in the snapshot it took before it waited for the
+        # intent's row lock (READ COMMITTED re-checks only the intent row after a wait); this
+        # statement's snapshot is newer. A pause (or an epoch) committed meanwhile rolls back.
+        paused, epoch, guard_since = _control_values(control)
+        if paused or intent.fence <= epoch * FENCE_EPOCH_STRIDE:
+            raise _ControlMoved
+        intent.restore_guard_since = guard_since  # type: ignore[attr-defined]
         audit_appended(event, event_id)
         attempt._state.adding, attempt._state.db = False, "default"  # saved, as save() would mark it
     metrics.ATTEMPTS.inc()
@@ -182,6 +204,26 @@ _CLAIM_SQL = f"""
     ) AS submitted_record,
     {chain_head_returning()}
 """
+
+#: The execution control row as of the claim's second statement (see ``_claim``): paused,
+#: fence epoch, and the restore guard's start while it is on.
+_CONTROL_SQL = """
+    SELECT json_build_object(
+        'paused', paused_at IS NOT NULL, 'epoch', fence_epoch,
+        'guard', CASE WHEN guard_until > statement_timestamp() THEN guard_started_at END)::text
+    FROM operations_executioncontrol
+"""
+
+
+def _control_values(control: Any) -> tuple[bool, int, datetime | None]:
+    values = json.loads(control) if isinstance(control, str) else {}
+    guard = values.get("guard")
+    return (
+        bool(values.get("paused")),
+        int(values.get("epoch") or 0),
+        datetime.fromisoformat(guard) if guard else None,
+    )
+
 
 #: The claim consumes the intent's outbox messages (``operations.outbox``).
 _ACK_SQL = (

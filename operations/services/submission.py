@@ -334,6 +334,9 @@ def _insert(intent: Intent, *, key: str, gated: bool) -> None:
     statements = [insert_statement(intent, returning="approval_expires_at")]
     handoff = None
     if earlier is None and not gated:
+        # Due now: the outbox INSERT reads the intent's not_before in this statement's snapshot,
+        # which cannot see the intent inserted beside it (a submission has none anyway).
+        assert intent.not_before is None, "a submission with not_before needs its outbox row after the intent"
         handoff, enqueue = outbox_handoff(intent_id=intent.id)
         statements.append(enqueue)
     statements.append(insert_statement(event))

@@ -794,3 +794,63 @@ def test_i22_a_restore_guard_shorter_than_its_settle_point_is_warned_about(setti
         and "email.send" in warning.msg
         and "payments.charge" not in warning.msg
     )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("change", ["pause", "epoch"])
+def test_i13_a_claim_that_waited_for_the_row_lock_sees_a_pause_committed_meanwhile(change: str) -> None:
+    """Issue 13 review: the claim's UPDATE reads the execution control row in the snapshot it
+    took before waiting for the intent's row lock; a pause (or a recovery's new fence epoch)
+    committed during the wait must still stop the claim."""
+    import time
+
+    from django.db import transaction
+
+    from operations.models import Attempt
+    from operations.services import intent_claim
+    from operations.services.failover import execution_pause, execution_resume
+
+    execution_control()
+    intent = submit()
+    locked, release = threading.Event(), threading.Event()
+    result: dict[str, Any] = {}
+
+    def hold_the_row_lock() -> None:
+        try:
+            with transaction.atomic():
+                Intent.objects.select_for_update().filter(id=intent.id).exists()
+                locked.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    def claim() -> None:
+        try:
+            result["claim"] = intent_claim(intent_id=intent.id, worker="w1", lease_seconds=30)
+        finally:
+            connection.close()
+
+    holder, claimer = threading.Thread(target=hold_the_row_lock), threading.Thread(target=claim)
+    holder.start()
+    assert locked.wait(10)
+    claimer.start()
+    time.sleep(0.5)  # the claim's UPDATE now waits for the row lock
+    # when: a pause (or a recovery's epoch) commits while the claim waits
+    if change == "pause":
+        assert execution_pause(reason="database behind", actor="detector:test")
+    else:
+        ExecutionControl.objects.filter(id=1).update(fence_epoch=3)
+    release.set()
+    holder.join(10)
+    claimer.join(10)
+    # then: nothing claimed, no attempt spent, the intent still READY with its fence
+    assert result["claim"] is None
+    intent.refresh_from_db()
+    assert (intent.status, intent.attempt_count, intent.fence) == ("READY", 0, 0)
+    assert not Attempt.objects.filter(intent=intent).exists()
+    # and once execution may go on, the claim takes a fence above the epoch
+    execution_resume(actor="user:op")
+    claimed = intent_claim(intent_id=intent.id, worker="w2", lease_seconds=30)
+    assert claimed is not None
+    epoch = ExecutionControl.objects.get(id=1).fence_epoch
+    assert claimed.fence > epoch * FENCE_EPOCH_STRIDE
