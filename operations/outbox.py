@@ -163,15 +163,6 @@ def outbox_relay(*, batch: int | None = None, message_ids: list[uuid.UUID] | Non
     return len(sent)
 
 
-def kick_relay(message_id: uuid.UUID | None = None) -> None:
-    """Run the relay now (for the given row only). Never raises: if the broker is down the row
-    stays pending and the periodic relay (Celery beat) sends it later."""
-    try:
-        outbox_relay(message_ids=[message_id] if message_id else None)
-    except Exception:  # noqa: BLE001 - the safety net is the periodic relay
-        logger.warning("outbox kick failed; the periodic relay will publish", exc_info=True)
-
-
 def enqueue_statement(handoff: Handoff, *, intent_id: uuid.UUID) -> Statement:
     """The INSERT of an outbox row for ``handoff`` (run it in the state change's transaction,
     e.g. in ``operations.statements.run_together``)::
