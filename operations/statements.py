@@ -31,7 +31,8 @@ class Statement:
 
     sql: str
     params: tuple[Any, ...] = ()
-    #: It ends in ``RETURNING`` (one column); ``run_together`` returns its first row's value.
+    #: It yields one column (``RETURNING``, or a plain ``SELECT``); ``run_together`` returns
+    #: its first row's value.
     returns: bool = False
 
 
