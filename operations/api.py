@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
-from rest_framework.exceptions import NotFound
-from rest_framework.pagination import CursorPagination
+from rest_framework.exceptions import NotFound, ParseError
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -53,6 +54,21 @@ class IntentPagination(CursorPagination):
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 200
+
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        """DRF's cursor, refused with a 400 problem when it is not one this list wrote (DRF
+        answers 404 for a bad encoding, and a position that is not a time reached the database
+        as a 500; issue 12, item 4)."""
+        try:
+            cursor = super().decode_cursor(request)
+        except NotFound as exc:
+            raise ParseError("malformed cursor: use the next or previous link of a page") from exc
+        position = cursor.position if cursor is not None else None
+        if position is not None:
+            moment = parse_datetime(str(position))
+            if moment is None or moment.tzinfo is None:
+                raise ParseError("malformed cursor: use the next or previous link of a page")
+        return cursor
 
 
 class IntentCollectionView(APIView):

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET
 
 from console.forms import AuditFilterForm
 from console.permissions import console_role_required
-from console.views.common import HtmxHttpRequest, page_or_partial
+from console.views.common import HtmxHttpRequest, keyset_page, page_or_partial
 from operations import selectors
 from operations.api_support import PROBLEM_CONTENT_TYPE, problem
 from operations.audit import audit_verify, export_line
@@ -56,7 +56,7 @@ def _filters(form: AuditFilterForm) -> selectors.AuditFilters:
 def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     """Audit events newest first, filtered, one keyset page at a time."""
     form = AuditFilterForm(request.GET or None)
-    page = selectors.audit_search(_filters(form), cursor=request.GET.get("cursor"), limit=selectors.PAGE_SIZE)
+    page = keyset_page(request, selectors.audit_search, _filters(form))
     query = request.GET.copy()
     query.pop("cursor", None)
     context = {"form": form, "page": page, "query": query.urlencode(), "section": "audit"}

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django_htmx.middleware import HtmxDetails
 
+from operations import selectors
+from operations.selectors import InvalidCursor, Page
 from operations.services import intent_record_refusal, user_principal
 
 FRAGMENT_HEADER = "X-Console-Fragment"
@@ -55,3 +59,13 @@ def record_refusal(request: HttpRequest, intent_id: uuid.UUID, decision: str, re
         shown=shown,
         given_reason=request.POST.get("reason", ""),
     )
+
+
+def keyset_page(request: HttpRequest, search: Callable[..., Page], filters: Any) -> Page:
+    """The page the request's ``cursor`` names; the first page, with a message saying so, when
+    the cursor was not one the list wrote (edited, cut short, from another list: issue 12)."""
+    try:
+        return search(filters, cursor=request.GET.get("cursor"), limit=selectors.PAGE_SIZE)
+    except InvalidCursor:
+        messages.warning(request, "That page link is malformed or out of date: showing the first page.")
+        return search(filters, cursor=None, limit=selectors.PAGE_SIZE)

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_GET
 
 from console.forms import IntentSearchForm
 from console.permissions import console_role_required
-from console.views.common import HtmxHttpRequest, page_or_partial
+from console.views.common import HtmxHttpRequest, keyset_page, page_or_partial
 from operations import selectors
 from operations.models import TERMINAL_STATUSES, Intent
 from reconciliation.selectors import intent_timeline, intents_held_behind, unverified_outcome
@@ -24,7 +24,7 @@ def intent_list(request: HtmxHttpRequest) -> HttpResponse:
     filters = selectors.IntentFilters()
     if form.is_valid():
         filters = selectors.IntentFilters(**{k: v for k, v in form.cleaned_data.items() if v})
-    page = selectors.intent_search(filters, cursor=request.GET.get("cursor"), limit=selectors.PAGE_SIZE)
+    page = keyset_page(request, selectors.intent_search, filters)
     query = request.GET.copy()
     query.pop("cursor", None)
     context = {"form": form, "page": page, "query": query.urlencode(), "section": "intents"}

@@ -31,7 +31,7 @@ from operations.selectors.intents import (
     intent_search,
     previous_with_reference,
 )
-from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
+from operations.selectors.pagination import PAGE_SIZE, InvalidCursor, Page, decode_cursor, encode_cursor
 from operations.selectors.status_counts import StatusCount, StatusCounts, intent_status_counts
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "audit_queryset",
     "audit_search",
     "last_audit_seq",
+    "InvalidCursor",
     "decode_cursor",
     "encode_cursor",
     "held_age_buckets",

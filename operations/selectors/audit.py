@@ -58,15 +58,15 @@ def audit_queryset(filters: AuditFilters) -> QuerySet[AuditEvent]:
 
 
 def audit_search(filters: AuditFilters, *, cursor: str | None = None, limit: int = PAGE_SIZE) -> Page:
-    """One keyset page of the audit log, newest first."""
+    """One keyset page of the audit log, newest first.
+
+    Raises:
+        InvalidCursor: ``cursor`` is not one this list wrote.
+    """
     queryset = audit_queryset(filters)
-    position = decode_cursor(cursor)
+    position = decode_cursor(cursor, row_id=int)
     if position:
-        created_at, row_id = position
-        try:
-            last_id = int(row_id)
-        except ValueError:
-            last_id = 0
+        created_at, last_id = position
         queryset = queryset.filter(created_at__lte=created_at).filter(
             Q(created_at__lt=created_at) | Q(id__lt=last_id)
         )

@@ -107,6 +107,9 @@ def intent_search(filters: IntentFilters, *, cursor: str | None = None, limit: i
     ``q`` is an intent_id (exact) or else a reference (exact). The ordering
     ``(created_at DESC, id ASC)`` is the one the ``intent_created`` and
     ``intent_status_created`` indexes store, so PostgreSQL walks the index from the cursor.
+
+    Raises:
+        InvalidCursor: ``cursor`` is not one this list wrote.
     """
     queryset = Intent.objects.all()
     if filters.q:
@@ -122,7 +125,7 @@ def intent_search(filters: IntentFilters, *, cursor: str | None = None, limit: i
         queryset = queryset.filter(created_at__gte=filters.created_after)
     if filters.created_before:
         queryset = queryset.filter(created_at__lt=filters.created_before)
-    position = decode_cursor(cursor)
+    position = decode_cursor(cursor, row_id=uuid.UUID)
     if position:
         created_at, row_id = position
         queryset = queryset.filter(created_at__lte=created_at).filter(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,19 +26,33 @@ def encode_cursor(created_at: datetime, row_id: Any) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str | None) -> tuple[datetime, str] | None:
-    """The (created_at, id) a cursor names, or None for a missing or malformed cursor."""
+class InvalidCursor(ValueError):
+    """A cursor was given but names no row: not ours, edited, or cut short (issue 12, item 4)."""
+
+
+def decode_cursor(cursor: str | None, *, row_id: Callable[[str], Any] = str) -> tuple[datetime, Any] | None:
+    """The (created_at, id) a cursor names, or None when there is no cursor.
+
+    Args:
+        row_id: turns the id back into the list's key (``uuid.UUID`` for intents, ``int`` for
+            audit events); what it refuses is a malformed cursor.
+
+    Raises:
+        InvalidCursor: a cursor that is not one ``encode_cursor`` wrote (bad base64 or JSON, a
+            time without a zone, an id of the wrong kind).
+    """
     if not cursor:
         return None
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_raw, row_id = json.loads(raw)
+        created_raw, row_raw = json.loads(raw)
         created_at = parse_datetime(created_raw)
-    except (binascii.Error, ValueError, TypeError):
-        return None
-    if created_at is None:
-        return None
-    return created_at, str(row_id)
+        key = row_id(str(row_raw))
+    except (binascii.Error, ValueError, TypeError, AttributeError) as exc:
+        raise InvalidCursor("malformed cursor") from exc
+    if created_at is None or created_at.tzinfo is None:
+        raise InvalidCursor("malformed cursor")
+    return created_at, key
 
 
 @dataclass
