@@ -73,3 +73,16 @@ def test_ecma_anchors_leave_escaped_and_class_dollars_alone() -> None:
     assert ecma_pattern(r"^\$[0-9]+$") == r"^\$[0-9]+\Z"
     assert ecma_pattern("^[$a-z]+$") == "^[$a-z]+\\Z"
     assert ecma_pattern("^(a$|b$)") == "^(a\\Z|b\\Z)"
+
+
+@pytest.mark.parametrize("version", ["1", 1.0, True])
+def test_i12_5_action_version_must_be_a_json_integer(api: APIClient, version: Any) -> None:
+    response = api.post(
+        "/api/v1/intents",
+        {"action": "payments.charge", "action_version": version, "arguments": CHARGE, "reference": "v"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="version",
+    )
+    assert response.status_code in (400, 422), response.content
+    assert "action_version" in response.content.decode()
+    assert not Intent.objects.exists()
