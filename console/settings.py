@@ -229,6 +229,9 @@ EFFECT_LEDGER: dict[str, Any] = {
     # only its digest is kept (operations/adapters/http_support.py).
     "PROVIDER_RESPONSE_MAX_BYTES": env_int("EFFECT_LEDGER_PROVIDER_RESPONSE_MAX_BYTES", 1024 * 1024),
     "OUTBOX_BATCH": env_int("EFFECT_LEDGER_OUTBOX_BATCH", 100),
+    # When set, /metrics answers only requests with "Authorization: Bearer <this token>" (a
+    # Prometheus scrape config's `authorization: {credentials_file: ...}`); empty: open.
+    "METRICS_TOKEN": env_str("EFFECT_LEDGER_METRICS_TOKEN"),
     # Seconds a web process keeps an agent token it verified (operations/authentication.py): a
     # revoked, deactivated or deleted agent is refused, and a change to it (its tenant) seen, by
     # every process within this bound. 0 = no cache.

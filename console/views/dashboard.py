@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hmac
+
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
@@ -16,7 +19,19 @@ from reconciliation.selectors import decision_counts
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Prometheus text format: counters from every worker process plus ledger gauges."""
+    """Prometheus text format: counters from every worker process plus ledger gauges.
+
+    With ``EFFECT_LEDGER["METRICS_TOKEN"]`` set, only a request carrying
+    ``Authorization: Bearer <that token>`` is served (compared in constant time); any other gets
+    401 with ``WWW-Authenticate: Bearer`` (RFC 6750 section 3) and no metrics.
+    """
+    token = settings.EFFECT_LEDGER["METRICS_TOKEN"]
+    if token:
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+            refused = HttpResponse("metrics need the bearer token\n", status=401, content_type="text/plain")
+            refused["WWW-Authenticate"] = 'Bearer realm="metrics"'
+            return refused
     body, content_type = render_metrics()
     return HttpResponse(body, content_type=content_type)
 
