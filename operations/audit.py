@@ -208,7 +208,6 @@ def audit_append(
     reason: str = "",
     data: dict[str, Any] | None = None,
     first: bool = False,
-    head: ChainHead | None = None,
 ) -> AuditEvent:
     """Append one event to the intent's chain. Call inside the transition's transaction,
     after the UPDATE that locked the intent row (or the INSERT that created it). Its
@@ -216,15 +215,15 @@ def audit_append(
 
     Args:
         first: the caller inserted the intent in this transaction (skips reading the chain).
-        head: the chain's head as the caller's locking UPDATE returned it
-            (``chain_head_returning``): nothing is read before the insert.
+            Callers that already hold the head (``chain_head_returning``) build the event with
+            ``audit_event`` and insert it with the step's other writes instead.
 
     Raises:
         django.db.IntegrityError: a concurrent writer appended the same ``seq`` (cannot happen
             while the caller holds the intent's row lock).
     """
     row = audit_event(
-        head=head or _chain_head(intent_id, first=first),
+        head=_chain_head(intent_id, first=first),
         intent_id=intent_id,
         event=event,
         actor=actor,
