@@ -8,6 +8,8 @@ Celery over kombu's filesystem transport under ``./.data/broker``.
 from __future__ import annotations
 
 import json
+import os
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +17,17 @@ import dj_database_url
 
 from console.embedded import embedded_database_url
 from console.env import env_bool, env_float, env_int, env_list, env_str
+from console.secret_key import resolve_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("EFFECT_LEDGER_DATA_DIR", str(BASE_DIR / ".data")))
 
-SECRET_KEY = env_str("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me-in-production")
 DEBUG = env_bool("DJANGO_DEBUG", False)
+# DJANGO_SECRET_KEY, or one generated once in the data directory; a weak key refuses to start
+# (console/secret_key.py).
+SECRET_KEY = resolve_secret_key(
+    configured=os.environ.get("DJANGO_SECRET_KEY"), data_dir=DATA_DIR, debug=DEBUG
+)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
@@ -31,6 +38,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "axes",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -52,6 +60,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Turns a sign-in that django-axes refused into its lockout answer (console/signin.py).
+    "axes.middleware.AxesMiddleware",
     # Last, so its process_exception sees a view's database error first.
     "console.middleware.DatabaseUnavailableMiddleware",
 ]
@@ -105,6 +115,22 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Sign-in protection (django-axes, console/signin.py): failures are rows in the database, so the
+# lock holds across web processes and restarts, on the console's and the admin's login alike.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked sign-in before any password check
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "console.signin.SignInLockHandler"
+AXES_FAILURE_LIMIT = env_int("EFFECT_LEDGER_SIGNIN_FAILURES", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("EFFECT_LEDGER_SIGNIN_LOCK_SECONDS", 15 * 60))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES = env_int("EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES", 20)
+AXES_USERNAME_CALLABLE = "console.signin.lockout_username"
+AXES_CLIENT_IP_CALLABLE = "console.signin.client_ip"
+AXES_LOCKOUT_CALLABLE = "console.signin.lockout_response"
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 

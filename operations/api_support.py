@@ -11,7 +11,7 @@ from rest_framework import exceptions, status
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
-from operations.api_json import loads_strict
+from operations.api_json import DuplicateMemberName, loads_strict
 from operations.delivery import DATABASE_RETRY_AFTER_SECONDS, database_unavailable
 from operations.exceptions import LedgerError
 
@@ -29,9 +29,9 @@ class PayloadTooLarge(exceptions.APIException):
 
 
 class StrictJSONParser(BaseParser):
-    """Parse ``application/json`` strictly: UTF-8 only, no NaN/Infinity, a size limit, and
-    any malformed input answered with 400 (never 500). ``orjson`` on the common path, the
-    standard library's verdicts kept (``operations.api_json.loads_strict``)."""
+    """Parse ``application/json`` strictly: UTF-8 only, no NaN/Infinity, no member name twice in
+    one object, a size limit, and any malformed input answered with 400 (never 500)
+    (``operations.api_json.loads_strict``)."""
 
     media_type = "application/json"
 
@@ -50,6 +50,8 @@ class StrictJSONParser(BaseParser):
             raise exceptions.ParseError(f"the body is not valid UTF-8 (byte {exc.start})") from exc
         except RecursionError as exc:
             raise exceptions.ParseError("the JSON is nested too deeply") from exc
+        except DuplicateMemberName as exc:
+            raise exceptions.ParseError(f"not I-JSON: {exc}") from exc
         except ValueError as exc:
             raise exceptions.ParseError(f"malformed JSON: {exc}") from exc
 

@@ -20,7 +20,8 @@ from tests.factories import UserFactory, charge_arguments, submit
 
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> None:
-    """Login throttle counters and the audit verification cache start empty in every test."""
+    """The audit verification cache starts empty in every test (sign-in locks live in the
+    database, which every test rolls back)."""
     cache.clear()
 
 

@@ -1,4 +1,4 @@
-"""Sign-in, roles, agents and login throttling."""
+"""Sign-in, roles, agents and login throttling (the C14 cases are in test_signin.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from console import throttle
 from tests.console.conftest import gated, signed_in
 from tests.factories import UserFactory
 
@@ -67,13 +66,15 @@ def test_sign_in_and_out() -> None:
     assert client.get("/").status_code == 302
 
 
-def test_login_is_throttled_after_repeated_failures() -> None:
+def test_login_is_throttled_after_repeated_failures(settings: Any) -> None:
     # given
     UserFactory(username="carol", groups=["viewer"])
     client = Client()
-    for _ in range(throttle.MAX_FAILURES_PER_ACCOUNT):
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
         response = client.post(reverse("login"), {"username": "carol", "password": "wrong"})
         assert response.status_code == 200 and b"did not match" in response.content
+    # the failure that reaches the limit is answered with the lock
+    assert client.post(reverse("login"), {"username": "carol", "password": "wrong"}).status_code == 429
     # when: even the right password
     response = client.post(reverse("login"), {"username": "carol", "password": "correct horse battery"})
     # then
@@ -86,17 +87,17 @@ def test_throttle_is_per_account_and_address(settings: Any) -> None:
     UserFactory(username="carol", groups=["viewer"])
     UserFactory(username="dave", groups=["viewer"])
     client = Client()
-    for _ in range(throttle.MAX_FAILURES_PER_ACCOUNT):
+    for _ in range(settings.AXES_FAILURE_LIMIT):
         client.post(reverse("login"), {"username": "carol", "password": "wrong"})
     # another account from the same address is not locked by carol's failures
     response = client.post(reverse("login"), {"username": "dave", "password": "correct horse battery"})
     assert response.status_code == 302
 
 
-def test_successful_sign_in_clears_the_account_counter() -> None:
+def test_successful_sign_in_clears_the_account_counter(settings: Any) -> None:
     UserFactory(username="carol", groups=["viewer"])
     client = Client()
-    for _ in range(throttle.MAX_FAILURES_PER_ACCOUNT - 1):
+    for _ in range(settings.AXES_FAILURE_LIMIT - 1):
         client.post(reverse("login"), {"username": "carol", "password": "wrong"})
     assert (
         client.post(reverse("login"), {"username": "carol", "password": "correct horse battery"}).status_code

@@ -34,7 +34,7 @@ def ours(payload: Any) -> str:
         b64("o=-5"),
     ],
 )
-def test_i12_4_a_crafted_api_cursor_is_a_400_problem(api: APIClient, cursor: str) -> None:
+def test_c16_a_crafted_api_cursor_is_a_400_problem(api: APIClient, cursor: str) -> None:
     submit()
     response = api.get("/api/v1/intents", {"cursor": cursor})
     assert response.status_code == 400, response.content
@@ -61,7 +61,7 @@ def test_i12_4_the_api_cursor_it_wrote_still_pages(api: APIClient) -> None:
         ("/audit/", ours({"a": 1})),
     ],
 )
-def test_i12_4_a_crafted_console_cursor_shows_the_first_page_with_a_message(
+def test_c16_a_crafted_console_cursor_shows_the_first_page_with_a_message(
     operator_client: Client, path: str, cursor: str
 ) -> None:
     intent = submit()

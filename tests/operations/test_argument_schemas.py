@@ -86,3 +86,72 @@ def test_i12_5_action_version_must_be_a_json_integer(api: APIClient, version: An
     assert response.status_code in (400, 422), response.content
     assert "action_version" in response.content.decode()
     assert not Intent.objects.exists()
+
+
+DUPLICATE_BODIES = {
+    "top-level action": (
+        b'{"action": "payments.charge", "action": "email.send", '
+        b'"arguments": {"to": "ada@example.test", "subject": "s", "body": "b"}}',
+        "action",
+    ),
+    "charge amount": (
+        b'{"action": "payments.charge", "arguments": {"amount": 100, "currency": "EUR", '
+        b'"customer": "cus_1", "amount": 100000}}',
+        "amount",
+    ),
+    "email recipient": (
+        b'{"action": "email.send", "arguments": {"to": "ada@example.test", "subject": "s", '
+        b'"body": "b", "to": "eve@example.test"}}',
+        "to",
+    ),
+    "reservation seats": (
+        b'{"action": "reservations.create", "arguments": {"resource": "room-1", '
+        b'"start": "2030-01-01T10:00:00Z", "seats": 2, "reference": "b-1", "seats": 20}}',
+        "seats",
+    ),
+    "generic payload": (
+        b'{"action": "acme.transfer", "arguments": {"to": "a", "to": "b"}}',
+        "to",
+    ),
+    "metadata": (
+        b'{"action": "email.send", "arguments": {"to": "ada@example.test", "subject": "s", '
+        b'"body": "b"}, "metadata": {"run": 1, "run": 2}}',
+        "run",
+    ),
+    "nested in a list": (
+        b'{"action": "acme.transfer", "arguments": {"items": [{"sku": "a", "sku": "b"}]}}',
+        "sku",
+    ),
+}
+
+
+@pytest.mark.parametrize("body", list(DUPLICATE_BODIES), ids=list(DUPLICATE_BODIES))
+def test_i12_5_a_body_with_a_member_name_twice_is_a_400_problem_and_stores_nothing(
+    api: APIClient, body: str, settings: Any
+) -> None:
+    # given: every kind of action exists, the generic HTTP one included
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {"acme.transfer": {"url": "http://127.0.0.1:9/v1/transfers"}}
+    raw, name = DUPLICATE_BODIES[body]
+    # when: the same idempotency key is sent with the ambiguous body
+    response = api.generic(
+        "POST", "/api/v1/intents", raw, content_type="application/json", HTTP_IDEMPOTENCY_KEY="dup-1"
+    )
+    # then: refused before anything is hashed or stored; the problem names the member
+    assert response.status_code == 400, response.content
+    assert response["Content-Type"].startswith("application/problem+json")
+    assert f"'{name}' appears twice" in response.json()["detail"]
+    assert not Intent.objects.exists()
+    # and the key stays free for the unambiguous request
+    fixed = api.post(
+        "/api/v1/intents",
+        {"action": "email.send", "arguments": EMAIL, "reference": "dup"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="dup-1",
+    )
+    assert fixed.status_code == 201
+
+
+def test_i12_5_a_preview_with_a_member_name_twice_is_refused_too(api: APIClient) -> None:
+    raw, _ = DUPLICATE_BODIES["charge amount"]
+    response = api.generic("POST", "/api/v1/intents/preview", raw, content_type="application/json")
+    assert response.status_code == 400

@@ -1,7 +1,8 @@
 """``manage.py quickstart``: the whole product on its embedded defaults, as one supervised group.
 
 Starts (or reuses) the embedded PostgreSQL under ``./.data/pg`` when ``DATABASE_URL`` is unset,
-migrates, creates an operator account and a demo agent token on the first run (printing both
+migrates, creates the console account ``operator`` (operator and approver), a separate ``admin``
+for the Django admin site and a demo agent token on the first run (printing each secret
 once) and the sandbox provider's own database (``effect_ledger_sandbox``), then runs the web
 server, a Celery worker, Celery beat and the sandbox provider under supervisord, which restarts
 any of them that exits. Ctrl-C stops them all; a second run reuses the data.
@@ -14,7 +15,6 @@ gunicorn, workers and beat itself, on the product's tasks only.
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -24,11 +24,11 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
+from console.accounts import console_user_create
 from console.lab import LAB_TASK_MODULES
 from console.lab.sandbox_provider.store import (
     default_dsn,
@@ -60,14 +60,18 @@ class Command(BaseCommand):
         self._run(options)
 
     def _create_accounts(self) -> None:
+        """The console account ``operator`` (roles operator and approver, not a superuser) and a
+        separate ``admin`` for the Django admin site, each password printed once."""
         users = get_user_model()
-        if not users.objects.filter(username="operator").exists():
-            password = secrets.token_urlsafe(12)
-            user = users.objects.create_superuser("operator", "operator@localhost", password)
-            user.groups.set(Group.objects.filter(name__in=["viewer", "operator", "approver", "admin"]))
-            self.stdout.write(self.style.SUCCESS(f"operator account: operator / {password}  (shown once)"))
-        else:
-            self.stdout.write("operator account exists (reset: python manage.py changepassword operator)")
+        for name, roles, django_admin, purpose in (
+            ("operator", ["operator", "approver"], False, "console account"),
+            ("admin", ["admin"], True, "Django admin account (/admin/)"),
+        ):
+            if users.objects.filter(username=name).exists():
+                self.stdout.write(f"{purpose} {name} exists (reset: python manage.py changepassword {name})")
+                continue
+            _, password = console_user_create(username=name, roles=roles, django_admin=django_admin)
+            self.stdout.write(self.style.SUCCESS(f"{purpose}: {name} / {password}  (shown once)"))
         if not Agent.objects.filter(tenant="demo", name="demo-agent").exists():
             _, token = agent_create(name="demo-agent", tenant="demo")
             self.stdout.write(self.style.SUCCESS(f"demo agent token (tenant demo): {token}  (shown once)"))

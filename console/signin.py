@@ -1,0 +1,112 @@
+"""Sign-in protection, on django-axes with its database handler.
+
+Every login form (the console's ``/login/`` and the admin's ``/admin/login/``) authenticates
+through ``django.contrib.auth.authenticate``, where ``axes.backends.AxesStandaloneBackend``
+refuses a locked sign-in before any password is checked. Failures are rows of
+``axes.AccessAttempt`` in PostgreSQL, so a lock holds across web processes and restarts.
+
+Two limits, both over ``AXES_COOLOFF_TIME`` (15 minutes by default):
+
+* ``AXES_FAILURE_LIMIT`` (5) failures for one account from one address lock that pair;
+* ``EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES`` (20) failures from one address, whatever the usernames, lock the
+  address (one address spraying a password over many accounts).
+
+The account is named the way Django's login form reaches it: ``AbstractBaseUser.normalize_username``
+(Unicode NFKC) of the stripped input, the normalisation ``UsernameField`` applies before
+``authenticate``. Locking also ignores case, so ``" operator"``, ``"ｏｐｅｒａｔｏｒ"`` (fullwidth)
+and ``"Operator"`` count against one lock (case C14).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from axes.handlers.database import AxesDatabaseHandler
+from axes.helpers import get_cool_off
+from axes.models import AccessAttempt
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.forms import AuthenticationForm
+from django.db.models import Sum
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+
+def address_failure_limit() -> int:
+    """Failures from one address, over any usernames, that lock the address (default 20)."""
+    return int(settings.EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES)
+
+
+def lockout_key(raw_username: object) -> str:
+    """The name a sign-in is counted under: stripped, NFKC-normalised (as Django's
+    ``AbstractBaseUser.normalize_username`` and the login form's ``UsernameField`` do) and
+    case-folded. ``" Operator"`` and ``"ｏｐｅｒａｔｏｒ"`` give ``"operator"``."""
+    return AbstractBaseUser.normalize_username(str(raw_username or "").strip()).casefold()
+
+
+def lockout_username(request: HttpRequest, credentials: dict[str, Any] | None) -> str:
+    """``AXES_USERNAME_CALLABLE``: the lockout key of the username being tried (from the
+    credentials ``authenticate`` received, else the POSTed form field)."""
+    field = get_user_model().USERNAME_FIELD
+    if credentials and credentials.get(field) is not None:
+        return lockout_key(credentials[field])
+    return lockout_key(request.POST.get(field, ""))
+
+
+def client_ip(request: HttpRequest) -> str | None:
+    """``AXES_CLIENT_IP_CALLABLE``: the peer address (``REMOTE_ADDR``; ``None`` when the server
+    gave none, e.g. a test client's ``force_login``). Client-supplied headers such as
+    ``X-Forwarded-For`` are not trusted: a proxy in front must set ``REMOTE_ADDR`` itself."""
+    return request.META.get("REMOTE_ADDR") or None
+
+
+def address_failures(ip_address: str | None) -> int:
+    """Failed sign-ins from ``ip_address`` within the cool-off window, over every username."""
+    cool_off = get_cool_off()
+    attempts = AccessAttempt.objects.filter(ip_address=ip_address)
+    if cool_off is not None:
+        attempts = attempts.filter(attempt_time__gte=timezone.now() - cool_off)
+    return int(attempts.aggregate(total=Sum("failures_since_start"))["total"] or 0)
+
+
+class SignInLockHandler(AxesDatabaseHandler):
+    """django-axes' database handler plus the per-address limit (``address_failure_limit``)."""
+
+    def is_locked(self, request: Any, credentials: dict[str, Any] | None = None) -> bool:
+        """Locked for the (account, address) pair, or for the address alone."""
+        if super().is_locked(request, credentials):
+            return True
+        return address_failures(client_ip(request)) >= address_failure_limit()
+
+    def user_login_failed(
+        self, sender: Any, credentials: dict[str, Any], request: Any = None, **kwargs: Any
+    ) -> None:
+        """Record the failure (axes), then flag the request for the lockout answer when the
+        address reached its limit too (axes flags only its own per-pair limit)."""
+        super().user_login_failed(sender, credentials, request, **kwargs)
+        if request is None or getattr(request, "axes_locked_out", False):
+            return
+        if address_failures(client_ip(request)) >= address_failure_limit():
+            request.axes_locked_out = True
+            request.axes_credentials = credentials
+
+
+def lockout_response(
+    request: HttpRequest, original_response: HttpResponse | None = None, credentials: Any = None
+) -> HttpResponse:
+    """``AXES_LOCKOUT_CALLABLE``: the sign-in page again, with HTTP 429 and when to retry."""
+    cool_off = get_cool_off(request)
+    minutes = int(cool_off.total_seconds() // 60) if cool_off else 15
+    response = render(
+        request,
+        "console/login.html",
+        {
+            "form": AuthenticationForm(request),
+            "throttled": f"Too many failed sign-ins. Try again in up to {minutes} minutes.",
+        },
+        status=429,
+    )
+    response["Retry-After"] = str(int(cool_off.total_seconds()) if cool_off else 900)
+    return response

@@ -1,0 +1,125 @@
+"""Issue 12, item 8: a documented way to create console users with roles."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
+from django.test import Client
+from django.urls import reverse
+
+from console.permissions import roles_of
+
+pytestmark = pytest.mark.django_db
+
+
+def _create(*args: str, stdin: str | None = None, monkeypatch: Any = None) -> str:
+    out = io.StringIO()
+    if stdin is not None:
+        monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
+    call_command("create_user", *args, stdout=out)
+    return out.getvalue()
+
+
+def _password(output: str) -> str:
+    line = next(line for line in output.splitlines() if line.startswith("password: "))
+    return line.split()[1]
+
+
+@pytest.mark.parametrize("role", ["viewer", "approver", "operator", "admin"])
+def test_i12_8_create_user_prints_a_password_that_signs_in_with_the_role(role: str) -> None:
+    # when
+    output = _create("ann", "--role", role)
+    # then: the printed password signs in, and the account holds exactly that role
+    user = get_user_model().objects.get(username="ann")
+    assert roles_of(user) == [role]
+    assert not user.is_superuser and not user.is_staff
+    client = Client()
+    response = client.post(reverse("login"), {"username": "ann", "password": _password(output)})
+    assert response.status_code == 302
+    assert client.get(reverse("dashboard")).status_code == 200
+
+
+def test_i12_8_several_roles_and_a_password_from_stdin(monkeypatch: Any) -> None:
+    output = _create(
+        "bea",
+        "--role",
+        "operator",
+        "--role",
+        "approver",
+        "--password-stdin",
+        stdin="a long enough passphrase\n",
+        monkeypatch=monkeypatch,
+    )
+    user = get_user_model().objects.get(username="bea")
+    assert roles_of(user) == ["operator", "approver"]
+    assert user.check_password("a long enough passphrase")
+    assert "password:" not in output  # a password the caller gave is never echoed
+
+
+def test_i12_8_django_admin_account_reaches_the_admin_site() -> None:
+    output = _create("root", "--role", "admin", "--django-admin")
+    client = Client()
+    client.post(reverse("admin:login"), {"username": "root", "password": _password(output)})
+    assert client.get(reverse("admin:index")).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "message"),
+    [
+        (["cy"], None, "roles must be one or more"),
+        (["bad name!", "--role", "viewer"], None, "username"),
+        (["  ", "--role", "viewer"], None, "username"),
+        (["Existing", "--role", "viewer"], None, "already exists"),
+        (["ｅｘｉｓｔｉｎｇ", "--role", "viewer"], None, "already exists"),
+        (["dan", "--role", "viewer", "--password-stdin"], "short\n", "password refused"),
+        (["dan", "--role", "viewer", "--password-stdin"], "password123\n", "password refused"),
+        (["dan", "--role", "viewer", "--password-stdin"], "\n", "empty line"),
+    ],
+    ids=[
+        "no-role",
+        "bad-characters",
+        "blank",
+        "same-name-other-case",
+        "fullwidth-twin",
+        "too-short",
+        "common",
+        "empty-stdin",
+    ],
+)
+def test_i12_8_create_user_refuses_bad_input_and_creates_nothing(
+    args: list[str], stdin: str | None, message: str, monkeypatch: Any
+) -> None:
+    # given
+    get_user_model().objects.create_user("existing", password="x" * 20)
+    before = get_user_model().objects.count()
+    # when / then
+    with pytest.raises(CommandError, match=message):
+        _create(*args, stdin=stdin, monkeypatch=monkeypatch)
+    assert get_user_model().objects.count() == before
+
+
+def test_i12_8_an_unknown_role_is_refused_by_the_command_line() -> None:
+    with pytest.raises(CommandError, match="invalid choice"):
+        _create("eve", "--role", "superuser")
+    assert not get_user_model().objects.filter(username="eve").exists()
+
+
+def test_i12_8_quickstart_console_account_is_operator_and_approver_not_superuser() -> None:
+    # when: quickstart's set-up step (no processes)
+    out = io.StringIO()
+    call_command("quickstart", "--no-run", stdout=out)
+    # then
+    users = get_user_model().objects
+    operator, admin = users.get(username="operator"), users.get(username="admin")
+    assert roles_of(operator) == ["operator", "approver"] and not operator.is_superuser
+    assert admin.is_superuser and admin.is_staff
+    assert "console account: operator / " in out.getvalue()
+    assert "Django admin account (/admin/): admin / " in out.getvalue()
+    # a second run keeps both and prints no password
+    again = io.StringIO()
+    call_command("quickstart", "--no-run", stdout=again)
+    assert "shown once" not in again.getvalue().split("demo agent")[0]

@@ -1,0 +1,142 @@
+"""Issue 12, item 1 and case C14: sign-in protection that cannot be side-stepped.
+
+A lock is counted under the name the login form reaches (stripped, NFKC, case-folded), lives in
+the database (django-axes), and guards the admin's login form as well as the console's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from axes.models import AccessAttempt
+from django.core.cache import cache
+from django.test import Client
+from django.urls import reverse
+
+from console.signin import lockout_key
+from tests.factories import UserFactory
+
+pytestmark = pytest.mark.django_db
+
+RIGHT = "correct horse battery"
+
+
+def _fail(client: Client, url: str, username: str, times: int) -> None:
+    for _ in range(times):
+        response = client.post(url, {"username": username, "password": "wrong"})
+        assert response.status_code in (200, 429)
+
+
+def _signed_in(client: Client) -> bool:
+    return "_auth_user_id" in client.session
+
+
+@pytest.fixture
+def operator(db: Any) -> Any:
+    return UserFactory(username="operator", groups=["operator", "approver"], is_staff=True, is_superuser=True)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [" operator", "operator ", "ｏｐｅｒａｔｏｒ", "Operator", "OPERATOR"],
+    ids=["leading-space", "trailing-space", "fullwidth", "capitalised", "upper-case"],
+)
+def test_c14_a_lock_holds_under_every_spelling_that_reaches_the_account(
+    operator: Any, settings: Any, spelling: str
+) -> None:
+    # given: operator locked by wrong passwords under its plain name
+    client = Client()
+    _fail(client, reverse("login"), "operator", settings.AXES_FAILURE_LIMIT)
+    # when: the right password under another spelling
+    response = client.post(reverse("login"), {"username": spelling, "password": RIGHT})
+    # then: refused with the lock, not signed in
+    assert response.status_code == 429
+    assert b"Too many failed sign-ins" in response.content
+    assert not _signed_in(client)
+
+
+def test_c14_failures_under_different_spellings_add_up_to_one_lock(operator: Any, settings: Any) -> None:
+    client = Client()
+    spellings = [" operator", "ｏｐｅｒａｔｏｒ", "Operator", "operator ", "OPERATOR"]
+    for spelling in spellings[: settings.AXES_FAILURE_LIMIT]:
+        client.post(reverse("login"), {"username": spelling, "password": "wrong"})
+    response = client.post(reverse("login"), {"username": "operator", "password": RIGHT})
+    assert response.status_code == 429 and not _signed_in(client)
+    assert set(AccessAttempt.objects.values_list("username", flat=True)) == {"operator"}
+
+
+def test_c14_the_admin_login_is_locked_too(operator: Any, settings: Any) -> None:
+    # given: wrong passwords on the admin's own login form
+    client = Client()
+    _fail(client, reverse("admin:login"), "operator", settings.AXES_FAILURE_LIMIT)
+    # when: the right password there
+    response = client.post(reverse("admin:login"), {"username": "operator", "password": RIGHT})
+    # then
+    assert response.status_code == 429 and not _signed_in(client)
+    assert client.get(reverse("admin:index")).status_code == 302
+
+
+def test_c14_one_lock_for_both_forms(operator: Any, settings: Any) -> None:
+    # locked through the console's form, refused on the admin's
+    client = Client()
+    _fail(client, reverse("login"), " operator", settings.AXES_FAILURE_LIMIT)
+    response = client.post(reverse("admin:login"), {"username": "ｏｐｅｒａｔｏｒ", "password": RIGHT})
+    assert response.status_code == 429 and not _signed_in(client)
+
+
+def test_c14_the_lock_survives_a_restart_and_holds_in_another_process(operator: Any, settings: Any) -> None:
+    # given: a lock, then everything a process keeps in memory is gone (the cache, a new client)
+    _fail(Client(), reverse("login"), "operator", settings.AXES_FAILURE_LIMIT)
+    cache.clear()
+    # when: another "process" (a fresh client, nothing shared but the database) tries
+    response = Client().post(reverse("login"), {"username": "operator", "password": RIGHT})
+    # then: the database row holds the lock
+    assert response.status_code == 429
+    assert AccessAttempt.objects.get(username="operator").failures_since_start >= settings.AXES_FAILURE_LIMIT
+
+
+def test_c14_the_lock_ends_after_the_cool_off(operator: Any, settings: Any, time_machine: Any) -> None:
+    time_machine.move_to("2026-12-01 10:00:00+00:00", tick=False)
+    client = Client()
+    _fail(client, reverse("login"), "operator", settings.AXES_FAILURE_LIMIT)
+    assert client.post(reverse("login"), {"username": "operator", "password": RIGHT}).status_code == 429
+    time_machine.move_to("2026-12-01 10:16:00+00:00", tick=False)
+    response = client.post(reverse("login"), {"username": "operator", "password": RIGHT})
+    assert response.status_code == 302 and _signed_in(client)
+
+
+def test_c14_one_address_spraying_many_accounts_is_locked(db: Any, settings: Any) -> None:
+    # given: twenty users, each tried once with a wrong password from one address
+    settings.EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES = 6
+    UserFactory(username="carol", groups=["viewer"])
+    client = Client()
+    for n in range(settings.EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES):
+        client.post(reverse("login"), {"username": f"someone{n}", "password": "wrong"})
+    # when: a real account from the same address
+    response = client.post(reverse("login"), {"username": "carol", "password": RIGHT})
+    # then: the address is locked; another address is not
+    assert response.status_code == 429 and not _signed_in(client)
+    other = Client(REMOTE_ADDR="192.0.2.7")
+    assert other.post(reverse("login"), {"username": "carol", "password": RIGHT}).status_code == 302
+
+
+def test_c14_a_lock_on_one_address_leaves_the_account_open_from_another(operator: Any, settings: Any) -> None:
+    # the pair is locked, not the account: an attacker cannot lock the operator out everywhere
+    _fail(Client(), reverse("login"), "operator", settings.AXES_FAILURE_LIMIT)
+    other = Client(REMOTE_ADDR="192.0.2.7")
+    assert other.post(reverse("login"), {"username": "operator", "password": RIGHT}).status_code == 302
+
+
+@pytest.mark.parametrize(
+    ("raw", "key"),
+    [
+        (" operator", "operator"),
+        ("ｏｐｅｒａｔｏｒ", "operator"),
+        ("Ｏperator\t", "operator"),
+        ("", ""),
+        (None, ""),
+    ],
+)
+def test_c14_lockout_key_is_the_normalised_case_folded_name(raw: Any, key: str) -> None:
+    assert lockout_key(raw) == key
