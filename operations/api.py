@@ -114,6 +114,7 @@ class IntentCollectionView(APIView):
     pagination_class = IntentPagination
 
     @extend_schema(
+        summary="Submit an intent (201; the same key and request again: the same intent, replayed)",
         request=IntentCreateSerializer,
         responses={201: IntentSerializer, **problem_responses(400, 413, 415, 422)},
         parameters=[IDEMPOTENCY_KEY, *SUBMIT_HEADERS, *PROBLEM_HEADERS],
@@ -142,6 +143,7 @@ class IntentCollectionView(APIView):
         # Named here: drf-spectacular's list heuristic looks at the lowest response key, which the
         # problem responses' (status, media type) keys win.
         operation_id="v1_intents_list",
+        summary="List the tenant's intents, newest first, a cursor page at a time",
         parameters=[IntentListQuerySerializer, *PROBLEM_HEADERS],
         responses={200: IntentSerializer(many=True), **problem_responses(400, 422)},
     )

@@ -213,3 +213,28 @@ def test_i12_6_the_document_refuses_arguments_the_api_refuses(api: APIClient) ->
     with pytest.raises(RequestValidationError):
         spec.validate_request(SentRequest(bad))
     spec.validate_request(SentRequest(good))
+
+
+def test_i12_6_an_action_whose_arguments_changed_gets_one_branch_per_schema() -> None:
+    # given: version 1 and 3 share a schema, version 2 has another
+    from operations.api_schema import action_bodies
+
+    old, new = {"type": "object"}, {"type": "object", "required": ["sku"]}
+    base_schema = {
+        "type": "object",
+        "properties": {
+            "action": {"type": "string"},
+            "action_version": {"type": "integer", "default": 1},
+            "arguments": {"type": "object"},
+        },
+        "required": ["action", "arguments"],
+    }
+    # when
+    body, components = action_bodies("IntentCreate", base_schema, {"acme.order": {1: old, 2: new, 3: old}})
+    # then: v1 and v3 in one branch (action_version optional, default 1), v2 in the other (required)
+    branches = components["IntentCreateAcmeOrder"]["oneOf"]
+    assert [b["properties"]["action_version"]["enum"] for b in branches] == [[1, 3], [2]]
+    assert "action_version" not in branches[0]["required"] and "action_version" in branches[1]["required"]
+    assert "default" not in branches[1]["properties"]["action_version"]
+    assert (components["AcmeOrderArguments"], components["AcmeOrderV2Arguments"]) == (old, new)
+    assert body["discriminator"]["mapping"] == {"acme.order": "#/components/schemas/IntentCreateAcmeOrder"}
