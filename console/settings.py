@@ -164,7 +164,16 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "Effect Ledger API",
     "DESCRIPTION": "Submit intents; Effect Ledger executes each at most once at the provider.",
     "VERSION": "1",
+    # 3.1: schemas are JSON Schema 2020-12, the dialect of the actions' argument schemas.
+    "OAS_VERSION": "3.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # One component for the intent states (the intent's status and a 409 problem's current_status).
+    "ENUM_NAME_OVERRIDES": {"IntentStatusEnum": "operations.models.Intent.Status"},
+    # The submit and preview bodies get one branch per served action (operations.api_schema).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "operations.api_schema.add_action_schemas",
+    ],
     # Swagger UI and Redoc served from static files (no CDN: closed networks).
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from operations import selectors, services
+from operations.api_schema import RETRY_AFTER, WWW_AUTHENTICATE, problem_responses
 from operations.models import Agent, Intent
 from operations.serializers import (
     IntentCancelSerializer,
@@ -27,11 +28,33 @@ from operations.serializers import (
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
-    str,
+    # 1-255 printable ASCII (idempotency.CLIENT_KEY_PATTERN); HTTP drops a field value's leading
+    # and trailing spaces (RFC 9110 section 5.5), so a key that arrives starts and ends with one
+    # of the others.
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 255,
+        "pattern": "^[\\x21-\\x7e]([\\x20-\\x7e]*[\\x21-\\x7e])?$",
+    },
     OpenApiParameter.HEADER,
     required=True,
     description="1-255 printable ASCII characters; scoped to your tenant and principal",
 )
+SUBMIT_HEADERS = [
+    OpenApiParameter(
+        "Location", str, OpenApiParameter.HEADER, response=[201], description="the intent's URL"
+    ),
+    OpenApiParameter(
+        "Idempotent-Replayed",
+        {"type": "string", "enum": ["true"]},
+        OpenApiParameter.HEADER,
+        response=[201],
+        description="present on a replay: the same key and request answered with the intent it created",
+    ),
+]
+#: The problem headers every operation can answer with.
+PROBLEM_HEADERS = [WWW_AUTHENTICATE, RETRY_AFTER]
 
 
 def _agent(request: Request) -> Agent:
@@ -70,12 +93,31 @@ class IntentPagination(CursorPagination):
                 raise ParseError("malformed cursor: use the next or previous link of a page")
         return cursor
 
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        """The page as ``get_paginated_response`` writes it: ``{"next", "previous", "results"}``,
+        the links absolute URLs or null (OpenAPI 3.1: ``type: [string, "null"]``)."""
+        link = {"type": ["string", "null"], "format": "uri"}
+        return {
+            "type": "object",
+            "properties": {
+                "next": {**link, "description": "the next (older) page; null on the last"},
+                "previous": {**link, "description": "the previous (newer) page; null on the first"},
+                "results": schema,
+            },
+            "required": ["next", "previous", "results"],
+        }
+
 
 class IntentCollectionView(APIView):
-    """``POST`` submits an intent; ``GET`` lists the tenant's intents."""
+    """``POST`` submits an intent; ``GET`` lists the tenant's intents (``IntentPagination``)."""
+
+    pagination_class = IntentPagination
 
     @extend_schema(
-        request=IntentCreateSerializer, responses={201: IntentSerializer}, parameters=[IDEMPOTENCY_KEY]
+        summary="Submit an intent (201; the same key and request again: the same intent, replayed)",
+        request=IntentCreateSerializer,
+        responses={201: IntentSerializer, **problem_responses(400, 413, 415, 422)},
+        parameters=[IDEMPOTENCY_KEY, *SUBMIT_HEADERS, *PROBLEM_HEADERS],
     )
     def post(self, request: Request) -> Response:
         agent = _agent(request)
@@ -97,13 +139,20 @@ class IntentCollectionView(APIView):
             headers["Idempotent-Replayed"] = "true"
         return Response(IntentSerializer(result.intent).data, status=status.HTTP_201_CREATED, headers=headers)
 
-    @extend_schema(parameters=[IntentListQuerySerializer], responses={200: IntentSerializer(many=True)})
+    @extend_schema(
+        # Named here: drf-spectacular's list heuristic looks at the lowest response key, which the
+        # problem responses' (status, media type) keys win.
+        operation_id="v1_intents_list",
+        summary="List the tenant's intents, newest first, a cursor page at a time",
+        parameters=[IntentListQuerySerializer, *PROBLEM_HEADERS],
+        responses={200: IntentSerializer(many=True), **problem_responses(400, 422)},
+    )
     def get(self, request: Request) -> Response:
         query = IntentListQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         filters = {k: v for k, v in query.validated_data.items() if k not in {"cursor", "page_size"}}
         queryset = selectors.intent_list(tenant=_agent(request).tenant, **filters)
-        paginator = IntentPagination()
+        paginator = self.pagination_class()
         page = paginator.paginate_queryset(queryset, request, view=self)
         return paginator.get_paginated_response(IntentSerializer(page, many=True).data)
 
@@ -111,7 +160,7 @@ class IntentCollectionView(APIView):
 class IntentDetailView(APIView):
     """``GET`` one intent of the caller's tenant."""
 
-    @extend_schema(responses={200: IntentSerializer})
+    @extend_schema(responses={200: IntentSerializer, **problem_responses(404)}, parameters=PROBLEM_HEADERS)
     def get(self, request: Request, intent_id: uuid.UUID) -> Response:
         return Response(IntentSerializer(_intent_or_404(request, intent_id)).data)
 
@@ -119,7 +168,11 @@ class IntentDetailView(APIView):
 class IntentCancelView(APIView):
     """``POST`` cancels an intent that has not started running; 409 otherwise."""
 
-    @extend_schema(request=IntentCancelSerializer, responses={200: IntentSerializer})
+    @extend_schema(
+        request=IntentCancelSerializer,
+        responses={200: IntentSerializer, **problem_responses(400, 403, 404, 409, 413, 415, 422)},
+        parameters=PROBLEM_HEADERS,
+    )
     def post(self, request: Request, intent_id: uuid.UUID) -> Response:
         intent = _intent_or_404(request, intent_id)
         body = IntentCancelSerializer(data=request.data or {})
@@ -133,7 +186,11 @@ class IntentCancelView(APIView):
 class IntentPreviewView(APIView):
     """``POST`` a dry run: what exactly would happen; persists nothing."""
 
-    @extend_schema(request=IntentPreviewSerializer, responses={200: PreviewResponseSerializer})
+    @extend_schema(
+        request=IntentPreviewSerializer,
+        responses={200: PreviewResponseSerializer, **problem_responses(400, 413, 415, 422)},
+        parameters=PROBLEM_HEADERS,
+    )
     def post(self, request: Request) -> Response:
         body = IntentPreviewSerializer(data=request.data)
         body.is_valid(raise_exception=True)

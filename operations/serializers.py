@@ -148,3 +148,44 @@ class PreviewResponseSerializer(serializers.Serializer[Any]):
     scope = serializers.CharField()
     checks = serializers.ListField(child=serializers.DictField())
     policy = serializers.DictField()
+
+
+class FieldErrorSerializer(serializers.Serializer[Any]):
+    """One failing field of a 422 problem: ``{"field": "arguments.amount", "message": "..."}``."""
+
+    field = serializers.CharField(help_text="dotted path of the field (``body`` for the whole body)")
+    message = serializers.CharField()
+
+
+class ProblemDetailsSerializer(serializers.Serializer[Any]):
+    """The body of every error, ``application/problem+json`` (RFC 9457 section 3), as
+    ``operations.api_support.problem`` builds it: the standard members, ``code`` (the last
+    segment of ``type``), and the extension members some problems carry (section 3.2)."""
+
+    type = serializers.CharField(
+        help_text="tag URI naming the problem, e.g. tag:effect-ledger,2026:problems/not-found"
+    )
+    title = serializers.CharField()
+    status = serializers.IntegerField(min_value=400, max_value=599)
+    detail = serializers.CharField()
+    code = serializers.CharField(help_text="stable slug, the last segment of type")
+    known_actions = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="422 for an unknown action: the actions served",
+    )
+    intent_id = serializers.UUIDField(
+        required=False, help_text="422 idempotency-key-reused: the intent the key belongs to"
+    )
+    current_status = serializers.ChoiceField(
+        choices=Intent.Status.choices, required=False, help_text="409: the intent's status now"
+    )
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        """The members above plus ``errors`` (declared here: an attribute of that name would
+        hide ``Serializer.errors``)."""
+        fields = super().get_fields()
+        fields["errors"] = FieldErrorSerializer(
+            many=True, required=False, help_text="422: every failing field"
+        )
+        return fields

@@ -9,6 +9,7 @@ the defaults below register the sandbox provider's products. Every action config
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -121,7 +122,9 @@ def serving_problem(action: str, version: int) -> str | None:
         return f"{action} is not served by this deployment: its adapter failed: {exc!r}"[:500]
     if version not in served:
         listed = ", ".join(str(v) for v in served)
-        return f"{action} version {version} is no longer served by this deployment (it serves version {listed})"
+        return (
+            f"{action} version {version} is no longer served by this deployment (it serves version {listed})"
+        )
     return None
 
 
@@ -133,3 +136,26 @@ def capabilities_for(action: str) -> Capabilities:
         UnknownAction: no adapter is registered for it. AdapterBroken: it cannot be loaded.
     """
     return get_adapter(action).capabilities_for(action)
+
+
+def served_argument_schemas() -> dict[str, dict[int, dict[str, Any]]]:
+    """Every action this deployment serves, with the JSON schema (draft 2020-12) of its
+    arguments per ``action_version``: ``{"payments.charge": {1: {...}}, ...}``, actions sorted.
+
+    What the API's OpenAPI document describes (``operations.api_schema``), read from the same
+    adapters that validate a submission (``Adapter.versions_for`` and ``argument_schema_for``),
+    so the document cannot disagree with the validation. An action whose adapter cannot be
+    loaded (``AdapterBroken``) is left out: a submission of it is refused with a 422 anyway.
+    Never raises for a broken adapter or a malformed generic configuration.
+    """
+    served: dict[str, dict[int, dict[str, Any]]] = {}
+    for action in _known_or_none():
+        try:
+            adapter = get_adapter(action)
+            served[action] = {
+                version: adapter.argument_schema_for(action, version)
+                for version in adapter.versions_for(action)
+            }
+        except Exception:  # an adapter that cannot be loaded or answer serves nothing
+            continue
+    return served
