@@ -43,7 +43,10 @@ def lockout_key(raw_username: object) -> str:
     """The name a sign-in is counted under: stripped, NFKC-normalised (as Django's
     ``AbstractBaseUser.normalize_username`` and the login form's ``UsernameField`` do) and
     case-folded. ``" Operator"`` and ``"ｏｐｅｒａｔｏｒ"`` give ``"operator"``."""
-    return AbstractBaseUser.normalize_username(str(raw_username or "").strip()).casefold()
+    key = AbstractBaseUser.normalize_username(str(raw_username or "").strip()).casefold()
+    # Case folding may lengthen a name (a 150-character username can fold to 450 code points);
+    # axes stores 255.
+    return key[:255]
 
 
 def lockout_username(request: HttpRequest, credentials: dict[str, Any] | None) -> str:

@@ -140,3 +140,13 @@ def test_c14_a_lock_on_one_address_leaves_the_account_open_from_another(operator
 )
 def test_c14_lockout_key_is_the_normalised_case_folded_name(raw: Any, key: str) -> None:
     assert lockout_key(raw) == key
+
+
+def test_c14_a_name_that_folds_longer_than_axes_stores_is_counted_not_a_500(db: Any, settings: Any) -> None:
+    # given: a 150-character name (the form's limit) that case-folds to 450 code points
+    name = "\u0390" * 150  # GREEK SMALL LETTER IOTA WITH DIALYTIKA AND TONOS: folds to 3 code points
+    UserFactory(username=name, groups=["viewer"])
+    client = Client()
+    # when / then: failures are recorded and lock as for any name
+    _fail(client, reverse("login"), name, settings.AXES_FAILURE_LIMIT)
+    assert client.post(reverse("login"), {"username": name, "password": RIGHT}).status_code == 429
