@@ -5,7 +5,6 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import NotFound, ParseError
@@ -17,6 +16,7 @@ from rest_framework.views import APIView
 from operations import selectors, services
 from operations.api_schema import RETRY_AFTER, WWW_AUTHENTICATE, problem_responses
 from operations.models import Agent, Intent
+from operations.selectors.pagination import InvalidCursor, cursor_time
 from operations.serializers import (
     IntentCancelSerializer,
     IntentCreateSerializer,
@@ -88,9 +88,10 @@ class IntentPagination(CursorPagination):
             raise ParseError("malformed cursor: use the next or previous link of a page") from exc
         position = cursor.position if cursor is not None else None
         if position is not None:
-            moment = parse_datetime(str(position))
-            if moment is None or moment.tzinfo is None:
-                raise ParseError("malformed cursor: use the next or previous link of a page")
+            try:
+                cursor_time(position)
+            except InvalidCursor as exc:
+                raise ParseError("malformed cursor: use the next or previous link of a page") from exc
         return cursor
 
     def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:

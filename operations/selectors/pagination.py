@@ -30,6 +30,22 @@ class InvalidCursor(ValueError):
     """A cursor was given but names no row: not ours, edited, or cut short (issue 12, item 4)."""
 
 
+def cursor_time(raw: object) -> datetime:
+    """The aware time a cursor's position names.
+
+    Raises:
+        InvalidCursor: not an ISO 8601 time with a zone, or one outside the calendar (month 13,
+            hour 99, offset +99:00).
+    """
+    try:
+        moment = parse_datetime(str(raw))
+    except (ValueError, OverflowError) as exc:  # well-formed but impossible: 2026-13-01, +99:00
+        raise InvalidCursor("malformed cursor") from exc
+    if moment is None or moment.tzinfo is None:
+        raise InvalidCursor("malformed cursor")
+    return moment
+
+
 def decode_cursor(cursor: str | None, *, row_id: Callable[[str], Any] = str) -> tuple[datetime, Any] | None:
     """The (created_at, id) a cursor names, or None when there is no cursor.
 
@@ -38,21 +54,19 @@ def decode_cursor(cursor: str | None, *, row_id: Callable[[str], Any] = str) -> 
             audit events); what it refuses is a malformed cursor.
 
     Raises:
-        InvalidCursor: a cursor that is not one ``encode_cursor`` wrote (bad base64 or JSON, a
-            time without a zone, an id of the wrong kind).
+        InvalidCursor: a cursor that is not one ``encode_cursor`` wrote (bad base64 or JSON,
+            nesting too deep, a time without a zone or outside the calendar, an id of the wrong
+            kind).
     """
     if not cursor:
         return None
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_raw, row_raw = json.loads(raw)
-        created_at = parse_datetime(created_raw)
         key = row_id(str(row_raw))
-    except (binascii.Error, ValueError, TypeError, AttributeError) as exc:
+    except (binascii.Error, ValueError, TypeError, AttributeError, RecursionError) as exc:
         raise InvalidCursor("malformed cursor") from exc
-    if created_at is None or created_at.tzinfo is None:
-        raise InvalidCursor("malformed cursor")
-    return created_at, key
+    return cursor_time(created_raw), key
 
 
 @dataclass

@@ -32,6 +32,9 @@ def ours(payload: Any) -> str:
         b64("o=0&r=0&p=2026-01-01 10:00:00"),  # a time without a zone
         "!!!not-base64!!!",  # DRF's 404 "Invalid cursor" before
         b64("o=-5"),
+        b64("p=2026-13-01 00:00:00+00:00"),  # month 13 (was a 500)
+        b64("p=2026-12-01 99:00:00+00:00"),  # hour 99
+        b64("p=2026-12-01 10:00:00+99:00"),  # offset beyond a day
     ],
 )
 def test_c16_a_crafted_api_cursor_is_a_400_problem(api: APIClient, cursor: str) -> None:
@@ -57,6 +60,9 @@ def test_i12_4_the_api_cursor_it_wrote_still_pages(api: APIClient) -> None:
         ("/intents/", ours(["not-a-date", "00000000-0000-0000-0000-000000000000"])),
         ("/intents/", ours(["2026-01-01T10:00:00", "00000000-0000-0000-0000-000000000000"])),  # no zone
         ("/intents/", "%%%"),
+        ("/intents/", ours(["2026-13-01T10:00:00+00:00", "00000000-0000-0000-0000-000000000000"])),
+        ("/intents/", base64.urlsafe_b64encode(b"[" * 2500 + b"]" * 5).decode()),  # RecursionError
+        ("/audit/", base64.urlsafe_b64encode(b"[" * 2500 + b"]" * 5).decode()),
         ("/audit/", ours(["2026-01-01T10:00:00+00:00", "not-a-number"])),
         ("/audit/", ours({"a": 1})),
     ],
