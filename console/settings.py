@@ -16,7 +16,7 @@ from typing import Any
 import dj_database_url
 
 from console.embedded import embedded_database_url
-from console.env import env_bool, env_float, env_int, env_list, env_str
+from console.env import env_bool, env_float, env_int, env_list, env_str, security_settings
 from console.secret_key import resolve_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -68,6 +68,11 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "console.urls"
 WSGI_APPLICATION = "console.wsgi.application"
+
+# Cookies, HTTPS and security headers (EFFECT_LEDGER_HTTPS, EFFECT_LEDGER_SESSION_SECONDS,
+# EFFECT_LEDGER_TRUST_X_FORWARDED_PROTO, ...): SESSION_COOKIE_*, CSRF_COOKIE_*, SECURE_*,
+# X_FRAME_OPTIONS, computed by one pure function (console/env.py) so tests can call it.
+globals().update(security_settings(os.environ))
 
 TEMPLATES = [
     {
