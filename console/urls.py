@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from csp.decorators import csp_update
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.http import HttpRequest, HttpResponse
@@ -28,15 +29,18 @@ urlpatterns = [
         SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),
         name="schema",
     ),
-    # Swagger UI with its init script as a file of its own, not inline (the split view), and
-    # drf-spectacular's inline style moved to a file (the template): no inline code to allow.
+    # Swagger UI: its init script is a file of its own (the split view) and drf-spectacular's
+    # inline style a static file (the template). Its CSS draws icons as data: images: the one
+    # addition to the console's Content-Security-Policy (console/settings.py), on this page only.
     path(
         "api/docs/",
-        SpectacularSwaggerSplitView.as_view(
-            url_name="schema",
-            template_name="console/swagger_ui.html",
-            authentication_classes=[],
-            permission_classes=[],
+        csp_update({"img-src": ["data:"]})(
+            SpectacularSwaggerSplitView.as_view(
+                url_name="schema",
+                template_name="console/swagger_ui.html",
+                authentication_classes=[],
+                permission_classes=[],
+            )
         ),
         name="api-docs",
     ),

@@ -1,4 +1,4 @@
-"""Security headers and cookie flags (issue 12, item 3): framing and sniffing headers,
+"""Security headers and cookie flags (issue 12, item 3): the Content-Security-Policy, framing,
 HTTPS (redirect, HSTS, Secure cookies) behind EFFECT_LEDGER_HTTPS, and the session length."""
 
 from __future__ import annotations
@@ -13,6 +13,26 @@ from console.env import security_settings
 from tests.factories import UserFactory
 
 PASSWORD = "correct horse battery"
+CONSOLE_POLICY = {
+    "default-src": {"'self'"},
+    "script-src": {"'self'"},
+    "style-src": {"'self'"},
+    "img-src": {"'self'"},
+    "object-src": {"'none'"},
+    "base-uri": {"'none'"},
+    "form-action": {"'self'"},
+    "frame-ancestors": {"'none'"},
+}
+
+
+def policy(response: Any) -> dict[str, set[str]]:
+    """The response's Content-Security-Policy as {directive: {sources}}."""
+    parsed: dict[str, set[str]] = {}
+    for part in response.headers.get("Content-Security-Policy", "").split(";"):
+        if part.strip():
+            directive, *sources = part.split()
+            parsed[directive] = set(sources)
+    return parsed
 
 
 def apply(settings: Any, environ: dict[str, str]) -> None:
@@ -31,11 +51,38 @@ def sign_in(client: Client, **extra: Any) -> Any:
     return client.post("/login/", {"username": "vera", "password": PASSWORD}, **extra)
 
 
+@pytest.mark.parametrize("path", ["/", "/approvals/", "/unknown/", "/intents/", "/audit/", "/drills/"])
+def test_i12_3_console_pages_carry_the_strict_content_security_policy(
+    viewer_client: Client, path: str
+) -> None:
+    # when
+    response = viewer_client.get(path)
+    # then: exactly the console's policy, no 'unsafe-inline', 'unsafe-eval' or data: anywhere
+    assert response.status_code == 200
+    assert policy(response) == CONSOLE_POLICY
+
+
+def test_i12_3_the_sign_in_page_carries_the_policy_too(client: Client, db: Any) -> None:
+    assert policy(client.get("/login/")) == CONSOLE_POLICY
+
+
+def test_i12_3_only_the_api_docs_add_data_images(client: Client) -> None:
+    # when: Swagger UI's page and its init script (a file of its own, not inline)
+    page = client.get("/api/docs/")
+    script = client.get("/api/docs/?script=")
+    # then: the console's policy plus data: images, nothing else loosened
+    assert page.status_code == 200 and script.status_code == 200
+    assert "<script>" not in page.content.decode()
+    assert script["Content-Type"].startswith("application/javascript")
+    assert policy(page) == {**CONSOLE_POLICY, "img-src": {"'self'", "data:"}}
+
+
 def test_i12_3_pages_cannot_be_framed_sniffed_or_leak_their_address(viewer_client: Client) -> None:
     # when
     response = viewer_client.get("/")
     # then
     assert response["X-Frame-Options"] == "DENY"
+    assert policy(response)["frame-ancestors"] == {"'none'"}
     assert response["X-Content-Type-Options"] == "nosniff"
     assert response["Referrer-Policy"] == "same-origin"
     assert response["Cross-Origin-Opener-Policy"] == "same-origin"
