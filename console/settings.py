@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from csp.constants import NONE, SELF
 
 from console.embedded import embedded_database_url
-from console.env import env_bool, env_float, env_int, env_list, env_str
+from console.env import env_bool, env_float, env_int, env_list, env_str, security_settings
 from console.secret_key import resolve_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -44,6 +45,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_htmx",
     "template_partials",
+    "csp",
     "operations",
     "reconciliation",
     "console",
@@ -52,6 +54,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -68,6 +71,28 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "console.urls"
 WSGI_APPLICATION = "console.wsgi.application"
+
+# Cookies, HTTPS and security headers (EFFECT_LEDGER_HTTPS, EFFECT_LEDGER_SESSION_SECONDS,
+# EFFECT_LEDGER_TRUST_X_FORWARDED_PROTO, ...): SESSION_COOKIE_*, CSRF_COOKIE_*, SECURE_*,
+# X_FRAME_OPTIONS, computed by one pure function (console/env.py) so tests can call it.
+globals().update(security_settings(os.environ))
+
+# Content-Security-Policy (django-csp 4 format) on every response. The console loads only its
+# own static files: no inline script, inline style, event-handler attribute or eval (htmx's
+# eval and its injected indicator style are off, templates/console/base.html). A page that
+# needs more gets its own addition by a decorator on its view (the API docs, console/urls.py).
+CONTENT_SECURITY_POLICY: dict[str, Any] = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 TEMPLATES = [
     {

@@ -55,13 +55,39 @@ def browser() -> Iterator[Any]:
             chromium.close()
 
 
+# Every Content-Security-Policy violation in a page, as the page's own listener sees it
+# (the ``securitypolicyviolation`` event) and as Chromium logs it to the console.
+CSP_LISTENER = """
+document.addEventListener("securitypolicyviolation", (event) => {
+  window.reportCspViolation(event.effectiveDirective + " blocked " + (event.blockedURI || "?")
+    + " in " + event.documentURI + " (" + event.sourceFile + ":" + event.lineNumber + ")");
+});
+"""
+
+
 @pytest.fixture
-def page(browser: Any, live_server: Any) -> Iterator[Any]:
+def csp_violations() -> list[str]:
+    """What the ``page`` saw the Content-Security-Policy block; it must end empty."""
+    return []
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any, csp_violations: list[str]) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=live_server.url)
     context.set_default_timeout(10_000)
+    context.expose_function("reportCspViolation", lambda text: csp_violations.append(text))
+    context.add_init_script(CSP_LISTENER)
     tab = context.new_page()
+    tab.on(
+        "console",
+        lambda message: (
+            csp_violations.append(message.text) if "Content Security Policy" in message.text else None
+        ),
+    )
     yield tab
     context.close()
+    # Every browser test runs under the console's policy: a page it blocked is a failure.
+    assert csp_violations == [], f"Content-Security-Policy violations: {csp_violations}"
 
 
 def sign_in(page: Any, username: str) -> None:
@@ -325,3 +351,101 @@ def test_operator_releases_a_held_charge_from_the_queue(page: Any) -> None:
     page.get_by_role("button", name="Release (I accept the duplicate risk)").click()
     expect(page.locator("#decision")).to_contain_text("Released. The intent is READY")
     assert Intent.objects.get(id=held.id).status == Intent.Status.READY
+
+
+def _policy(response: Any) -> str:
+    """The enforced Content-Security-Policy of a page load (empty when there is none)."""
+    return str(response.all_headers().get("content-security-policy", ""))
+
+
+def test_i12_3_the_console_runs_under_its_content_security_policy(
+    page: Any, sandbox: Any, csp_violations: list[str]
+) -> None:
+    # given: something in every queue (an approval, an UNKNOWN email, a held charge behind an
+    # earlier one, a duplicate email finding), and a user who may act on all of it
+    import httpx
+
+    from reconciliation.lookups import reconcile_unknown
+    from reconciliation.models import DuplicateFinding
+
+    UserFactory(username="ada", groups=["admin"])
+    approval = gated(25_000, reference="order-5")
+    unknown = make_unknown(action="email.send", arguments=EMAIL)
+    submit(arguments=charge_arguments(4_990), reference="order-6")
+    held = submit(arguments=charge_arguments(5_990), reference="order-6")
+    assert held.status == Intent.Status.HELD
+    twice = make_unknown(action="email.send", arguments={**EMAIL, "subject": "Twice"})
+    for _ in range(2):
+        httpx.post(
+            f"{sandbox.url}/v1/emails",
+            json={**EMAIL, "subject": "Twice"},
+            headers={"Message-ID": f"<{twice.idempotency_key}@effect-ledger.local>"},
+        ).raise_for_status()
+    reconcile_unknown()
+    finding = DuplicateFinding.objects.get(intent=twice)
+    page.clock.install()  # polls are driven by moving the page's clock
+
+    # when / then: the sign-in page and every console page load under the strict policy ...
+    policy = _policy(page.goto("/login/"))
+    for directive in ("script-src 'self'", "style-src 'self'", "frame-ancestors 'none'"):
+        assert directive in policy
+    sign_in(page, "ada")
+    for path in ("/", "/approvals/", "/unknown/", "/intents/", "/audit/", "/drills/"):
+        assert "script-src 'self'" in _policy(page.goto(path)), path
+        page.clock.fast_forward(16_000)  # each page's poll (dashboard, queues) runs once
+
+    # ... and so do the htmx interactions: filters with pushed URLs, polls, and decisions
+    page.goto("/intents/")
+    page.get_by_label("intent_id or reference").fill("order-6")
+    page.get_by_role("button", name="Search").click()
+    expect(page).to_have_url(re.compile(r"q=order-6"))
+    page.locator("#results").get_by_role("link").first.click()
+    page.clock.fast_forward(3_000)  # the intent's status line refreshes every 2 s
+    page.goto("/audit/")
+    page.get_by_role("button", name="Filter").click()
+    expect(page.locator("#verification")).not_to_contain_text("Checking the hash chains")
+
+    page.goto(f"/approvals/{approval.id}/")
+    page.get_by_role("button", name="Approve this payload").click()
+    expect(page.locator("#decision")).to_contain_text("Approved. The intent is READY")
+
+    page.goto(f"/unknown/{unknown.id}/")
+    page.get_by_role("button", name="Look up now").click()
+    expect(page.locator("#resolution")).to_be_visible()
+
+    page.goto(f"/held/{held.id}/")
+    page.locator("#release-reason").fill("customer asked for a second delivery")
+    page.locator("#release-ack").check()
+    page.get_by_role("button", name="Release (I accept the duplicate risk)").click()
+    expect(page.locator("#decision")).to_contain_text("Released. The intent is READY")
+
+    page.goto(f"/duplicates/{finding.id}/")
+    page.locator("#acknowledge-reason").fill("customer told, harmless")
+    page.get_by_role("button", name="Acknowledge").click()
+    expect(page.locator("#decision")).to_contain_text("Decided: acknowledge")
+
+    # then: the policy blocked nothing on the way
+    page.wait_for_timeout(200)  # reports of the last swap arrive
+    assert csp_violations == []
+    # and the listener does report what it blocks (so the empty list above means something)
+    page.evaluate(
+        "() => { const s = document.createElement('script');"
+        " s.textContent = 'window.ran = 1'; document.body.append(s); }"
+    )
+    page.wait_for_timeout(200)
+    assert any("script-src" in violation for violation in csp_violations), csp_violations
+    assert page.evaluate("() => window.ran") is None
+    csp_violations.clear()  # the page fixture fails the test on any left
+
+
+def test_i12_3_the_api_docs_render_under_the_policy(page: Any, csp_violations: list[str]) -> None:
+    # when: the Swagger UI page loads (its script and the schema are fetched from the server)
+    response = page.goto("/api/docs/")
+    # then: it renders the API's operations under the console's policy plus data: images (its
+    # icons), and the policy blocked nothing
+    policy = _policy(response)
+    assert "script-src 'self';" in policy and "style-src 'self';" in policy
+    assert "img-src 'self' data:" in policy
+    expect(page.get_by_text("/api/v1/intents").first).to_be_visible()
+    page.wait_for_timeout(300)
+    assert csp_violations == []
