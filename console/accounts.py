@@ -15,12 +15,13 @@ from django.contrib.auth import get_user_model, password_validation
 from django.contrib.auth.models import Group
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from console.permissions import ROLES
 from console.signin import lockout_key
 
 GENERATED_PASSWORD_BYTES = 15  # secrets.token_urlsafe: 20 characters, 120 bits
+MAX_PASSWORD_LENGTH = 1024  # far above any passphrase, far below the 64 KiB request limit
 
 
 class AccountError(ValueError):
@@ -33,40 +34,56 @@ def console_user_create(
     """Create a console user holding ``roles``; returns ``(user, password)``.
 
     ``username`` is stripped and NFKC-normalised (Django's ``normalize_username``) and must pass
-    Django's ``UnicodeUsernameValidator``; it is refused when another account has the same name
-    ignoring case, since sign-in locks count names case-insensitively (``console.signin``).
-    ``roles`` are names from ``ROLES``, at least one. ``password`` is checked by
+    Django's ``UnicodeUsernameValidator`` and the field's length; it is refused when another
+    account has the same name case-folded, since sign-in locks count names that way
+    (``console.signin``).
+    ``roles`` are names from ``ROLES``, at least one (repeats ignored). ``password`` must be one
+    the login form can send (no NUL, at most ``MAX_PASSWORD_LENGTH`` characters) and pass
     ``AUTH_PASSWORD_VALIDATORS``; without one, a random 20-character password is generated
     (the caller shows it once). Raises ``AccountError``; on error nothing is stored.
     """
-    name = get_user_model().normalize_username(username.strip())
+    users = get_user_model()
+    name = users.normalize_username(username.strip())
+    max_length = users._meta.get_field(users.USERNAME_FIELD).max_length or 150
+    if len(name) > max_length:
+        raise AccountError(f"username is {len(name)} characters; at most {max_length}")
     try:
         UnicodeUsernameValidator()(name)
     except ValidationError as exc:
         raise AccountError(f"username {username!r}: {' '.join(exc.messages)}") from exc
+    roles = list(dict.fromkeys(roles))
     unknown = sorted(set(roles) - set(ROLES))
     if unknown or not roles:
         raise AccountError(
             f"roles must be one or more of {', '.join(ROLES)}; got {', '.join(roles) or 'none'}"
         )
-    users = get_user_model()
-    taken = [
-        existing
-        for existing in users.objects.filter(username__iexact=name).values_list("username", flat=True)
-        if lockout_key(existing) == lockout_key(name)
-    ]
-    if taken:
-        raise AccountError(f"an account named {taken[0]!r} already exists")
+    # Sign-in locks count names case-folded (console.signin.lockout_key): two accounts folding
+    # to one name would share a lock, and signing in to one would clear the other's. Python's
+    # case folding is not the database's UPPER (straße / STRASSE), so compare every name.
+    key = lockout_key(name)
+    for existing in users.objects.values_list(users.USERNAME_FIELD, flat=True).iterator():
+        if lockout_key(existing) == key:
+            raise AccountError(
+                f"an account named {existing!r} already exists (names are compared ignoring case)"
+            )
     user = users(username=name, is_staff=django_admin, is_superuser=django_admin)
     if password is None:
         password = secrets.token_urlsafe(GENERATED_PASSWORD_BYTES)
     else:
+        if "\x00" in password or len(password) > MAX_PASSWORD_LENGTH:
+            raise AccountError(
+                f"password refused: it must have no NUL character and at most {MAX_PASSWORD_LENGTH} "
+                "characters (the login form could never send it)"
+            )
         try:
             password_validation.validate_password(password, user)
         except ValidationError as exc:
             raise AccountError(f"password refused: {' '.join(exc.messages)}") from exc
     user.set_password(password)
-    with transaction.atomic():
-        user.save()
-        user.groups.set(Group.objects.filter(name__in=roles))
+    try:
+        with transaction.atomic():
+            user.save()
+            user.groups.set(Group.objects.filter(name__in=roles))
+    except IntegrityError as exc:  # created by someone else since the check above
+        raise AccountError(f"an account named {name!r} already exists") from exc
     return user, password

@@ -17,15 +17,21 @@ def env_str(name: str, default: str = "", *, environ: Mapping[str, str] | None =
     return (os.environ if environ is None else environ).get(name) or default
 
 
-def env_int(name: str, default: int, *, environ: Mapping[str, str] | None = None) -> int:
-    """Return the variable as an integer; raise ``ValueError`` naming it when malformed."""
+def env_int(
+    name: str, default: int, *, environ: Mapping[str, str] | None = None, minimum: int | None = None
+) -> int:
+    """Return the variable as an integer; raise ``ValueError`` naming it when malformed or
+    below ``minimum``."""
     raw = (os.environ if environ is None else environ).get(name)
     if not raw:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError as exc:
         raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from exc
+    if minimum is not None and value < minimum:
+        raise ValueError(f"environment variable {name} must be at least {minimum}, got {value}")
+    return value
 
 
 def env_float(name: str, default: float, *, environ: Mapping[str, str] | None = None) -> float:

@@ -63,6 +63,9 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # One sign-in at a time per (username, address), so concurrent guesses cannot all pass the
+    # lock check before any failure is recorded (console/signin.py).
+    "console.signin.SignInSerializationMiddleware",
     # Turns a sign-in that django-axes refused into its lockout answer (console/signin.py).
     "axes.middleware.AxesMiddleware",
     # Last, so its process_exception sees a view's database error first.
@@ -147,10 +150,13 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_HANDLER = "console.signin.SignInLockHandler"
-AXES_FAILURE_LIMIT = env_int("EFFECT_LEDGER_SIGNIN_FAILURES", 5)
-AXES_COOLOFF_TIME = timedelta(seconds=env_int("EFFECT_LEDGER_SIGNIN_LOCK_SECONDS", 15 * 60))
+AXES_FAILURE_LIMIT = env_int("EFFECT_LEDGER_SIGNIN_FAILURES", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(seconds=env_int("EFFECT_LEDGER_SIGNIN_LOCK_SECONDS", 15 * 60, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
-EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES = env_int("EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES", 20)
+EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES = env_int("EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES", 20, minimum=1)
+# Reverse proxies in front of the web server that each append the address they received from
+# to X-Forwarded-For (0: clients connect directly; console.signin.client_ip).
+EFFECT_LEDGER_PROXY_COUNT = env_int("EFFECT_LEDGER_PROXY_COUNT", 0, minimum=0)
 AXES_USERNAME_CALLABLE = "console.signin.lockout_username"
 AXES_CLIENT_IP_CALLABLE = "console.signin.client_ip"
 AXES_LOCKOUT_CALLABLE = "console.signin.lockout_response"

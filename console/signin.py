@@ -19,6 +19,8 @@ and ``"Operator"`` count against one lock (case C14).
 
 from __future__ import annotations
 
+import ipaddress
+from collections.abc import Callable
 from typing import Any
 
 from axes.handlers.database import AxesDatabaseHandler
@@ -28,9 +30,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.forms import AuthenticationForm
+from django.db import DatabaseError, connection
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.utils import timezone
 
 
@@ -59,10 +63,27 @@ def lockout_username(request: HttpRequest, credentials: dict[str, Any] | None) -
 
 
 def client_ip(request: HttpRequest) -> str | None:
-    """``AXES_CLIENT_IP_CALLABLE``: the peer address (``REMOTE_ADDR``; ``None`` when the server
-    gave none, e.g. a test client's ``force_login``). Client-supplied headers such as
-    ``X-Forwarded-For`` are not trusted: a proxy in front must set ``REMOTE_ADDR`` itself."""
-    return request.META.get("REMOTE_ADDR") or None
+    """``AXES_CLIENT_IP_CALLABLE``: the address a sign-in came from (``None`` when the server
+    gave none, e.g. a test client's ``force_login``).
+
+    With ``EFFECT_LEDGER_PROXY_COUNT`` = 0 (the default) it is the connection's peer,
+    ``REMOTE_ADDR``, and ``X-Forwarded-For`` is ignored: any client can write that header. With N
+    trusted reverse proxies in front, each appending the address it received from, the client is
+    the N-th entry from the right of ``X-Forwarded-For`` (entries left of it were written by the
+    client and are not believed). A header with fewer entries, or an entry that is not an IP
+    address, falls back to ``REMOTE_ADDR`` (a request that did not pass all the proxies).
+    """
+    peer = request.META.get("REMOTE_ADDR") or None
+    proxies = int(settings.EFFECT_LEDGER_PROXY_COUNT)
+    if proxies <= 0:
+        return peer
+    hops = [hop.strip() for hop in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",")]
+    if len(hops) < proxies or not hops[-proxies]:
+        return peer
+    try:
+        return str(ipaddress.ip_address(hops[-proxies]))
+    except ValueError:
+        return peer
 
 
 def address_failures(ip_address: str | None) -> int:
@@ -113,3 +134,44 @@ def lockout_response(
     )
     response["Retry-After"] = str(int(cool_off.total_seconds()) if cool_off else 900)
     return response
+
+
+class SignInSerializationMiddleware:
+    """Runs the sign-ins of one (username, address) pair one at a time.
+
+    django-axes checks the lock before the password and records a failure after it; a password
+    check takes a few hundred milliseconds (PBKDF2), so forty guesses sent at once would all pass
+    the check before the first failure is counted, and one could sign in past the limit. Each
+    POST to a login form (the console's and the admin's) holds a PostgreSQL session advisory lock
+    on its lockout key and address until its answer is ready: the sixth concurrent guess sees
+    five failures. Guesses for other names or from other addresses do not wait. If the lock
+    cannot be taken (the database is down) the request goes on unserialised and the view
+    answers as it would.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.method != "POST" or request.path not in _login_paths():
+            return self.get_response(request)
+        key = f"sign-in|{lockout_username(request, None)}|{client_ip(request)}"
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [key])
+        except DatabaseError:
+            return self.get_response(request)
+        try:
+            return self.get_response(request)
+        finally:
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
+            except DatabaseError:
+                connection.close()  # a lost connection released its locks with it
+
+
+def _login_paths() -> frozenset[str]:
+    """The console's and the admin's login URLs (reversed per request: cheap, and right under
+    a test's URL overrides)."""
+    return frozenset({reverse("login"), reverse("admin:login")})

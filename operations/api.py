@@ -176,7 +176,9 @@ class IntentCancelView(APIView):
     )
     def post(self, request: Request, intent_id: uuid.UUID) -> Response:
         intent = _intent_or_404(request, intent_id)
-        body = IntentCancelSerializer(data=request.data or {})
+        if not isinstance(request.data, dict):  # [] or null: not the object the schema names
+            raise ParseError("the body must be a JSON object (or empty)")
+        body = IntentCancelSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         intent = services.intent_cancel(
             intent_id=intent.id, actor=_agent(request).principal, reason=body.validated_data["reason"]

@@ -95,6 +95,7 @@ def test_i12_8_create_user_refuses_bad_input_and_creates_nothing(
 ) -> None:
     # given
     get_user_model().objects.create_user("existing", password="x" * 20)
+    get_user_model().objects.create_user("strasse", password="x" * 20)
     before = get_user_model().objects.count()
     # when / then
     with pytest.raises(CommandError, match=message):
@@ -123,3 +124,9 @@ def test_i12_8_quickstart_console_account_is_operator_and_approver_not_superuser
     again = io.StringIO()
     call_command("quickstart", "--no-run", stdout=again)
     assert "shown once" not in again.getvalue().split("demo agent")[0]
+
+
+def test_i12_8_a_repeated_role_is_one_role() -> None:
+    output = _create("fay", "--role", "viewer", "--role", "viewer")
+    assert "role(s) viewer\n" in output
+    assert roles_of(get_user_model().objects.get(username="fay")) == ["viewer"]

@@ -87,3 +87,24 @@ def test_i12_2_manage_py_refuses_to_start_with_a_weak_key(value: str, tmp_path: 
     # then: it stops and says why
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY is refused" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("EFFECT_LEDGER_SIGNIN_LOCK_SECONDS", "-5"),
+        ("EFFECT_LEDGER_SIGNIN_LOCK_SECONDS", "0"),
+        ("EFFECT_LEDGER_SIGNIN_FAILURES", "0"),
+        ("EFFECT_LEDGER_PROXY_COUNT", "-1"),
+    ],
+)
+def test_i12_1_sign_in_settings_out_of_range_refuse_to_start(
+    variable: str, value: str, tmp_path: Path
+) -> None:
+    # a lock of -5 s turned locking off, 0 failures refused every sign-in: refused at start-up instead
+    env = {**os.environ, variable: value, "EFFECT_LEDGER_DATA_DIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode != 0
+    assert f"{variable} must be at least" in result.stderr

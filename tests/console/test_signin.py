@@ -6,15 +6,19 @@ the database (django-axes), and guards the admin's login form as well as the con
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from axes.models import AccessAttempt
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.core.cache import cache
-from django.test import Client
+from django.db import connection
+from django.test import Client, RequestFactory
 from django.urls import reverse
 
-from console.signin import lockout_key
+from console.signin import client_ip, lockout_key
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -150,3 +154,71 @@ def test_c14_a_name_that_folds_longer_than_axes_stores_is_counted_not_a_500(db: 
     # when / then: failures are recorded and lock as for any name
     _fail(client, reverse("login"), name, settings.AXES_FAILURE_LIMIT)
     assert client.post(reverse("login"), {"username": name, "password": RIGHT}).status_code == 429
+
+
+@pytest.mark.parametrize(
+    ("proxies", "forwarded", "expected"),
+    [
+        (0, "203.0.113.9", "10.0.0.1"),  # no proxy configured: the header is anyone's to write
+        (1, "203.0.113.9", "203.0.113.9"),
+        (1, "6.6.6.6, 203.0.113.9", "203.0.113.9"),  # the client's own entry is not believed
+        (2, "6.6.6.6, 203.0.113.9, 10.0.0.2", "203.0.113.9"),
+        (2, "203.0.113.9", "10.0.0.1"),  # did not pass both proxies
+        (1, "not-an-address", "10.0.0.1"),
+        (1, "", "10.0.0.1"),
+        (1, "2001:db8::1", "2001:db8::1"),
+    ],
+)
+def test_c14_the_address_behind_trusted_proxies(
+    settings: Any, proxies: int, forwarded: str, expected: str
+) -> None:
+    settings.EFFECT_LEDGER_PROXY_COUNT = proxies
+    request = RequestFactory().post("/login/", REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR=forwarded)
+    assert client_ip(request) == expected
+
+
+def test_c14_behind_a_proxy_one_client_cannot_lock_the_others(db: Any, settings: Any) -> None:
+    # given: every request arrives from the proxy's address, the client in X-Forwarded-For
+    settings.EFFECT_LEDGER_PROXY_COUNT = 1
+    settings.EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES = 6
+    UserFactory(username="carol", groups=["viewer"])
+    attacker = Client(REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="203.0.113.66")
+    for n in range(settings.EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES + 2):
+        attacker.post(reverse("login"), {"username": f"someone{n}", "password": "wrong"})
+    assert attacker.post(reverse("login"), {"username": "carol", "password": RIGHT}).status_code == 429
+    # when: another client through the same proxy
+    colleague = Client(REMOTE_ADDR="10.0.0.1", HTTP_X_FORWARDED_FOR="198.51.100.7")
+    # then
+    assert colleague.post(reverse("login"), {"username": "carol", "password": RIGHT}).status_code == 302
+
+
+@pytest.mark.django_db(transaction=True)
+def test_c14_concurrent_guesses_cannot_pass_the_lock_together(settings: Any, monkeypatch: Any) -> None:
+    # given: every password check is counted
+    UserFactory(username="racer", groups=["viewer"])
+    checks: list[str] = []
+    original = AbstractBaseUser.check_password
+
+    def counted(user: Any, raw_password: str) -> bool:
+        checks.append(raw_password)
+        return original(user, raw_password)
+
+    monkeypatch.setattr(AbstractBaseUser, "check_password", counted)
+    guesses = 12
+    barrier = threading.Barrier(guesses)
+
+    def guess(n: int) -> int:
+        client = Client()
+        barrier.wait()
+        try:
+            return client.post(reverse("login"), {"username": "racer", "password": f"wrong-{n}"}).status_code
+        finally:
+            connection.close()
+
+    # when: twelve wrong passwords for one account from one address, all sent at once
+    with ThreadPoolExecutor(max_workers=guesses) as pool:
+        statuses = sorted(pool.map(guess, range(guesses)))
+    # then: only the limit's worth of passwords were tried; every later guess met the lock
+    assert len(checks) == settings.AXES_FAILURE_LIMIT, statuses
+    assert statuses.count(200) == settings.AXES_FAILURE_LIMIT - 1
+    assert statuses.count(429) == guesses - statuses.count(200)

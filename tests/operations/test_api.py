@@ -384,3 +384,25 @@ def test_preview_refuses_nul_too(api: APIClient) -> None:
     body = {"action": "payments.charge", "arguments": charge_arguments(customer="c\u0000")}
     response = api.post(f"{URL}/preview", data=body, format="json")
     assert_problem(response, 422)
+
+
+@pytest.mark.parametrize(
+    "raw", [b"[]", b"null", b'"x"', b"1", b"[{}]"], ids=["array", "null", "string", "number", "list"]
+)
+def test_i12_6_a_cancel_body_that_is_not_an_object_is_refused_and_cancels_nothing(
+    api: APIClient, raw: bytes
+) -> None:
+    # given
+    ready = post(api, charge(), key="c").json()["intent_id"]
+    # when
+    response = api.generic("POST", f"{URL}/{ready}/cancel", raw, content_type="application/json")
+    # then: a problem, and the intent is untouched
+    assert response.status_code in (400, 422), response.content
+    assert response["Content-Type"].startswith("application/problem+json")
+    assert Intent.objects.get(id=ready).status == "READY"
+
+
+def test_i12_6_an_empty_cancel_body_is_a_cancel_without_reason(api: APIClient) -> None:
+    ready = post(api, charge(), key="c").json()["intent_id"]
+    response = api.generic("POST", f"{URL}/{ready}/cancel", b"", content_type="application/json")
+    assert response.status_code == 200 and response.json()["status"] == "CANCELLED"

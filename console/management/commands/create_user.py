@@ -51,7 +51,7 @@ class Command(BaseCommand):
             )
         except AccountError as exc:
             raise CommandError(str(exc)) from exc
-        roles = ", ".join(options["role"])
+        roles = ", ".join(dict.fromkeys(options["role"]))
         self.stdout.write(f"user {user.username} with role(s) {roles}")
         if not options["password_stdin"]:
             self.stdout.write(f"password: {password}  (shown once)")
