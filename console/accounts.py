@@ -44,7 +44,7 @@ def console_user_create(
     """
     users = get_user_model()
     name = users.normalize_username(username.strip())
-    max_length = users._meta.get_field(users.USERNAME_FIELD).max_length or 150
+    max_length = getattr(users._meta.get_field(users.USERNAME_FIELD), "max_length", None) or 150
     if len(name) > max_length:
         raise AccountError(f"username is {len(name)} characters; at most {max_length}")
     try:
