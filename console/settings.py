@@ -345,7 +345,15 @@ EFFECT_LEDGER_POLICIES: dict[str, dict[str, Any]] = {
     "payments.charge": {
         "risk_tier": "high",
         "approval": "above_amount",
-        "approval_threshold_minor": 10_000,
+        # Per ISO 4217 currency in its minor units; a charge in a currency not named here
+        # always needs approval (issue 18).
+        "approval_threshold_minor": {
+            "EUR": 10_000,
+            "USD": 10_000,
+            "GBP": 10_000,
+            "CHF": 10_000,
+            "JPY": 1_500_000,
+        },
     },
     "payments.refund": {"risk_tier": "high", "approval": "always"},
     "email.send": {"risk_tier": "low", "approval": "never"},

@@ -115,7 +115,9 @@ def approval_validity(
         return Validity(verdict=Verdict.NOT_NEEDED, reason="", given=0, required=policy.approvals_required)
     approved = Q(decision=Approval.Decision.APPROVED)
     current = approved & Q(request_hash=intent.request_hash)
-    counts = Approval.objects.filter(intent=intent).aggregate(
+    # Only the current approval round counts: a ceiling reached or an approval lapsed sends the
+    # intent back to its approvers for a new decision (issue 18, C22).
+    counts = Approval.objects.filter(intent=intent, round=intent.approval_round).aggregate(
         given=Count("approver", distinct=True, filter=current & Q(expires_at__gt=Now())),
         expired=Count("id", filter=current & Q(expires_at__lte=Now())),
         other_hash=Count("id", filter=approved & ~Q(request_hash=intent.request_hash)),
@@ -175,6 +177,6 @@ def _decision_refusal(
         )
     if Intent.objects.filter(id=intent.id, approval_expires_at__lte=Now()).exists():
         return Verdict.EXPIRED, "This approval request has expired; the agent must submit again."
-    if Approval.objects.filter(intent=intent, approver=approver).exists():
+    if Approval.objects.filter(intent=intent, approver=approver, round=intent.approval_round).exists():
         return Verdict.ALREADY_DECIDED, "You already decided on this intent; another approver is needed."
     return None

@@ -70,6 +70,7 @@ from operations.adapters.base import (
     TerminalError,
 )
 from operations.adapters.registry import ActionUnavailable, capabilities_for, get_adapter
+from operations.approval_validity import Verdict
 from operations.bounds import reference_problem
 from operations.calls import provider_call, provider_lookup
 from operations.delivery import database_unavailable
@@ -163,6 +164,8 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
         )
     except svc.NotServed as unserved:
         return "held" if _hold_unserved(intent_id, worker, unserved.problem) else "duplicate"
+    except svc.CeilingWait:
+        return "awaiting_approval"  # a ceiling reached: an approver decides (issue 18)
     if claim is None:
         if execution_paused():
             # Recovery re-dispatches every READY intent when it resumes execution.
@@ -205,9 +208,16 @@ def _prepare(claim: svc.Claim, context: dict[str, object]) -> tuple[Adapter, Exe
     if guarded is not None:
         return guarded
     refusal = svc.precheck_refusal(claim.intent)
-    if refusal:
-        logger.warning("re-check refused the attempt", extra={**context, "reason": refusal})
-        svc.intent_record_failure(claim=claim, error=refusal, sent=False)
+    if refusal is not None and refusal.verdict == Verdict.EXPIRED:
+        # C22: the approval was given in time but lapsed before a worker ran the intent; the
+        # approvers decide again (never FAILED, nothing sent).
+        reason = f"approval lapsed before execution: {refusal.reason}"
+        logger.warning("approval lapsed; back to the approvers", extra={**context, "reason": reason})
+        svc.intent_wait_for_lapsed_approval(claim=claim, reason=reason)
+        return "awaiting_approval"
+    if refusal is not None:
+        logger.warning("re-check refused the attempt", extra={**context, "reason": refusal.reason})
+        svc.intent_record_failure(claim=claim, error=refusal.reason, sent=False)
         return "refused"
     intent_mark_approvals_used(intent=claim.intent)
     adapter = get_adapter(claim.intent.action)

@@ -123,6 +123,26 @@ class Intent(models.Model):
         help_text="why a HELD intent waits for a person rather than for an earlier intent "
         "(e.g. its action version is no longer served); blank for a business-action hold",
     )
+    wait_reason = models.CharField(
+        max_length=20,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="why an AWAITING_APPROVAL intent waits for a person: blank for its policy's approval, "
+        "'ceiling' when a spend or effects ceiling was reached at claim, 'approval_lapsed' when its "
+        "approval expired before a worker ran it (issue 18)",
+    )
+    ceiling_override = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="an approver let this one intent exceed its ceilings (after wait_reason 'ceiling')",
+    )
+    approval_round = models.PositiveSmallIntegerField(
+        default=0,
+        db_default=0,
+        help_text="raised each time the intent goes back to its approvers (a ceiling, a lapsed approval): "
+        "only decisions of the current round count",
+    )
     compensates = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="compensations"
     )
@@ -260,12 +280,69 @@ class Approval(models.Model):
     reason = models.TextField(blank=True, default="")
     expires_at = models.DateTimeField()
     used_at = models.DateTimeField(null=True, blank=True)
+    round = models.PositiveSmallIntegerField(
+        default=0, db_default=0, help_text="the intent's approval_round this decision belongs to"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
-            # Four eyes: one decision per approver per intent.
-            models.UniqueConstraint(fields=["intent", "approver"], name="approval_one_per_approver"),
+            # Four eyes: one decision per approver per intent and approval round.
+            models.UniqueConstraint(fields=["intent", "approver", "round"], name="approval_one_per_approver"),
+        ]
+
+
+class SpendWindow(models.Model):
+    """What the intents of one (tenant, action, currency) reserved in one calendar day (UTC).
+
+    Ceilings are reservations against these rows (``operations.services.ceilings``): a claim adds
+    its amount and one effect with one conditional ``UPDATE`` that refuses to pass the cap, so
+    concurrent claims are counted one after the other under the row lock. ``currency`` is blank
+    on the row that counts effects of every currency (``effects_per_day``).
+    """
+
+    tenant = models.CharField(max_length=100)
+    action = models.CharField(max_length=100)
+    currency = models.CharField(max_length=3, blank=True)
+    day = models.DateField(help_text="the calendar day in UTC")
+    spent_minor = models.BigIntegerField(default=0, help_text="minor units of currency reserved")
+    effects = models.IntegerField(default=0, help_text="effects reserved (on the blank-currency row)")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "action", "currency", "day"], name="spend_window_key"),
+            models.CheckConstraint(
+                condition=Q(spent_minor__gte=0) & Q(effects__gte=0), name="spend_window_non_negative"
+            ),
+        ]
+
+
+class Reservation(models.Model):
+    """One intent's share of one ``SpendWindow``, held while its effect may exist and released
+    (``released_at``) when it surely does not."""
+
+    intent = models.ForeignKey(Intent, on_delete=models.PROTECT, related_name="reservations")
+    tenant = models.CharField(max_length=100)
+    action = models.CharField(max_length=100)
+    currency = models.CharField(max_length=3, blank=True)
+    day = models.DateField()
+    spent_minor = models.BigIntegerField(default=0)
+    effects = models.IntegerField(default=0)
+    over_ceiling = models.BooleanField(default=False, help_text="taken past the cap with an approval")
+    created_at = models.DateTimeField(auto_now_add=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # An intent holds at most one share of a window at a time.
+            models.UniqueConstraint(
+                fields=["intent", "currency", "day"],
+                condition=Q(released_at__isnull=True),
+                name="reservation_one_open_per_window",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["intent"], condition=Q(released_at__isnull=True), name="reservation_open")
         ]
 
 
@@ -413,11 +490,15 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     # person decides (issue 21). Nothing was sent.
     # READY -> SUCCEEDED: a lookup still in flight when the intent was sent back to READY found
     # the effect before any worker re-sent it (evidence wins; issue 21 item 9).
-    S.READY: frozenset({S.RUNNING, S.CANCELLED, S.HELD, S.SUCCEEDED, S.UNKNOWN}),
+    # READY -> AWAITING_APPROVAL: the claim would have passed a spend or effects ceiling; an
+    # approver decides (issue 18). Nothing was claimed or sent.
+    S.READY: frozenset({S.RUNNING, S.CANCELLED, S.HELD, S.SUCCEEDED, S.UNKNOWN, S.AWAITING_APPROVAL}),
     # RUNNING -> HELD: the re-check right before the provider call found that the stored
     # request no longer hashes to its request_hash (issue 11 item 2); nothing was sent and a
     # person decides.
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.READY, S.UNKNOWN, S.HELD}),
+    # RUNNING -> AWAITING_APPROVAL: the approval lapsed before a worker ran the intent (C22);
+    # nothing was sent and the approvers decide again.
+    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.READY, S.UNKNOWN, S.HELD, S.AWAITING_APPROVAL}),
     # UNKNOWN -> FAILED: an operator says "absent" for an intent that cannot be sent again
     # (attempt budget spent, action or version not served): it ends without effect (issue 21).
     S.UNKNOWN: frozenset({S.SUCCEEDED, S.READY, S.COMPENSATING, S.FAILED}),

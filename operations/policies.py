@@ -15,15 +15,58 @@ a threshold needs a human; a ``critical`` tier always needs two different approv
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from babel.numbers import list_currencies
 from django.conf import settings
 
 from operations.idempotency import MAX_SAFE_NUMBER
 
 RISK_TIERS = ("low", "medium", "high", "critical")
+#: In a policy snapshot written before issue 18, an amount rule without a currency: it applied
+#: to the amount whatever its currency (never accepted in configuration).
+ANY_CURRENCY = "*"
+
+
+@functools.cache
+def iso_4217_codes() -> frozenset[str]:
+    """The active ISO 4217 currency codes Babel (CLDR) knows."""
+    return frozenset(list_currencies())
+
+
+@dataclass(frozen=True)
+class Money:
+    """An amount in integer minor units of an ISO 4217 currency (``arguments["amount"]`` and
+    ``arguments["currency"]``, the shape every money-moving action here uses)."""
+
+    amount_minor: int
+    currency: str
+
+    @classmethod
+    def of(cls, arguments: Any) -> Money | None:
+        """The money an intent's arguments move, or None when they name no integer amount and
+        currency (an email, a reservation)."""
+        if not isinstance(arguments, Mapping):
+            return None
+        amount, currency = arguments.get("amount"), arguments.get("currency")
+        if isinstance(amount, bool) or not isinstance(amount, int) or not isinstance(currency, str):
+            return None
+        return cls(amount, currency)
+
+
+def amount_rule(rules: Mapping[str, int] | None, currency: str) -> int | None:
+    """The amount ``rules`` set for ``currency`` (a legacy snapshot's ``ANY_CURRENCY`` rule
+    applies to every currency); None when the currency is not named."""
+    if rules is None:
+        return None
+    if currency in rules:
+        return rules[currency]
+    return rules.get(ANY_CURRENCY)
+
+
 AFTER_SUCCESS_RULES = ("ask", "reject")
 APPROVAL_RULES = ("never", "always", "above_amount")
 
@@ -102,6 +145,34 @@ class _Reader:
     def seconds(self, name: str, default: float) -> float:
         return self._seconds(name, self.values.get(name, default))
 
+    def amounts_by_currency(self, name: str) -> dict[str, int] | None:
+        """A mapping of ISO 4217 codes (Babel's list) to amounts in that currency's minor units.
+
+        A bare number is refused in configuration: 10,000 minor units is 100 EUR, 10,000 JPY
+        (about 60 EUR) or 10 KWD (about 28 EUR), so an amount means nothing without its currency.
+        In a snapshot written before currencies were named, a bare number is kept under
+        ``ANY_CURRENCY`` (the rule those intents were submitted under).
+        """
+        value = self.values.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            if not self.strict and not isinstance(value, bool) and isinstance(value, int):
+                return {ANY_CURRENCY: self._integer(name, value, minimum=0)}
+            raise self.error(
+                name,
+                f'must map ISO 4217 currency codes to minor units, e.g. {{"EUR": 10000}} (got {value!r})',
+            )
+        amounts: dict[str, int] = {}
+        for code, amount in value.items():
+            if not (
+                isinstance(code, str)
+                and (code in iso_4217_codes() or (code == ANY_CURRENCY and not self.strict))
+            ):
+                raise self.error(f"{name}.{code}", "is not an ISO 4217 currency code")
+            amounts[code] = self._integer(f"{name}.{code}", amount, minimum=0)
+        return amounts
+
     def optional_seconds(self, name: str, default: float | None) -> float | None:
         value = self.values.get(name, default)
         return None if value is None else self._seconds(name, value)
@@ -148,20 +219,29 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class Ceilings:
-    """Limits re-checked right before each attempt (DESIGN.md, execution step 4); None: no limit."""
+    """Limits held as reservations at claim (``operations.services.ceilings``); None: no limit.
 
-    max_amount_minor: int | None = None  # refuse a single effect above this
-    effects_per_day: int | None = None  # accepted effects per tenant and action in 24 h
-    spend_per_day_minor: int | None = None  # sum of amounts per tenant and action in 24 h
+    Amounts are per ISO 4217 currency, in its minor units. The day is the calendar day in UTC.
+    A ceiling reached sends the intent back to its approvers (never FAILED).
+    """
+
+    max_amount_minor: dict[str, int] | None = None  # one effect above this needs a person
+    effects_per_day: int | None = None  # effects per tenant and action per UTC day, any currency
+    spend_per_day_minor: dict[str, int] | None = None  # amounts per tenant, action and currency per UTC day
 
     @classmethod
     def _read(cls, reader: _Reader) -> Ceilings:
         reader.check_keys(cls)
         return cls(
-            max_amount_minor=reader.optional_integer("max_amount_minor", None),
+            max_amount_minor=reader.amounts_by_currency("max_amount_minor"),
             effects_per_day=reader.optional_integer("effects_per_day", None),
-            spend_per_day_minor=reader.optional_integer("spend_per_day_minor", None),
+            spend_per_day_minor=reader.amounts_by_currency("spend_per_day_minor"),
         )
+
+    @property
+    def reserves(self) -> bool:
+        """Whether a claim must reserve against a ``SpendWindow``."""
+        return self.effects_per_day is not None or self.spend_per_day_minor is not None
 
 
 @dataclass(frozen=True)
@@ -187,9 +267,8 @@ class Policy:
 
     risk_tier: str = "medium"  # low | medium | high | critical
     approval: str = "never"  # never | always | above_amount
-    approval_threshold_minor: int | None = (
-        None  # with above_amount: approval when amount > this (minor units)
-    )
+    # with above_amount: approval when the amount is above this, per ISO 4217 currency (minor units)
+    approval_threshold_minor: dict[str, int] | None = None
     approval_ttl_seconds: int = 600  # how long a request waits for a decision, and an approval stays valid
     approver_group: str = "approver"
     four_eyes: bool = True  # the requester never approves their own intent
@@ -236,7 +315,7 @@ class Policy:
         defaults = cls()
         tier = reader.choice("risk_tier", defaults.risk_tier, RISK_TIERS)
         approval = reader.choice("approval", defaults.approval, APPROVAL_RULES)
-        threshold = reader.optional_integer("approval_threshold_minor", None)
+        threshold = reader.amounts_by_currency("approval_threshold_minor")
         if reader.strict and approval == "above_amount" and threshold is None:
             raise reader.error("approval_threshold_minor", "is required when approval is above_amount")
         # An approval request that expires at once could never be decided.
@@ -276,15 +355,30 @@ class Policy:
     def needs_approval(self, arguments: Any) -> bool:
         """Whether an intent with ``arguments`` must wait for a human under this policy.
 
-        ``above_amount`` compares ``arguments["amount"]`` (integer minor units) with
-        ``approval_threshold_minor``: strictly above needs approval.
+        ``always``: yes. ``above_amount``: when the amount is strictly above the threshold for
+        its currency. Fail safe (issue 18): an amount in a currency that a money rule of the
+        policy (approval threshold, per-effect or daily spend ceiling) does not name needs
+        approval, whatever the rule, since nobody said what is too much in it.
         """
         if self.approval == "always":
             return True
+        money = Money.of(arguments)
+        if money is None:
+            return False
+        rules = [
+            rule
+            for rule in (
+                self.approval_threshold_minor,
+                self.ceilings.max_amount_minor,
+                self.ceilings.spend_per_day_minor,
+            )
+            if rule is not None
+        ]
+        if any(amount_rule(rule, money.currency) is None for rule in rules):
+            return True
         if self.approval == "above_amount":
-            amount = arguments.get("amount") if isinstance(arguments, dict) else None
-            threshold = self.approval_threshold_minor
-            return isinstance(amount, int) and threshold is not None and amount > threshold
+            threshold = amount_rule(self.approval_threshold_minor, money.currency)
+            return threshold is not None and money.amount_minor > threshold
         return False
 
 

@@ -64,6 +64,7 @@ def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reaso
             decision=Approval.Decision.APPROVED,
             reason=reason,
             expires_at=Now() + ttl,
+            round=intent.approval_round,
         )
         validity = approval_validity(intent)
         approvals, required = validity.given, validity.required
@@ -76,7 +77,16 @@ def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reaso
                 actor=actor,
                 event="approved",
                 reason=reason,
-                data={"request_hash": request_hash, "approvals": approvals},
+                data={
+                    "request_hash": request_hash,
+                    "approvals": approvals,
+                    # An approval after a ceiling was reached lets this one intent pass it.
+                    **({"over_ceiling": True} if intent.wait_reason == "ceiling" else {}),
+                },
+                updates={
+                    "wait_reason": "",
+                    **({"ceiling_override": True} if intent.wait_reason == "ceiling" else {}),
+                },
                 dispatch=True,
             )
             if not moved:  # cannot happen under the row lock; never overwrite if it does
@@ -112,6 +122,7 @@ def intent_reject(*, intent_id: uuid.UUID, user: User, request_hash: str, reason
             decision=Approval.Decision.REJECTED,
             reason=reason,
             expires_at=Now(),
+            round=intent.approval_round,
         )
         transition(
             intent_id=intent.id,

@@ -19,7 +19,7 @@ from django.db.models.functions import Coalesce, Now
 from operations import metrics
 from operations.adapters.base import ExecutionResult
 from operations.adapters.registry import serving_problem
-from operations.approval_validity import approval_validity
+from operations.approval_validity import Validity, approval_validity
 from operations.audit import (
     audit_append,
     audit_appended,
@@ -33,6 +33,7 @@ from operations.bounds import clean_detail, clean_text, reference_problem, unsto
 from operations.models import FENCE_EPOCH_STRIDE, Attempt, Intent, OutboxMessage, Outcome
 from operations.policies import Policy
 from operations.services.budget import retry_allowed as retry_allowed  # the engine's name for it
+from operations.services.ceilings import CeilingReached, ceiling_refusal, reservation_statements
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.resolution import complete_compensated_original, intent_escalate
 from operations.services.transitions import check_allowed, transition
@@ -77,9 +78,15 @@ def intent_claim(
     and reading the execution control row again (``_CONTROL_SQL``: a pause committed while the
     UPDATE waited for the row lock rolls the claim back; the guard is taken from this read).
 
+    Ceilings (issue 18): the first claim since the intent last held no reservation reserves its
+    amount and one effect against its ``SpendWindow`` rows in the second statement
+    (``operations.services.ceilings``).
+
     Raises:
         NotServed: the intent's action or version is not served here (checked on the claimed
             row before anything is written; the claim is rolled back, no attempt is spent).
+        CeilingWait: the reservation would pass a ceiling; the claim is rolled back and the
+            intent moved to AWAITING_APPROVAL for a person.
     """
     # The one transition written as SQL (the hottest): it still obeys the transition table.
     check_allowed(intent_id=intent_id, current=Intent.Status.READY, target=Intent.Status.RUNNING)
@@ -89,10 +96,28 @@ def intent_claim(
         )
     except _ControlMoved:
         return None  # rolled back: the engine finds execution paused, or recovery re-dispatches
+    except _CeilingHit as hit:
+        # Rolled back: nothing was reserved or claimed. A person decides (issue 18, item 3).
+        refusal = hit.refusal or ceiling_refusal(hit.intent, now=hit.now)
+        if intent_wait_for_ceiling(intent=hit.intent, refusal=refusal, worker=worker):
+            raise CeilingWait(refusal.reason) from hit
+        return None
 
 
 class _ControlMoved(Exception):
     """The execution control row changed while the claim waited for the intent's row lock."""
+
+
+class _CeilingHit(Exception):
+    """The claim's reservation would pass a ceiling; the claim is rolled back. ``refusal`` is
+    None when a window upsert came back empty: it is read after the rollback (so it does not
+    count this claim's own writes)."""
+
+    def __init__(self, refusal: CeilingReached | None, *, intent: Intent, now: datetime) -> None:
+        super().__init__("ceiling reached")
+        self.refusal = refusal
+        self.intent = intent
+        self.now = now
 
 
 def _claim(*, intent_id: uuid.UUID, worker: str, lease_seconds: int, delivery_retries: int) -> Claim | None:
@@ -142,12 +167,21 @@ def _claim(*, intent_id: uuid.UUID, worker: str, lease_seconds: int, delivery_re
                 **({"delivery_retries": delivery_retries} if delivery_retries else {}),
             },
         )
-        attempt.id, event_id, control = run_together(
+        # Ceilings (issue 18): the first claim since the intent last held no reservation reserves
+        # its amount and one effect in this same statement; a refusal rolls the claim back.
+        try:
+            reserve = [] if intent.holds_reservation else reservation_statements(intent, now=head.now)  # type: ignore[attr-defined]
+        except CeilingReached as refusal:
+            raise _CeilingHit(refusal, intent=intent, now=head.now) from refusal
+        attempt.id, event_id, control, *reserved = run_together(
             insert_statement(attempt, returning="id"),
             audit_insert_statement(event),
             Statement(_ACK_SQL, (intent_id,)),
             Statement(_CONTROL_SQL, (), returns=True),
+            *reserve,
         )
+        if any(value is None for value in reserved):
+            raise _CeilingHit(None, intent=intent, now=head.now)
         # The UPDATE read the control row in the snapshot it took before it waited for the
         # intent's row lock (READ COMMITTED re-checks only the intent row after a wait); this
         # statement's snapshot is newer. A pause (or an epoch) committed meanwhile rolls back.
@@ -172,6 +206,11 @@ def _json_or_none(value: Any) -> dict[str, Any] | None:
     # A jsonb column read through a raw query arrives as text (Django parses JSONField only).
     loaded = json.loads(value) if isinstance(value, str) else value
     return loaded if isinstance(loaded, dict) else None
+
+
+class CeilingWait(Exception):
+    """The claim would have passed a ceiling: it was rolled back and the intent now awaits its
+    approvers (``intent_wait_for_ceiling``); nothing is to be executed."""
 
 
 class NotServed(Exception):
@@ -201,7 +240,10 @@ _CLAIM_SQL = f"""
     ) AS restore_guard_since, (
         SELECT data FROM operations_auditevent
         WHERE intent_id = operations_intent.id AND seq = 1 AND event = 'submitted'
-    ) AS submitted_record,
+    ) AS submitted_record, EXISTS (
+        SELECT 1 FROM operations_reservation
+        WHERE intent_id = operations_intent.id AND released_at IS NULL
+    ) AS holds_reservation,
     {chain_head_returning()}
 """
 
@@ -232,44 +274,69 @@ _ACK_SQL = (
 )
 
 
-def precheck_refusal(intent: Intent) -> str | None:
+def precheck_refusal(intent: Intent) -> Validity | None:
     """Step 4: re-check, right before acting, what could have changed since submission.
 
-    Returns a reason to refuse, or None. Checks, under the intent's policy snapshot: the
-    approvals on record may be used (``approval_validity``: given on the intent's current
-    request_hash, unexpired, enough different approvers; C10); the ceilings (max amount,
-    effects and spend per tenant and action in the last 24 h).
+    Returns why the approvals on record may not be used (``approval_validity``: given on the
+    intent's current request_hash, unexpired, enough different approvers; C10), or None. A
+    ``Verdict.EXPIRED`` answer means the approval lapsed before execution (C22): the engine
+    sends the intent back to its approvers. Ceilings are not re-checked here: they were
+    reserved in the claim's own transaction (``operations.services.ceilings``; issue 18).
     """
     validity = approval_validity(intent)
-    if not validity.usable:
-        return validity.reason
-    ceilings = Policy.from_snapshot(intent.policy).ceilings
-    amount = intent.arguments.get("amount") if isinstance(intent.arguments, dict) else None
-    max_amount = ceilings.max_amount_minor
-    if max_amount is not None and isinstance(amount, int) and amount > max_amount:
-        return f"amount {amount} exceeds the ceiling of {max_amount} minor units"
-    effects_cap = ceilings.effects_per_day
-    spend_cap = ceilings.spend_per_day_minor
-    if effects_cap is not None or spend_cap is not None:
-        done = Intent.objects.filter(
-            tenant=intent.tenant,
-            action=intent.action,
-            status=Intent.Status.SUCCEEDED,
-            updated_at__gte=Now() - timedelta(days=1),
+    return None if validity.usable else validity
+
+
+def _back_to_approvers(intent: Intent, wait_reason: str) -> dict[str, Any]:
+    """The columns that put an intent in front of its approvers again: a new approval round
+    (decisions of earlier rounds no longer count), a fresh request expiry by the database clock
+    and why it waits (issue 18)."""
+    ttl = timedelta(seconds=Policy.from_snapshot(intent.policy).approval_ttl_seconds)
+    return {
+        "wait_reason": wait_reason,
+        "approval_round": F("approval_round") + 1,
+        "approval_expires_at": Now() + ttl,
+        "not_before": None,
+    }
+
+
+def intent_wait_for_ceiling(*, intent: Intent, refusal: CeilingReached, worker: str) -> bool:
+    """READY -> AWAITING_APPROVAL: the claim would have passed a ceiling (issue 18, item 3).
+
+    Nothing was claimed or sent (the claim rolled back). The approvers see the reason and the
+    window's reservations (audit event ``ceiling_reached``); approving lets this one intent pass
+    its ceilings (``ceiling_override``), rejecting ends it. Its outbox messages are consumed in
+    the same statement. Returns True when it moved (False: someone else moved it first).
+    """
+    with transaction.atomic():
+        return transition(
+            intent_id=intent.id,
+            from_status=Intent.Status.READY,
+            to_status=Intent.Status.AWAITING_APPROVAL,
+            actor=f"worker:{worker}",
+            event="ceiling_reached",
+            reason=refusal.reason,
+            data=refusal.data,
+            updates=_back_to_approvers(intent, "ceiling"),
+            also=(Statement(_ACK_SQL, (intent.id,)),),
         )
-        if effects_cap is not None and done.count() >= effects_cap:
-            return (
-                f"ceiling reached: {effects_cap} {intent.action} effects in 24 h for tenant {intent.tenant}"
-            )
-        if spend_cap is not None and isinstance(amount, int):
-            spent = sum(
-                row["arguments"].get("amount", 0)
-                for row in done.values("arguments")
-                if isinstance(row["arguments"], dict)
-            )
-            if spent + amount > spend_cap:
-                return f"ceiling reached: spend {spent} + {amount} exceeds {spend_cap} minor units in 24 h"
-    return None
+
+
+def intent_wait_for_lapsed_approval(*, claim: Claim, reason: str) -> bool:
+    """RUNNING -> AWAITING_APPROVAL: the approval expired before a worker ran the intent
+    (case C22). Nothing was sent; the attempt is ``skipped``, the lease and any reservation
+    released, and the intent is back in the approvals inbox with ``reason`` (audit event
+    ``approval_lapsed``) for a new decision, never FAILED. Conditional on the claim's fence."""
+    with transaction.atomic():
+        return _record(
+            claim,
+            to_status=Intent.Status.AWAITING_APPROVAL,
+            event="approval_lapsed",
+            attempt_result=Attempt.Result.SKIPPED,
+            error=reason,
+            data={"sent": False},
+            updates=_back_to_approvers(claim.intent, "approval_lapsed"),
+        )
 
 
 def _close_attempt(

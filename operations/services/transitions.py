@@ -33,6 +33,7 @@ from operations.exceptions import IntentMoved, InvalidTransition
 from operations.idempotency import canonical_json
 from operations.models import ALLOWED_TRANSITIONS, Intent
 from operations.outbox import Handoff, enqueue_statement, handoff_after_commit
+from operations.services.ceilings import RELEASING_STATES, release_statements
 from operations.statements import Statement, run_together, update_statement
 
 EXECUTE_TASK = "operations.execute_intent"
@@ -102,6 +103,9 @@ def transition(
         also: further writes of the same step (e.g. closing the attempt), sent with the audit
             event when the intent moved; none may touch the intent row.
 
+    Entering a state of ``ceilings.RELEASING_STATES`` also gives back the intent's spend and
+    effects reservation in the same statement (issue 18).
+
     Returns:
         True when exactly one row moved; False when the compare-and-swap matched nothing.
 
@@ -141,6 +145,8 @@ def transition(
             data=data,
         )
         statements = [audit_insert_statement(event_row), *also]
+        if to_status in RELEASING_STATES:  # it surely made no effect: give back its reservation
+            statements.extend(release_statements(intent_id))
         handoff = None
         if dispatch:
             handoff, enqueue = outbox_handoff(intent_id=intent_id)

@@ -97,7 +97,8 @@ def test_worker_refuses_a_critical_intent_when_one_of_its_two_approvals_expired(
     claim = intent_claim(intent_id=intent.id, worker="w", lease_seconds=30)
     assert claim is not None
     # when / then
-    assert "1 of 2" in (precheck_refusal(claim.intent) or "")
+    refusal = precheck_refusal(claim.intent)
+    assert refusal is not None and "1 of 2" in refusal.reason
 
 
 def test_a_rejected_intent_is_not_usable(approver: Any) -> None:

@@ -63,7 +63,7 @@ def test_c10_worker_recheck_refuses_when_payload_changed_after_approval(approver
     # when
     refusal = precheck_refusal(claim.intent)
     # then
-    assert refusal is not None and "request_hash" in refusal
+    assert refusal is not None and "request_hash" in refusal.reason
 
 
 def test_recheck_refuses_an_expired_approval(approver: Any) -> None:
@@ -74,7 +74,8 @@ def test_recheck_refuses_an_expired_approval(approver: Any) -> None:
     claim = intent_claim(intent_id=intent.id, worker="w", lease_seconds=30)
     assert claim is not None
     # when / then
-    assert "expired" in (precheck_refusal(claim.intent) or "")
+    refusal = precheck_refusal(claim.intent)
+    assert refusal is not None and "expired" in refusal.reason
 
 
 def test_recheck_passes_a_valid_approval(approver: Any) -> None:
@@ -155,11 +156,11 @@ def test_policy_snapshot_survives_a_config_change(settings: Any) -> None:
     # when the threshold is lowered afterwards
     settings.EFFECT_LEDGER_POLICIES = {
         **settings.EFFECT_LEDGER_POLICIES,
-        "payments.charge": {"approval": "above_amount", "approval_threshold_minor": 100},
+        "payments.charge": {"approval": "above_amount", "approval_threshold_minor": {"EUR": 100}},
     }
     # then the intent in flight keeps its snapshot
     intent.refresh_from_db()
-    assert intent.policy["approval_threshold_minor"] == 10_000
+    assert intent.policy["approval_threshold_minor"]["EUR"] == 10_000
     assert intent.status == Intent.Status.READY
     assert submit(arguments=charge_arguments(5_000)).status == Intent.Status.AWAITING_APPROVAL
 
@@ -180,7 +181,9 @@ def test_i11_5_a_renamed_account_cannot_approve_its_own_request() -> None:
     charge = submit()
     claim = intent_claim(intent_id=charge.id, worker="w", lease_seconds=30)
     assert claim is not None and intent_mark_unknown(claim=claim, error="response lost", cause="ambiguous")
-    resolve_compensate(intent_id=charge.id, user=mallory, reason="customer cancelled", provider_reference="ch_1")
+    resolve_compensate(
+        intent_id=charge.id, user=mallory, reason="customer cancelled", provider_reference="ch_1"
+    )
     refund = Intent.objects.get(compensates=charge)
     assert (refund.action, refund.status) == ("payments.refund", "AWAITING_APPROVAL")
     # when: her account is renamed, so her name no longer matches the refund's principal
@@ -193,4 +196,6 @@ def test_i11_5_a_renamed_account_cannot_approve_its_own_request() -> None:
     assert not Approval.objects.filter(intent=refund).exists()
     # ... and someone who took her old name is not her
     newcomer = UserFactory(username="mallory", groups=["approver"])
-    assert intent_approve(intent_id=refund.id, user=newcomer, request_hash=refund.request_hash).status == "READY"
+    assert (
+        intent_approve(intent_id=refund.id, user=newcomer, request_hash=refund.request_hash).status == "READY"
+    )

@@ -177,16 +177,17 @@ def test_duplicate_delivery_is_counted_and_does_nothing(sandbox: Any) -> None:
     assert len(sandbox.ledger()) == 1
 
 
-def test_ceiling_refuses_before_any_request(sandbox: Any, settings: Any) -> None:
+def test_i18_3_a_ceiling_reached_waits_for_an_approver_before_any_request(sandbox: Any, settings: Any) -> None:
     settings.EFFECT_LEDGER_POLICIES = {
         **settings.EFFECT_LEDGER_POLICIES,
         "payments.charge": {"approval": "never", "ceilings": {"effects_per_day": 1}},
     }
     first, second = submit(), submit()
     assert execute_intent(first.id) == "succeeded"
-    assert execute_intent(second.id) == "refused"
+    assert execute_intent(second.id) == "awaiting_approval"
     second.refresh_from_db()
-    assert second.status == "FAILED" and "ceiling" in second.last_error
+    assert second.status == "AWAITING_APPROVAL" and second.wait_reason == "ceiling"
+    assert not second.attempts.exists()  # the claim was rolled back: no attempt spent
     assert sandbox.request_count("payments") == 1
 
 

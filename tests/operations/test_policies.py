@@ -38,7 +38,9 @@ def test_defaults_are_the_dataclass_defaults() -> None:
     # then
     assert (policy.risk_tier, policy.approval, policy.approval_ttl_seconds) == ("medium", "never", 600)
     assert (policy.approver_group, policy.four_eyes, policy.approvals_required) == ("approver", True, 1)
-    assert policy.retry == RetryPolicy(max_attempts=5, base_seconds=0.25, cap_seconds=8.0, deadline_seconds=600)
+    assert policy.retry == RetryPolicy(
+        max_attempts=5, base_seconds=0.25, cap_seconds=8.0, deadline_seconds=600
+    )
     assert policy.ceilings == Ceilings(max_amount_minor=None, effects_per_day=None, spend_per_day_minor=None)
     assert policy.unknown_patience == UnknownPatience(lookups=5, seconds=300)
 
@@ -51,7 +53,11 @@ def test_an_unconfigured_action_gets_the_defaults(settings: Any) -> None:
 def test_override_merges_key_by_key_into_nested_sections(settings: Any) -> None:
     # given
     settings.EFFECT_LEDGER_POLICIES = {
-        "payments.charge": {"risk_tier": "high", "retry": {"max_attempts": 2}, "ceilings": {"effects_per_day": 3}}
+        "payments.charge": {
+            "risk_tier": "high",
+            "retry": {"max_attempts": 2},
+            "ceilings": {"effects_per_day": 3},
+        }
     }
     # when
     policy = policy_for("payments.charge")
@@ -69,7 +75,9 @@ def test_critical_tier_always_needs_two_approvers() -> None:
 
 
 def test_above_amount_needs_approval_strictly_above_the_threshold() -> None:
-    policy = Policy.from_config("payments.charge", {"approval": "above_amount", "approval_threshold_minor": 100})
+    policy = Policy.from_config(
+        "payments.charge", {"approval": "above_amount", "approval_threshold_minor": {"EUR": 100}}
+    )
     assert not policy.needs_approval(charge_arguments(100))
     assert policy.needs_approval(charge_arguments(101))
     assert not policy.needs_approval({"to": "a@b.c"})  # no amount: nothing to compare
@@ -101,7 +109,9 @@ def test_above_amount_needs_approval_strictly_above_the_threshold() -> None:
         ({"ceilings": {"spend_per_day_minor": 10**16}}, "ceilings.spend_per_day_minor"),
     ],
 )
-def test_a_malformed_policy_is_refused_naming_action_and_field(configured: dict[str, Any], field: str) -> None:
+def test_a_malformed_policy_is_refused_naming_action_and_field(
+    configured: dict[str, Any], field: str
+) -> None:
     # when
     with pytest.raises(PolicyError) as refused:
         Policy.from_config("payments.charge", configured)
@@ -117,7 +127,9 @@ def test_start_up_validates_every_configured_policy(settings: Any) -> None:
         "payments.charge": {"retry": {"max_attempts": "five"}},
     }
     # when / then: the app refuses to start and says where
-    with pytest.raises(ImproperlyConfigured, match=r"payments\.charge: retry\.max_attempts must be an integer"):
+    with pytest.raises(
+        ImproperlyConfigured, match=r"payments\.charge: retry\.max_attempts must be an integer"
+    ):
         apps.get_app_config("operations").ready()
 
 
