@@ -58,6 +58,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
     context["integrity_problem"] = stored_request_problem(intent)
     previous = selectors.previous_with_reference(intent)
     context["previous"] = previous
+    context["wait_note"] = selectors.wait_note(intent)  # back for a ceiling or a lapsed approval
     context["diff"] = payload_diff(previous.arguments, intent.arguments) if previous else []
     context["approvals"] = list(intent.approvals.select_related("approver").order_by("created_at"))
     # The same answer the service enforces: approvals that count (unexpired, on this payload)

@@ -30,6 +30,7 @@ from operations.selectors.intents import (
     intent_outcomes,
     intent_search,
     previous_with_reference,
+    wait_note,
 )
 from operations.selectors.pagination import PAGE_SIZE, InvalidCursor, Page, decode_cursor, encode_cursor
 from operations.selectors.status_counts import StatusCount, StatusCounts, intent_status_counts
@@ -62,6 +63,7 @@ __all__ = [
     "StatusCounts",
     "ledger_gauges",
     "previous_with_reference",
+    "wait_note",
     "throughput_last_hour",
     "unknown_age_buckets",
     "unknown_by_age",

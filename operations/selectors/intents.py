@@ -11,7 +11,7 @@ from django.db.models import Count, IntegerField, Min, OuterRef, Q, QuerySet, Su
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce
 
-from operations.models import Approval, Intent, Outcome
+from operations.models import Approval, AuditEvent, Intent, Outcome
 from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
 
 
@@ -53,11 +53,14 @@ def approvals_inbox() -> QuerySet[Intent]:
     """Intents awaiting a decision: highest risk tier first, then newest first (a top-N scan
     of the partial index ``intent_approvals_inbox``).
 
-    Each row is annotated with ``risk_tier`` and ``approvals_given`` (approvals recorded), the
-    latter as a subquery so it is computed only for the rows a page shows.
+    Each row is annotated with ``risk_tier`` and ``approvals_given`` (approvals recorded in the
+    current approval round), the latter as a subquery so it is computed only for the rows a page
+    shows.
     """
     given = (
-        Approval.objects.filter(intent=OuterRef("pk"), decision=Approval.Decision.APPROVED)
+        Approval.objects.filter(
+            intent=OuterRef("pk"), round=OuterRef("approval_round"), decision=Approval.Decision.APPROVED
+        )
         .order_by()
         .values("intent")
         .annotate(n=Count("id"))
@@ -71,6 +74,25 @@ def approvals_inbox() -> QuerySet[Intent]:
         )
         .order_by("-risk_rank", "-created_at", "id")
     )
+
+
+WAIT_EVENTS = {"ceiling": "ceiling_reached", "approval_lapsed": "approval_lapsed"}
+
+
+def wait_note(intent: Intent) -> str:
+    """Why an intent is back in front of its approvers (issue 18): the reason of its latest
+    ``ceiling_reached`` or ``approval_lapsed`` event, with the window's reservations; empty
+    when it awaits its policy's first approval."""
+    event = WAIT_EVENTS.get(intent.wait_reason)
+    if intent.status != Intent.Status.AWAITING_APPROVAL or event is None:
+        return ""
+    reason = (
+        AuditEvent.objects.filter(intent=intent, event=event)
+        .order_by("-seq")
+        .values_list("reason", flat=True)
+        .first()
+    )
+    return reason or event.replace("_", " ")
 
 
 def previous_with_reference(intent: Intent) -> Intent | None:

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from operations.engine import execute_intent
 from operations.models import Attempt, AuditEvent, Intent, Reservation, SpendWindow
@@ -253,3 +255,18 @@ def test_c22_a_lapsed_approval_goes_back_to_the_approvers_never_failed(
     intent_approve(intent_id=intent.id, user=approver, request_hash=intent.request_hash)
     assert execute_intent(intent.id) == "succeeded"
     assert len(sandbox.ledger("payments", reference="c22")) == 1
+
+
+def test_i18_3_the_approver_sees_why_it_is_back_and_the_current_spend(settings: Any, approver: Any) -> None:
+    # given: one charge reserved 4,000 of a 5,000 EUR day; the next waits for a person
+    ceilings(settings, spend_per_day_minor={"EUR": 5_000})
+    claim(submit(arguments=charge_arguments(4_000)))
+    held = submit(arguments=charge_arguments(3_000))
+    assert claim(held) == "ceiling"
+    client = Client()
+    client.force_login(approver)
+    # when / then: the inbox marks it, the page says which ceiling and what is reserved
+    inbox = client.get(reverse("approvals")).content.decode()
+    assert "ceiling reached" in inbox
+    page = client.get(reverse("approval-detail", args=[held.id])).content.decode()
+    assert 'id="wait-note"' in page and "4000 + 3000 EUR would pass 5000" in page
