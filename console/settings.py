@@ -19,6 +19,7 @@ from csp.constants import NONE, SELF
 from console.embedded import embedded_database_url
 from console.env import env_bool, env_float, env_int, env_list, env_str, security_settings
 from console.secret_key import resolve_secret_key
+from operations.rates import rate_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("EFFECT_LEDGER_DATA_DIR", str(BASE_DIR / ".data")))
@@ -180,6 +181,35 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 
+# Caches. "default" stays in each process's memory (the audit page's verification result, the
+# sign-in tests). "throttle" holds the API's rate-limit windows (operations/throttling.py) and must
+# be shared by every web process: Redis when EFFECT_LEDGER_CACHE_URL names one (redis:// or
+# rediss://), else the database's table effect_ledger_cache (created by migration 0021).
+EFFECT_LEDGER_CACHE_URL = env_str("EFFECT_LEDGER_CACHE_URL")
+if EFFECT_LEDGER_CACHE_URL and not EFFECT_LEDGER_CACHE_URL.startswith(("redis://", "rediss://")):
+    raise ValueError(
+        f"environment variable EFFECT_LEDGER_CACHE_URL must be a redis:// or rediss:// URL, got "
+        f"{EFFECT_LEDGER_CACHE_URL.split('://')[0]!r}"
+    )
+CACHES: dict[str, Any] = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "throttle": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": EFFECT_LEDGER_CACHE_URL}
+        if EFFECT_LEDGER_CACHE_URL
+        else {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "effect_ledger_cache"}
+    ),
+}
+
+
+def _rate(name: str, default: str) -> str | None:
+    """A rate variable (``"600/min"``; ``off``: no limit), refused at start-up when malformed."""
+    raw = env_str(name, default)
+    try:
+        return raw if rate_parse(raw) is not None else None
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name}: {exc}") from exc
+
+
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024  # API bodies over 64 KiB are refused with 413
 
 REST_FRAMEWORK: dict[str, Any] = {
@@ -190,6 +220,11 @@ REST_FRAMEWORK: dict[str, Any] = {
     "EXCEPTION_HANDLER": "operations.api_support.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+    # Per agent and per tenant, on the shared "throttle" cache; rates in EFFECT_LEDGER below.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "operations.throttling.AgentRateThrottle",
+        "operations.throttling.TenantRateThrottle",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Effect Ledger API",
@@ -302,6 +337,11 @@ EFFECT_LEDGER: dict[str, Any] = {
     # revoked, deactivated or deleted agent is refused, and a change to it (its tenant) seen, by
     # every process within this bound. 0 = no cache.
     "TOKEN_CACHE_SECONDS": env_float("EFFECT_LEDGER_TOKEN_CACHE_SECONDS", 5.0),
+    # API requests per agent and per tenant (all its agents together), across every web process
+    # (operations/throttling.py): "<n>/<s|min|hour|day>", or "off"; past either, 429 with
+    # Retry-After. The tenant's limit is what keeps one tenant from starving the others.
+    "RATE_AGENT": _rate("EFFECT_LEDGER_RATE_AGENT", "600/min"),
+    "RATE_TENANT": _rate("EFFECT_LEDGER_RATE_TENANT", "3000/min"),
     # Beat periods in seconds (console/celery.py): the outbox relay's safety net and the reconciler.
     "RELAY_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RELAY_PERIOD_SECONDS", 2.0),
     "RECONCILE_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RECONCILE_PERIOD_SECONDS", 5.0),

@@ -15,7 +15,9 @@ from rest_framework.views import APIView
 
 from operations import selectors, services
 from operations.api_schema import RETRY_AFTER, WWW_AUTHENTICATE, problem_responses
+from operations.exceptions import ActionNotAllowed
 from operations.models import Agent, Intent
+from operations.scopes import action_allowed, agent_sees_principal
 from operations.selectors.pagination import InvalidCursor, cursor_time
 from operations.serializers import (
     IntentCancelSerializer,
@@ -63,11 +65,40 @@ def _agent(request: Request) -> Agent:
     return agent
 
 
-def _intent_or_404(request: Request, intent_id: uuid.UUID) -> Intent:
-    intent = selectors.intent_get(tenant=_agent(request).tenant, intent_id=intent_id)
+def _intent_or_404(request: Request, intent_id: uuid.UUID, *, decision: str = "") -> Intent:
+    """The intent the agent may reach (its tenant's; only its own when its scope is ``own``).
+
+    Another agent's intent is answered exactly like another tenant's, 404: an agent limited to
+    its own intents learns nothing of the others, not even that they exist. A ``decision`` (a
+    cancel) on one is recorded as refused on that intent's audit chain.
+    """
+    agent = _agent(request)
+    principal = agent_sees_principal(agent)
+    intent = selectors.intent_get(tenant=agent.tenant, intent_id=intent_id, principal=principal)
     if intent is None:
+        another_agents = principal is not None and selectors.intent_get(
+            tenant=agent.tenant, intent_id=intent_id
+        )
+        if decision and another_agents:
+            services.intent_record_refusal(
+                intent_id=intent_id,
+                actor=agent.principal,
+                decision=decision,
+                reason="outside the agent's scope: it may cancel only its own intents",
+            )
         raise NotFound(f"no intent {intent_id} in your tenant")
     return intent
+
+
+def _require_action(request: Request, *, decision: str) -> None:
+    """Refuse (403, audited) an action the agent's scopes do not include, before anything else
+    looks at the body. A body without a textual ``action`` is left to the serializer (422)."""
+    agent = _agent(request)
+    action = request.data.get("action") if isinstance(request.data, dict) else None
+    if isinstance(action, str) and not action_allowed(agent.actions, action):
+        reason = f"agent {agent.principal} may not {decision} {action!r}; it may: {', '.join(agent.actions) or 'nothing'}"
+        services.agent_record_refusal(agent=agent, decision=decision, reason=reason, action=action)
+        raise ActionNotAllowed(reason, allowed_actions=list(agent.actions))
 
 
 class IntentPagination(CursorPagination):
@@ -110,18 +141,20 @@ class IntentPagination(CursorPagination):
 
 
 class IntentCollectionView(APIView):
-    """``POST`` submits an intent; ``GET`` lists the tenant's intents (``IntentPagination``)."""
+    """``POST`` submits an intent (an action the agent's scopes include); ``GET`` lists the
+    intents it may see (``IntentPagination``)."""
 
     pagination_class = IntentPagination
 
     @extend_schema(
         summary="Submit an intent (201; the same key and request again: the same intent, replayed)",
         request=IntentCreateSerializer,
-        responses={201: IntentSerializer, **problem_responses(400, 413, 415, 422)},
+        responses={201: IntentSerializer, **problem_responses(400, 403, 413, 415, 422)},
         parameters=[IDEMPOTENCY_KEY, *SUBMIT_HEADERS, *PROBLEM_HEADERS],
     )
     def post(self, request: Request) -> Response:
         agent = _agent(request)
+        _require_action(request, decision="submit")
         body = IntentCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data: dict[str, Any] = body.validated_data
@@ -152,14 +185,17 @@ class IntentCollectionView(APIView):
         query = IntentListQuerySerializer(data=request.query_params.dict())
         query.is_valid(raise_exception=True)
         filters = {k: v for k, v in query.validated_data.items() if k not in {"cursor", "page_size"}}
-        queryset = selectors.intent_list(tenant=_agent(request).tenant, **filters)
+        agent = _agent(request)
+        queryset = selectors.intent_list(
+            tenant=agent.tenant, principal=agent_sees_principal(agent), **filters
+        )
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(queryset, request, view=self)
         return paginator.get_paginated_response(IntentSerializer(page, many=True).data)
 
 
 class IntentDetailView(APIView):
-    """``GET`` one intent of the caller's tenant."""
+    """``GET`` one intent the agent may see (its tenant's, or only its own: ``Agent.scope``)."""
 
     @extend_schema(responses={200: IntentSerializer, **problem_responses(404)}, parameters=PROBLEM_HEADERS)
     def get(self, request: Request, intent_id: uuid.UUID) -> Response:
@@ -175,7 +211,7 @@ class IntentCancelView(APIView):
         parameters=PROBLEM_HEADERS,
     )
     def post(self, request: Request, intent_id: uuid.UUID) -> Response:
-        intent = _intent_or_404(request, intent_id)
+        intent = _intent_or_404(request, intent_id, decision="cancel")
         if not isinstance(request.data, dict):  # [] or null: not the object the schema names
             raise ParseError("the body must be a JSON object (or empty)")
         body = IntentCancelSerializer(data=request.data)
@@ -191,10 +227,11 @@ class IntentPreviewView(APIView):
 
     @extend_schema(
         request=IntentPreviewSerializer,
-        responses={200: PreviewResponseSerializer, **problem_responses(400, 413, 415, 422)},
+        responses={200: PreviewResponseSerializer, **problem_responses(400, 403, 413, 415, 422)},
         parameters=PROBLEM_HEADERS,
     )
     def post(self, request: Request) -> Response:
+        _require_action(request, decision="preview")
         body = IntentPreviewSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         data = body.validated_data

@@ -69,12 +69,14 @@ class StrictBodyExtension(OpenApiSerializerExtension):  # type: ignore[no-untype
 _PROBLEM_DESCRIPTIONS = {
     400: "Malformed request: unreadable JSON, a missing or malformed Idempotency-Key, a damaged cursor",
     401: "No token, or an unknown or revoked one",
-    403: "Refused for this principal (an agent cannot cancel a compensation intent)",
+    403: "Refused for this principal: an action outside the agent's scopes (allowed_actions lists "
+    "them), or a cancel of a compensation intent",
     404: "No such intent in your tenant",
     406: "The Accept header admits no JSON",
     409: "The intent is RUNNING or beyond; current_status names its state",
     413: "The body is larger than 64 KiB",
     415: "The body is not application/json",
+    429: "Over the rate limit of this agent or of its tenant; send it again after Retry-After",
     422: "Invalid request (errors lists every failing field), an unknown action (known_actions), "
     "or an Idempotency-Key reused for another request (intent_id)",
     503: "The database is unreachable; nothing was stored; send the same request again after Retry-After",
@@ -85,8 +87,9 @@ RETRY_AFTER = OpenApiParameter(
     "Retry-After",
     OpenApiTypes.INT,
     OpenApiParameter.HEADER,
-    response=[503],
-    description=f"seconds to wait before sending the request again ({DATABASE_RETRY_AFTER_SECONDS})",
+    response=[429, 503],
+    description="seconds to wait before sending the request again (503: "
+    f"{DATABASE_RETRY_AFTER_SECONDS}; 429: until the rate limit's window admits it)",
 )
 WWW_AUTHENTICATE = OpenApiParameter(
     "WWW-Authenticate",
@@ -100,9 +103,9 @@ WWW_AUTHENTICATE = OpenApiParameter(
 def problem_responses(*statuses: int) -> dict[tuple[int, str], OpenApiResponse]:
     """The ``extend_schema(responses=...)`` entries of the problems an operation can answer:
     ``{(status, "application/problem+json"): OpenApiResponse(ProblemDetails)}`` for each status
-    (plus 401, 406 and 503, which every operation can answer: authentication, content
-    negotiation and the database come before any view)."""
-    codes = sorted({*statuses, 401, 406, 503})
+    (plus 401, 406, 429 and 503, which every operation can answer: authentication, content
+    negotiation, the rate limits and the database come before any view)."""
+    codes = sorted({*statuses, 401, 406, 429, 503})
     return {
         (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(ProblemDetailsSerializer, _PROBLEM_DESCRIPTIONS[code])
         for code in codes

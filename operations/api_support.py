@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from django.conf import settings
@@ -101,6 +102,17 @@ def problem_exception_handler(exc: Exception, context: dict[str, Any]) -> Respon
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
         body = problem(422, "Invalid request", detail, "validation-failed", errors=errors)
         code = 422
+    elif isinstance(exc, exceptions.Throttled):
+        # RFC 6585 section 4; Retry-After in whole seconds, at least 1 (RFC 9110 section 10.2.3).
+        wait = max(1, math.ceil(getattr(exc, "wait", None) or 1))  # DRF sets it; the stubs omit it
+        code = 429
+        body = problem(
+            429,
+            "Too many requests",
+            f"over the API's rate limit for this agent or its tenant; retry in {wait} s",
+            "rate-limited",
+        )
+        headers["Retry-After"] = str(wait)
     elif isinstance(exc, exceptions.APIException):
         code = exc.status_code
         slug = str(getattr(exc, "default_code", "error")).replace("_", "-")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 from operations.idempotency import canonical_json, sha256_hex
 from operations.models import AuditEvent, Intent
@@ -122,7 +122,7 @@ def _chain_head(intent_id: uuid.UUID, *, first: bool) -> ChainHead:
 def audit_event(
     *,
     head: ChainHead,
-    intent_id: uuid.UUID,
+    intent_id: uuid.UUID | None,
     event: str,
     actor: str,
     from_status: str = "",
@@ -233,6 +233,45 @@ def audit_append(
         data=data,
     )
     row.save(force_insert=True)
+    return row
+
+
+#: The advisory lock (``pg_advisory_xact_lock``) that serialises appends to the chain of events
+#: without an intent: its rows have no (intent, seq) uniqueness to stop a fork (NULLs differ).
+UNATTACHED_CHAIN_LOCK = 0x4C45_4447_4E4F_4E45 >> 1  # "LEDGNONE", as a positive bigint
+
+
+def audit_append_unattached(
+    *, event: str, actor: str, reason: str = "", data: dict[str, Any] | None = None
+) -> AuditEvent:
+    """Append an event that concerns no intent (a refused submission or preview: there is no
+    intent to chain it to) to the one chain of such events, whose ``intent_id`` is NULL. It is
+    hash-chained like an intent's and ``audit_verify`` walks it; signed checkpoints cover
+    intents' chains only. Opens its own transaction and takes ``UNATTACHED_CHAIN_LOCK`` for
+    one read and one INSERT, so concurrent appends queue instead of forking the chain.
+    """
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [UNATTACHED_CHAIN_LOCK])
+        cursor.execute(
+            f"""
+            SELECT statement_timestamp(), last.seq, last.hash
+            FROM (SELECT 1) AS one
+            LEFT JOIN LATERAL (
+                SELECT seq, hash FROM {AuditEvent._meta.db_table}
+                WHERE intent_id IS NULL ORDER BY seq DESC LIMIT 1
+            ) AS last ON true
+            """
+        )
+        now, seq, digest = cursor.fetchone()
+        row = audit_event(
+            head=head_from_row(now, seq, digest),
+            intent_id=None,
+            event=event,
+            actor=actor,
+            reason=reason,
+            data=data,
+        )
+        row.save(force_insert=True)
     return row
 
 

@@ -101,6 +101,14 @@ class ResendRefused(ResolutionRefused):
         self.why = why
 
 
+class ActionNotAllowed(LedgerError):
+    """An agent asked for an action its scopes do not include (``Agent.actions``, issue 18)."""
+
+    status = 403
+    code = "action-not-allowed"
+    title = "Action not allowed for this agent"
+
+
 class CancelRefused(LedgerError):
     """A cancel was refused for who asked (an agent cannot cancel a compensation intent, which
     operators and the reconciler open to undo an effect)."""

@@ -174,6 +174,11 @@ class ProblemDetailsSerializer(serializers.Serializer[Any]):
         required=False,
         help_text="422 for an unknown action: the actions served",
     )
+    allowed_actions = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="403 action-not-allowed: the action patterns this agent may submit",
+    )
     intent_id = serializers.UUIDField(
         required=False, help_text="422 idempotency-key-reused: the intent the key belongs to"
     )

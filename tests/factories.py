@@ -34,9 +34,10 @@ class UserFactory(factory.django.DjangoModelFactory):
         self.save()
 
 
-def make_agent(name: str = "agent-1", tenant: str = "acme") -> tuple[Agent, str]:
-    """Create an agent through ``agent_create``; returns (agent, token)."""
-    return agent_create(name=name, tenant=tenant)
+def make_agent(name: str = "agent-1", tenant: str = "acme", **options: Any) -> tuple[Agent, str]:
+    """Create an agent through ``agent_create`` (``options``: its ``actions``, ``scope``,
+    ``expires_in``); returns (agent, token)."""
+    return agent_create(name=name, tenant=tenant, **options)
 
 
 def charge_arguments(amount: int = 4990, **overrides: Any) -> dict[str, Any]:

@@ -148,6 +148,10 @@ class LocalCluster:
             "EFFECT_LEDGER_AUDIT_CHECKPOINT_FILE": str(settings.EFFECT_LEDGER["AUDIT_CHECKPOINT_FILE"]),
             "PYTHONUNBUFFERED": "1",
             "LOG_LEVEL": "WARNING",
+            # The lab's web processes (the benchmark's gunicorn) measure the ledger, not the API's
+            # rate limits (operations/throttling.py).
+            "EFFECT_LEDGER_RATE_AGENT": "off",
+            "EFFECT_LEDGER_RATE_TENANT": "off",
         }
         if sandbox_url:
             self.env["SANDBOX_PROVIDER_URL"] = sandbox_url

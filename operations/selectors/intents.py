@@ -15,9 +15,17 @@ from operations.models import Approval, AuditEvent, Intent, Outcome
 from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
 
 
-def intent_get(*, tenant: str, intent_id: uuid.UUID) -> Intent | None:
-    """The tenant's intent with ``intent_id``, or None (another tenant's intent is invisible)."""
-    return Intent.objects.filter(tenant=tenant, id=intent_id).first()
+def intent_get(*, tenant: str, intent_id: uuid.UUID, principal: str | None = None) -> Intent | None:
+    """The tenant's intent with ``intent_id``, or None (another tenant's intent is invisible).
+
+    Args:
+        principal: only an intent this principal submitted (an agent whose scope is ``own``);
+            None: any of the tenant's.
+    """
+    queryset = Intent.objects.filter(tenant=tenant, id=intent_id)
+    if principal is not None:
+        queryset = queryset.filter(principal=principal)
+    return queryset.first()
 
 
 def intent_list(
@@ -28,9 +36,13 @@ def intent_list(
     reference: str | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
+    principal: str | None = None,
 ) -> QuerySet[Intent]:
-    """The tenant's intents, filtered; newest first (callers paginate by cursor)."""
+    """The tenant's intents, filtered (``principal``: only those it submitted); newest first
+    (callers paginate by cursor)."""
     queryset = Intent.objects.filter(tenant=tenant)
+    if principal is not None:
+        queryset = queryset.filter(principal=principal)
     if status:
         queryset = queryset.filter(status=status)
     if action:

@@ -28,7 +28,7 @@ from operations.services.execution import (
     intent_schedule_retry,
 )
 from operations.services.recovery import intent_redispatch, intent_take_over_lease
-from operations.services.refusals import intent_record_refusal, refusals_audited
+from operations.services.refusals import agent_record_refusal, intent_record_refusal, refusals_audited
 from operations.services.resolution import (
     COMPENSATION_DEAD_ENDS,
     complete_compensated_original,
@@ -63,6 +63,7 @@ from operations.services.transitions import check_allowed, transition
 
 __all__ = [
     "REFUSAL_EVENT",
+    "agent_record_refusal",
     "intent_record_refusal",
     "refusals_audited",
     "business_key",

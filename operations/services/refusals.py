@@ -23,10 +23,10 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from operations.approval_validity import user_principal
-from operations.audit import REFUSAL_EVENT, audit_append
+from operations.audit import REFUSAL_EVENT, audit_append, audit_append_unattached
 from operations.bounds import clean_json, clean_text
 from operations.exceptions import ApprovalRefused, CancelRefused, IntentMoved, ResolutionRefused
-from operations.models import AuditEvent, Intent
+from operations.models import Agent, AuditEvent, Intent
 
 #: What a refused decision raises; anything else (a bug, a lost database) is not a refusal.
 REFUSALS = (ApprovalRefused, CancelRefused, IntentMoved, ResolutionRefused)
@@ -86,6 +86,30 @@ def intent_record_refusal(
                 "request_hash": current["request_hash"],
             },
         )
+
+
+def agent_record_refusal(*, agent: Agent, decision: str, reason: str, action: str) -> AuditEvent:
+    """Append a ``decision_refused`` event for a request of ``agent`` refused before any intent
+    existed (an action outside its scope, issue 18 item 6), to the chain of events without an
+    intent (``audit_append_unattached``): who tried what, in which tenant, and why not.
+
+    Args:
+        decision: ``submit`` or ``preview``.
+        reason: why, as the agent was told.
+        action: the action it asked for (as sent; cut short by ``bounds.clean_text``).
+    """
+    return audit_append_unattached(
+        event=REFUSAL_EVENT,
+        actor=agent.principal,
+        reason=clean_text(reason),
+        data={
+            "decision": clean_text(decision, 200),
+            "tenant": agent.tenant,
+            "agent_id": agent.pk,
+            "action": clean_text(action, 200),
+            "allowed_actions": list(agent.actions),
+        },
+    )
 
 
 def refusals_audited(

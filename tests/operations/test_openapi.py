@@ -238,3 +238,35 @@ def test_i12_6_an_action_whose_arguments_changed_gets_one_branch_per_schema() ->
     assert "default" not in branches[1]["properties"]["action_version"]
     assert (components["AcmeOrderArguments"], components["AcmeOrderV2Arguments"]) == (old, new)
     assert body["discriminator"]["mapping"] == {"acme.order": "#/components/schemas/IntentCreateAcmeOrder"}
+
+
+def test_i18_7_a_429_and_an_action_not_allowed_403_match_the_document(settings: Any) -> None:
+    # given: one request a minute per agent, and an agent that may only send email
+    from django.core.cache import caches
+
+    from operations.throttling import THROTTLE_CACHE
+    from tests.factories import make_agent
+
+    caches[THROTTLE_CACHE].clear()
+    _, token = make_agent("mailer", actions=["email.*"])
+    mailer = APIClient()
+    mailer.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    # when
+    refused = [post(mailer, charge()), post(mailer, charge(), key=None, url=f"{URL}/preview")]
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "RATE_AGENT": "1/min"}
+    caches[THROTTLE_CACHE].clear()
+    assert mailer.get(URL).status_code == 200
+    throttled = [mailer.get(URL), mailer.get(f"{URL}/{uuid.uuid4()}"), post(mailer, charge())]
+    # then: documented, with Retry-After on every 429
+    for response in refused:
+        assert (response.status_code, response.json()["code"]) == (403, "action-not-allowed")
+        assert_matches_document(response)
+    for response in throttled:
+        assert response.status_code == 429 and int(response["Retry-After"]) >= 1
+        assert_matches_document(response)
+    document = served_document()
+    for path, method in OPERATIONS:
+        responses = document["paths"][path][method]["responses"]
+        assert "Retry-After" in responses["429"]["headers"]
+    for path in ("/api/v1/intents", "/api/v1/intents/preview"):
+        assert "403" in document["paths"][path]["post"]["responses"]

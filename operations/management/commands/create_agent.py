@@ -1,13 +1,42 @@
-"""``manage.py create_agent NAME --tenant T``: mint an agent and print its token once."""
+"""``manage.py create_agent NAME --tenant T [--actions 'payments.*,email.send'] [--scope own|tenant]
+[--expires-in SECONDS | --expires-in-days DAYS]``: mint an agent and print its token once."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import IntegrityError
 
 from operations.authentication import agent_create
+from operations.models import Agent
+from operations.scopes import action_patterns_parse
+
+
+def token_lifetime(options: dict[str, Any]) -> timedelta | None:
+    """``--expires-in`` seconds or ``--expires-in-days`` days as a duration; None: never.
+
+    Raises:
+        CommandError: both given, or one that is not positive.
+    """
+    seconds, days = options.get("expires_in"), options.get("expires_in_days")
+    if seconds is not None and days is not None:
+        raise CommandError("give --expires-in or --expires-in-days, not both")
+    lifetime = timedelta(seconds=seconds) if seconds is not None else None
+    if days is not None:
+        lifetime = timedelta(days=days)
+    if lifetime is not None and lifetime <= timedelta(0):
+        raise CommandError("a token's lifetime must be positive")
+    return lifetime
+
+
+def add_lifetime_arguments(parser: CommandParser, what: str) -> None:
+    """``--expires-in SECONDS`` and ``--expires-in-days DAYS`` (mutually exclusive)."""
+    parser.add_argument("--expires-in", type=float, metavar="SECONDS", help=f"{what} expires after this long")
+    parser.add_argument(
+        "--expires-in-days", type=float, metavar="DAYS", help=f"{what} expires after this many days"
+    )
 
 
 class Command(BaseCommand):
@@ -16,13 +45,40 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("name")
         parser.add_argument("--tenant", required=True)
+        parser.add_argument(
+            "--actions",
+            default="*",
+            help="comma-separated action patterns it may submit: 'payments.*,email.send' "
+            "(default '*': every action, as before scopes existed; name only what it needs)",
+        )
+        parser.add_argument(
+            "--scope",
+            choices=[choice.value for choice in Agent.Scope],
+            default=Agent.Scope.OWN.value,
+            help="which intents it reads, lists and cancels: 'own' (default) or its whole 'tenant''s",
+        )
+        add_lifetime_arguments(parser, "the token")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            agent, token = agent_create(name=options["name"], tenant=options["tenant"])
+            actions = action_patterns_parse(options["actions"])
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        lifetime = token_lifetime(options)
+        try:
+            agent, token = agent_create(
+                name=options["name"],
+                tenant=options["tenant"],
+                actions=actions,
+                scope=options["scope"],
+                expires_in=lifetime,
+            )
         except IntegrityError as exc:
             raise CommandError(
                 f"agent {options['name']!r} already exists in tenant {options['tenant']!r}"
             ) from exc
         self.stdout.write(f"agent {agent.principal} in tenant {agent.tenant}")
+        self.stdout.write(f"actions: {', '.join(actions) or 'none'}; scope: {agent.scope}")
+        expires = agent.tokens.get().expires_at
+        self.stdout.write(f"expires: {expires.isoformat() if expires else 'never'}")
         self.stdout.write(f"token: {token}")
