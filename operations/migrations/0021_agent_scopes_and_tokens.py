@@ -38,7 +38,7 @@ def move_digests_to_tokens(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("operations", "0019_outbox_acknowledged")]
+    dependencies = [("operations", "0020_spend_reservations")]
 
     operations = [
         migrations.AddField(
