@@ -28,6 +28,21 @@ class AccountError(ValueError):
     """A refused account: the message says which input and why; nothing was created."""
 
 
+def username_taken(name: str, *, exclude_pk: Any = None) -> str | None:
+    """Why ``name`` cannot be a new account's name, or None: another account has the same name
+    case-folded (``console.signin.lockout_key``). Two such accounts would share one sign-in lock,
+    and signing in to one would clear the other's. Python's case folding is not the database's
+    ``UPPER`` (``straße`` / ``STRASSE``), so every name is compared. Used by ``create_user`` and
+    the admin's user forms alike."""
+    users = get_user_model()
+    key = lockout_key(name)
+    others = users.objects.exclude(pk=exclude_pk) if exclude_pk is not None else users.objects.all()
+    for existing in others.values_list(users.USERNAME_FIELD, flat=True).iterator():
+        if lockout_key(existing) == key:
+            return f"an account named {existing!r} already exists (names are compared ignoring case)"
+    return None
+
+
 def console_user_create(
     *, username: str, roles: list[str], password: str | None = None, django_admin: bool = False
 ) -> tuple[Any, str]:
@@ -57,15 +72,14 @@ def console_user_create(
         raise AccountError(
             f"roles must be one or more of {', '.join(ROLES)}; got {', '.join(roles) or 'none'}"
         )
-    # Sign-in locks count names case-folded (console.signin.lockout_key): two accounts folding
-    # to one name would share a lock, and signing in to one would clear the other's. Python's
-    # case folding is not the database's UPPER (straße / STRASSE), so compare every name.
-    key = lockout_key(name)
-    for existing in users.objects.values_list(users.USERNAME_FIELD, flat=True).iterator():
-        if lockout_key(existing) == key:
-            raise AccountError(
-                f"an account named {existing!r} already exists (names are compared ignoring case)"
-            )
+    if django_admin and "admin" not in roles:
+        # A superuser is the admin role to the console: asking for less would be a lie.
+        raise AccountError(
+            "--django-admin makes a superuser, whom the console treats as admin: add --role admin"
+        )
+    problem = username_taken(name)
+    if problem:
+        raise AccountError(problem)
     user = users(username=name, is_staff=django_admin, is_superuser=django_admin)
     if password is None:
         password = secrets.token_urlsafe(GENERATED_PASSWORD_BYTES)

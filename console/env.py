@@ -105,7 +105,9 @@ def security_settings(environ: Mapping[str, str]) -> dict[str, Any]:
         "SESSION_COOKIE_SECURE": https,
         "CSRF_COOKIE_SECURE": https,
         "SECURE_SSL_REDIRECT": https,
-        "SECURE_REDIRECT_EXEMPT": [r"^healthz$", r"^metrics$"],
+        # The API is not redirected: a 301 turns an agent's POST into a GET and loses its body;
+        # console.middleware.HttpsRequiredForApi answers it with a 403 problem instead.
+        "SECURE_REDIRECT_EXEMPT": [r"^healthz$", r"^metrics$", r"^api/"],
         "SECURE_HSTS_SECONDS": HSTS_SECONDS if https else 0,
         "SECURE_HSTS_INCLUDE_SUBDOMAINS": https
         and env_bool("EFFECT_LEDGER_HSTS_INCLUDE_SUBDOMAINS", False, environ=environ),

@@ -1,13 +1,15 @@
-"""Project middleware: an unreachable database is a 503, never a 500."""
+"""Project middleware: an unreachable database is a 503, never a 500; the API is https-only when
+HTTPS is on."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from operations.api_support import api_database_unavailable
+from operations.api_support import PROBLEM_CONTENT_TYPE, api_database_unavailable, problem
 from operations.delivery import DATABASE_RETRY_AFTER_SECONDS, database_unavailable
 
 logger = logging.getLogger(__name__)
@@ -47,3 +49,29 @@ class DatabaseUnavailableMiddleware:
         if database_unavailable(exception):
             return database_unavailable_response(request)
         return None
+
+
+class HttpsRequiredForApi:
+    """With ``EFFECT_LEDGER_HTTPS`` on (``SECURE_SSL_REDIRECT``), a plain-http request to
+    ``/api/`` is answered 403 ``https-required`` (problem details), not redirected: a 301 or 302
+    turns a client's POST into a GET to the new URL and drops its body, so an agent would see a
+    success page for a submit that never happened. (The token has crossed the network in clear
+    by then either way: rotate it.)"""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if settings.SECURE_SSL_REDIRECT and request.path.startswith("/api/") and not request.is_secure():
+            return JsonResponse(
+                problem(
+                    403,
+                    "HTTPS required",
+                    f"this server takes API requests over https only: use https://{request.get_host()}"
+                    f"{request.get_full_path()}; nothing was done",
+                    "https-required",
+                ),
+                status=403,
+                content_type=PROBLEM_CONTENT_TYPE,
+            )
+        return self.get_response(request)

@@ -55,6 +55,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "console.middleware.HttpsRequiredForApi",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -164,6 +165,7 @@ AXES_LOCKOUT_CALLABLE = "console.signin.lockout_response"
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 LOGIN_URL = "/login/"
+CSRF_FAILURE_VIEW = "console.views.auth.csrf_failure"
 LOGIN_REDIRECT_URL = "/"
 
 LANGUAGE_CODE = "en-us"

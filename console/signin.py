@@ -71,7 +71,9 @@ def client_ip(request: HttpRequest) -> str | None:
     trusted reverse proxies in front, each appending the address it received from, the client is
     the N-th entry from the right of ``X-Forwarded-For`` (entries left of it were written by the
     client and are not believed). A header with fewer entries, or an entry that is not an IP
-    address, falls back to ``REMOTE_ADDR`` (a request that did not pass all the proxies).
+    address (after dropping a port), falls back to ``REMOTE_ADDR`` (a request that did not pass
+    all the proxies), which puts it behind the proxy's one address: make the proxies write bare
+    addresses.
     """
     peer = request.META.get("REMOTE_ADDR") or None
     proxies = int(settings.EFFECT_LEDGER_PROXY_COUNT)
@@ -80,10 +82,24 @@ def client_ip(request: HttpRequest) -> str | None:
     hops = [hop.strip() for hop in str(request.META.get("HTTP_X_FORWARDED_FOR", "")).split(",")]
     if len(hops) < proxies or not hops[-proxies]:
         return peer
+    return _address(hops[-proxies]) or peer
+
+
+def _address(entry: str) -> str | None:
+    """The IP address in one ``X-Forwarded-For`` entry, or None: a port some proxies append
+    (``192.0.2.1:1234``, ``[2001:db8::1]:443``) is dropped and an IPv4-mapped IPv6 address
+    (``::ffff:192.0.2.1``) is the IPv4 address it maps, so one client has one lock."""
+    host = entry
+    if host.startswith("[") and "]" in host:
+        host = host[1 : host.index("]")]
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
     try:
-        return str(ipaddress.ip_address(hops[-proxies]))
+        address = ipaddress.ip_address(host)
     except ValueError:
-        return peer
+        return None
+    mapped = getattr(address, "ipv4_mapped", None)
+    return str(mapped or address)
 
 
 def address_failures(ip_address: str | None) -> int:

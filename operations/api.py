@@ -212,8 +212,8 @@ class IntentCancelView(APIView):
     )
     def post(self, request: Request, intent_id: uuid.UUID) -> Response:
         intent = _intent_or_404(request, intent_id, decision="cancel")
-        if not isinstance(request.data, dict):  # [] or null: not the object the schema names
-            raise ParseError("the body must be a JSON object (or empty)")
+        # [] or null is not the object the schema names: 422 like submit and preview (an empty
+        # body is an empty object: a cancel without a reason).
         body = IntentCancelSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         intent = services.intent_cancel(

@@ -4,6 +4,8 @@ the admin's login form."""
 from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 
 
 class ConsoleLoginView(auth_views.LoginView):
@@ -15,3 +17,10 @@ class ConsoleLoginView(auth_views.LoginView):
 
 
 login_view = ConsoleLoginView.as_view()
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """``CSRF_FAILURE_VIEW``: Django's refusal of a form posted without a valid CSRF token, on
+    the console's own template (Django's default page has an inline style the
+    Content-Security-Policy blocks). 403; nothing was done."""
+    return render(request, "console/csrf_failure.html", {"reason": reason}, status=403)

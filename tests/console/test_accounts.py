@@ -78,6 +78,11 @@ def test_i12_8_django_admin_account_reaches_the_admin_site() -> None:
         (["dan", "--role", "viewer", "--password-stdin"], "short\n", "password refused"),
         (["dan", "--role", "viewer", "--password-stdin"], "password123\n", "password refused"),
         (["dan", "--role", "viewer", "--password-stdin"], "\n", "empty line"),
+        (["straße", "--role", "viewer"], None, "already exists"),
+        (["a" * 151, "--role", "viewer"], None, "at most 150"),
+        (["dan", "--role", "viewer", "--password-stdin"], "abc\x00defghijk\n", "NUL"),
+        (["dan", "--role", "viewer", "--password-stdin"], "p" * 1025 + "\n", "at most 1024"),
+        (["dv", "--role", "viewer", "--django-admin"], None, "add --role admin"),
     ],
     ids=[
         "no-role",
@@ -88,6 +93,11 @@ def test_i12_8_django_admin_account_reaches_the_admin_site() -> None:
         "too-short",
         "common",
         "empty-stdin",
+        "case-folds-to-an-existing-name",
+        "too-long-name",
+        "nul-in-password",
+        "password-too-long",
+        "django-admin-needs-admin-role",
     ],
 )
 def test_i12_8_create_user_refuses_bad_input_and_creates_nothing(
@@ -130,3 +140,19 @@ def test_i12_8_a_repeated_role_is_one_role() -> None:
     output = _create("fay", "--role", "viewer", "--role", "viewer")
     assert "role(s) viewer\n" in output
     assert roles_of(get_user_model().objects.get(username="fay")) == ["viewer"]
+
+
+def test_i12_8_the_admin_add_user_form_refuses_a_name_that_folds_to_another(client: Any) -> None:
+    # given: an existing account and a Django admin signed in
+    get_user_model().objects.create_user("Straße", password="x" * 20)
+    root = get_user_model().objects.create_superuser("root", password="y" * 20)
+    client.force_login(root)
+    # when: the admin adds "strasse" (the same sign-in lock)
+    response = client.post(
+        reverse("admin:auth_user_add"),
+        {"username": "strasse", "password1": "a long passphrase", "password2": "a long passphrase",
+         "usable_password": "true"},
+    )  # fmt: skip
+    # then: refused with the reason, nothing created
+    assert response.status_code == 200 and b"already exists" in response.content
+    assert not get_user_model().objects.filter(username="strasse").exists()

@@ -183,3 +183,32 @@ def test_i12_3_deploy_checks_with_https_on_leave_only_the_subdomain_and_preload_
     # then: only HSTS without includeSubDomains (W005) and without preload (W021), both on purpose
     # (console/env.py security_settings)
     assert found == {"security.W005", "security.W021"}
+
+
+@pytest.mark.usefixtures("https")
+def test_i12_3_with_https_on_an_api_post_over_http_is_refused_not_redirected(api: Any) -> None:
+    # given: an agent that sends a submit over plain http (a 301 would turn it into a GET)
+    from operations.models import Intent
+
+    body = {"action": "email.send", "arguments": {"to": "a@example.test", "subject": "s", "body": "b"}}
+    # when
+    response = api.post("/api/v1/intents", body, format="json", HTTP_IDEMPOTENCY_KEY="plain-http")
+    # then: a problem that says why, and nothing stored
+    assert response.status_code == 403
+    assert response["Content-Type"].startswith("application/problem+json")
+    assert response.json()["code"] == "https-required"
+    assert not Intent.objects.exists()
+    # and over https the same request is served
+    secure = api.post("/api/v1/intents", body, format="json", HTTP_IDEMPOTENCY_KEY="plain-http", secure=True)
+    assert secure.status_code == 201
+
+
+def test_i12_3_a_refused_csrf_token_answers_on_a_page_without_inline_style(db: Any) -> None:
+    # given: a form posted without its CSRF token (cookies cleared, or sent from elsewhere)
+    client = Client(enforce_csrf_checks=True)
+    # when
+    response = client.post("/login/", {"username": "vera", "password": "x"})
+    # then: 403 on the console's own template, which the policy allows (Django's has <style>)
+    assert response.status_code == 403
+    assert b"could not be accepted" in response.content
+    assert b"<style" not in response.content.lower() and b"style=" not in response.content.lower()

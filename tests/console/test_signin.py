@@ -167,6 +167,9 @@ def test_c14_a_name_that_folds_longer_than_axes_stores_is_counted_not_a_500(db: 
         (1, "not-an-address", "10.0.0.1"),
         (1, "", "10.0.0.1"),
         (1, "2001:db8::1", "2001:db8::1"),
+        (1, "203.0.113.9:51234", "203.0.113.9"),  # a port some proxies append
+        (1, "[2001:db8::1]:443", "2001:db8::1"),
+        (1, "::ffff:203.0.113.9", "203.0.113.9"),  # IPv4-mapped: one client, one lock
     ],
 )
 def test_c14_the_address_behind_trusted_proxies(

@@ -145,7 +145,10 @@ class Command(BaseCommand):
         # real broker (RabbitMQ, Redis).
         pool = "threads" if settings.CELERY_BROKER_URL.startswith("filesystem://") else "prefork"
         return {
-            "web": f"{python} -m gunicorn console.wsgi -b 127.0.0.1:{options['port']} -w 2 --no-control-socket --access-logfile -",
+            "web": (
+                f"{python} -m gunicorn -c python:console.gunicorn_conf console.wsgi "
+                f"-b 127.0.0.1:{options['port']} -w 2 --no-control-socket --access-logfile -"
+            ),
             "worker": f"{python} -m celery -A console worker -l INFO -P {pool} -c {max(2, options['workers'] * 2)}"
             f" -n worker@%%h --include {','.join(LAB_TASK_MODULES)}",
             "beat": f"{python} -m celery -A console beat -l INFO -s {data_dir / 'celerybeat-schedule'}",
