@@ -31,15 +31,15 @@ class _LockSafeName:
         return name
 
 
-class ConsoleUserCreationForm(_LockSafeName, AdminUserCreationForm):  # type: ignore[type-arg]
+class ConsoleUserCreationForm(_LockSafeName, AdminUserCreationForm):
     """Django's add-user form with the console's name rule."""
 
 
-class ConsoleUserChangeForm(_LockSafeName, UserChangeForm):  # type: ignore[type-arg]
+class ConsoleUserChangeForm(_LockSafeName, UserChangeForm):
     """Django's change-user form with the console's name rule (a rename cannot collide)."""
 
 
-class ConsoleUserAdmin(UserAdmin):  # type: ignore[type-arg]
+class ConsoleUserAdmin(UserAdmin):
     """Django's user admin with forms that keep one sign-in lock per account."""
 
     add_form = ConsoleUserCreationForm
