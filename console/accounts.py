@@ -1,7 +1,8 @@
 """Console accounts: the one place users are created with their roles.
 
 Roles are the groups of ``console.permissions.ROLES``. A console account holds one or more
-roles and is not a Django superuser; the Django admin site (``/admin/``) is for a separate
+roles, each on the tenants it is created for or on every tenant (``RoleGrant``, issue 18 item
+5), and is not a Django superuser; the Django admin site (``/admin/``) is for a separate
 account created with ``django_admin=True`` (staff and superuser, which the console reads as
 the ``admin`` role).
 """
@@ -19,6 +20,7 @@ from django.db import IntegrityError, transaction
 
 from console.permissions import ROLES
 from console.signin import lockout_key
+from operations.tenant_access import role_grants_set
 
 GENERATED_PASSWORD_BYTES = 15  # secrets.token_urlsafe: 20 characters, 120 bits
 MAX_PASSWORD_LENGTH = 1024  # far above any passphrase, far below the 64 KiB request limit
@@ -44,15 +46,24 @@ def username_taken(name: str, *, exclude_pk: Any = None) -> str | None:
 
 
 def console_user_create(
-    *, username: str, roles: list[str], password: str | None = None, django_admin: bool = False
+    *,
+    username: str,
+    roles: list[str],
+    tenants: list[str] | None = None,
+    all_tenants: bool = False,
+    password: str | None = None,
+    django_admin: bool = False,
 ) -> tuple[Any, str]:
-    """Create a console user holding ``roles``; returns ``(user, password)``.
+    """Create a console user holding ``roles`` on ``tenants`` (or on every tenant with
+    ``all_tenants``: exactly one of the two); returns ``(user, password)``.
 
     ``username`` is stripped and NFKC-normalised (Django's ``normalize_username``) and must pass
     Django's ``UnicodeUsernameValidator`` and the field's length; it is refused when another
     account has the same name case-folded, since sign-in locks count names that way
     (``console.signin``).
-    ``roles`` are names from ``ROLES``, at least one (repeats ignored). ``password`` must be one
+    ``roles`` are names from ``ROLES``, at least one (repeats ignored). ``tenants`` are tenant
+    names (1 to 100 characters, not ``*``; repeats ignored); a ``django_admin`` account is a
+    superuser, which holds every tenant, so it takes ``all_tenants``. ``password`` must be one
     the login form can send (no NUL, at most ``MAX_PASSWORD_LENGTH`` characters) and pass
     ``AUTH_PASSWORD_VALIDATORS``; without one, a random 20-character password is generated
     (the caller shows it once). Raises ``AccountError``; on error nothing is stored.
@@ -77,6 +88,16 @@ def console_user_create(
         raise AccountError(
             "--django-admin makes a superuser, whom the console treats as admin: add --role admin"
         )
+    tenants = list(dict.fromkeys(t.strip() for t in tenants or []))
+    if all_tenants == bool(tenants):
+        raise AccountError(
+            "name the tenants (--tenant T, repeatable) or grant every tenant (--all-tenants), not both"
+        )
+    if django_admin and not all_tenants:
+        raise AccountError("a Django admin account is a superuser and holds every tenant: use --all-tenants")
+    for tenant in tenants:
+        if not tenant or tenant == "*" or len(tenant) > 100:
+            raise AccountError(f"tenant {tenant!r}: a tenant name is 1 to 100 characters and not '*'")
     problem = username_taken(name)
     if problem:
         raise AccountError(problem)
@@ -97,7 +118,8 @@ def console_user_create(
     try:
         with transaction.atomic():
             user.save()
-            user.groups.set(Group.objects.filter(name__in=roles))
+            user.groups.set([Group.objects.get_or_create(name=role)[0] for role in roles])
+            role_grants_set(user=user, roles=roles, tenants=None if all_tenants else tenants)
     except IntegrityError as exc:  # created by someone else since the check above
         raise AccountError(f"an account named {name!r} already exists") from exc
     return user, password

@@ -1,10 +1,18 @@
-"""Console roles: the groups ``viewer``, ``operator``, ``approver`` and ``admin``.
+"""Console roles: the groups ``viewer``, ``operator``, ``approver`` and ``admin``, each held on
+named tenants or on every tenant (``operations.tenant_access``, issue 18 item 5).
 
-* viewer: reads every page (dashboard, approvals, UNKNOWN queue, intents, audit).
+* viewer: reads every page, for the tenants it holds a role on.
 * approver: a viewer who may approve or reject intents whose policy names the ``approver``
-  group (``operations.approval_validity`` decides for the page and the service alike).
-* operator: a viewer who may resolve UNKNOWN intents (``confirmed``, ``absent``, ``compensate``).
+  group, on the tenants it holds that role for (``operations.approval_validity`` decides for the
+  page and the service alike).
+* operator: a viewer who may resolve UNKNOWN intents (``confirmed``, ``absent``, ``compensate``)
+  on the tenants it holds that role for.
 * admin: everything above.
+
+Whatever a user may read is filtered by ``reader_scope`` (the tenants where it holds any console
+role); another tenant's intent, finding or audit event is a 404. Figures that belong to no
+tenant (the outbox, this machine's counters, failover, the audit chains' verification, drills)
+need a role on every tenant.
 
 Agents (API bearer tokens) are not Django users, so they never hold a console session: the
 console authenticates with Django's session login only.
@@ -20,44 +28,63 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.http import HttpRequest, HttpResponseBase
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 from django_htmx.http import HttpResponseClientRedirect
 
+from operations.tenant_access import ROLES, TenantScope, console_scope, role_scope
 from reconciliation.resolution import can_resolve as service_can_resolve
 
-ROLES = ("viewer", "operator", "approver", "admin")
+__all__ = ["ROLES", "can_resolve", "console_role_required", "reader_scope", "roles_of"]
 
 AnyUser = AbstractBaseUser | AnonymousUser
 
 
-def _group_names(user: Any) -> set[str]:
-    cached = getattr(user, "_console_groups", None)
+def reader_scope(user: Any) -> TenantScope:
+    """The tenants ``user`` may read in the console (any console role there), asked once per
+    request (cached on the user object, which lives as long as the request)."""
+    cached = getattr(user, "_console_scope", None)
     if cached is None:
-        cached = set(user.groups.values_list("name", flat=True)) if user.is_authenticated else set()
-        user._console_groups = cached
+        cached = console_scope(user)
+        user._console_scope = cached
     return cached
 
 
 def roles_of(user: Any) -> list[str]:
-    """The console roles ``user`` holds, in ``ROLES`` order (superusers hold ``admin``)."""
+    """The console roles ``user`` holds on at least one tenant, in ``ROLES`` order
+    (superusers hold every role on every tenant; the console names them ``admin``)."""
     if not user.is_authenticated or not user.is_active:
         return []
     if getattr(user, "is_superuser", False):
         return ["admin"]
-    names = _group_names(user)
-    return [role for role in ROLES if role in names]
+    return [role for role in ROLES if not role_scope(user, [role]).empty]
+
+
+def on_every_tenant(user: Any, *roles: str) -> bool:
+    """Whether ``user`` holds one of ``roles`` (default: any console role) on every tenant."""
+    return role_scope(user, roles or ROLES).every
 
 
 def has_console_access(user: Any) -> bool:
-    """True when ``user`` is an active, signed-in user holding at least one console role."""
-    return bool(roles_of(user))
+    """True when ``user`` is an active, signed-in user holding a console role on some tenant."""
+    return bool(user.is_authenticated) and not reader_scope(user).empty
 
 
-def can_resolve(user: Any) -> bool:
-    """True when ``user`` may resolve UNKNOWN intents; the rule lives with the resolution
-    services (``reconciliation.resolution.can_resolve``), which re-check it."""
-    return bool(user.is_authenticated) and service_can_resolve(user)
+def can_resolve(user: Any, tenant: str) -> bool:
+    """True when ``user`` may resolve UNKNOWN intents of ``tenant``; the rule lives with the
+    resolution services (``reconciliation.resolution.can_resolve``), which re-check it."""
+    return bool(user.is_authenticated) and service_can_resolve(user, tenant)
+
+
+def every_tenant_only(request: HttpRequest, what: str) -> HttpResponse:
+    """The visible 403 for a page that covers every tenant, asked for by a user whose roles are
+    on named tenants only."""
+    return render(
+        request,
+        "console/forbidden.html",
+        {"message": f"{what} covers every tenant: it needs a console role on every tenant."},
+        status=403,
+    )
 
 
 def console_role_required(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
@@ -78,7 +105,9 @@ def console_role_required(view: Callable[..., HttpResponseBase]) -> Callable[...
             return render(
                 request,
                 "console/forbidden.html",
-                {"message": "Your account has no console role (viewer, operator, approver or admin)."},
+                {
+                    "message": "Your account has no console role (viewer, operator, approver or admin) on any tenant."
+                },
                 status=403,
             )
         return view(request, *args, **kwargs)

@@ -19,6 +19,7 @@ from django.db.models.functions import Now
 
 from operations.models import Approval, Intent
 from operations.policies import Policy
+from operations.tenant_access import may_act
 
 
 class Verdict(StrEnum):
@@ -78,14 +79,10 @@ def is_own_request(intent: Intent, user: User) -> bool:
 
 
 def can_approve(user: User, intent: Intent) -> bool:
-    """Whether ``user`` holds the permission the intent's policy names (its approver group,
-    or the admin group, or superuser)."""
-    if not user.is_active:
-        return False
-    if user.is_superuser:
-        return True
+    """Whether ``user`` holds the permission the intent's policy names (its approver group, or
+    the admin group) on the intent's tenant (``operations.tenant_access``), or is a superuser."""
     group = Policy.from_snapshot(intent.policy).approver_group
-    return user.groups.filter(name__in=[group, "admin"]).exists()
+    return may_act(user, [group, "admin"], intent.tenant)
 
 
 def approval_validity(
@@ -164,7 +161,7 @@ def _decision_refusal(
     if not can_approve(approver, intent):
         return (
             Verdict.NO_PERMISSION,
-            f"You are not in the '{policy.approver_group}' group for {intent.action}.",
+            f"You are not in the '{policy.approver_group}' group for {intent.action} on tenant {intent.tenant}.",
         )
     if policy.four_eyes and is_own_request(intent, approver):
         return Verdict.OWN_REQUEST, "You requested this intent; someone else must approve it (four eyes)."

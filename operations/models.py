@@ -631,18 +631,21 @@ class RecoveryRun(models.Model):
 
 
 class StatusRollup(models.Model):
-    """How many intents were in one settled state (``SETTLED_STATUS_VALUES``) when they were last
-    counted: one row per state, rewritten together by ``operations.services.status_rollup_refresh``
-    (the beat, every ``STATUS_ROLLUP_PERIOD_SECONDS``). The dashboard and ``/metrics`` show these
-    counts with their age instead of counting a million rows on every request.
+    """How many intents of one tenant were in one settled state (``SETTLED_STATUS_VALUES``) when
+    they were last counted: one row per (tenant, state), rewritten together by
+    ``operations.services.status_rollup_refresh`` (the beat, every ``STATUS_ROLLUP_PERIOD_SECONDS``).
+    The dashboard and ``/metrics`` sum these counts over the tenants a reader may see, with their
+    age, instead of counting a million rows on every request (issue 18 item 5: per tenant).
     """
 
-    status = models.CharField(max_length=20, primary_key=True)
+    tenant = models.CharField(max_length=100)
+    status = models.CharField(max_length=20)
     count = models.BigIntegerField()
     computed_at = models.DateTimeField(help_text="database time of the statement that counted")
 
     class Meta:
         constraints = [
+            models.UniqueConstraint(fields=["tenant", "status"], name="status_rollup_tenant_status"),
             models.CheckConstraint(
                 condition=Q(status__in=SETTLED_STATUS_VALUES), name="status_rollup_settled_status"
             ),
@@ -650,4 +653,35 @@ class StatusRollup(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.status}: {self.count} at {self.computed_at:%Y-%m-%d %H:%M:%S}"
+        return f"{self.tenant} {self.status}: {self.count} at {self.computed_at:%Y-%m-%d %H:%M:%S}"
+
+
+#: A ``RoleGrant.tenant`` meaning every tenant, present and future (never a tenant's name).
+ALL_TENANTS = "*"
+
+
+class RoleGrant(models.Model):
+    """Where a console user holds a role: ``role`` (a group's name: ``viewer``, ``approver``,
+    ``operator``, ``admin`` or a policy's own approver group) on ``tenant``, or on every tenant
+    when ``tenant`` is ``ALL_TENANTS``.
+
+    The group says *that* the user holds the role, the grants say *where*: membership without a
+    grant gives that role on no tenant, a grant without membership gives nothing. Superusers hold
+    every role on every tenant. ``operations.tenant_access`` is the one rule that reads them.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="role_grants")
+    role = models.CharField(max_length=150, help_text="the group this grant scopes")
+    tenant = models.CharField(max_length=100, help_text="a tenant, or * for every tenant")
+    created_at = models.DateTimeField(db_default=Now())
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user", "role", "tenant"], name="role_grant_unique"),
+            models.CheckConstraint(condition=~Q(role=""), name="role_grant_role_named"),
+            models.CheckConstraint(condition=~Q(tenant=""), name="role_grant_tenant_named"),
+        ]
+
+    def __str__(self) -> str:
+        where = "every tenant" if self.tenant == ALL_TENANTS else self.tenant
+        return f"{self.role} on {where}"

@@ -20,6 +20,7 @@ from operations.calls import provider_lookup
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import AuditEvent, Intent, Outcome
 from operations.selectors import last_audit_seq
+from operations.tenant_access import console_scope, role_scope
 from reconciliation.lookups import reconcile_intent
 from reconciliation.models import DuplicateFinding, Evidence
 from reconciliation.selectors import effect_on_record, found_by_lookup, intent_evidence
@@ -27,11 +28,11 @@ from reconciliation.selectors import effect_on_record, found_by_lookup, intent_e
 RESOLVER_GROUPS = ("operator", "admin")
 
 
-def can_resolve(user: User) -> bool:
-    """Operators and admins (and superusers) may resolve UNKNOWN intents."""
-    return bool(
-        user.is_active and (user.is_superuser or user.groups.filter(name__in=RESOLVER_GROUPS).exists())
-    )
+def can_resolve(user: User, tenant: str | None = None) -> bool:
+    """Operators and admins (and superusers) may resolve UNKNOWN intents: on ``tenant`` when
+    named, else on at least one tenant (``operations.tenant_access``)."""
+    scope = role_scope(user, RESOLVER_GROUPS)
+    return not scope.empty if tenant is None else scope.allows(tenant)
 
 
 def _check(user: User, reason: str) -> None:
@@ -39,6 +40,16 @@ def _check(user: User, reason: str) -> None:
         raise ResolutionRefused("only operators and admins can resolve UNKNOWN intents")
     if not reason.strip():
         raise ResolutionRefused("a resolution needs a reason")
+
+
+def _check_tenant(user: User, tenant: str, missing: str) -> None:
+    """Refuse a decision on another tenant's item: as ``missing`` (no such item) where ``user``
+    holds no console role on ``tenant``, so the answer never confirms it exists (issue 18 item
+    5); as a missing permission where it may read that tenant but not resolve there."""
+    if not console_scope(user).allows(tenant):
+        raise ResolutionRefused(missing)
+    if not can_resolve(user, tenant):
+        raise ResolutionRefused(f"only operators and admins of tenant {tenant} can decide on its intents")
 
 
 def _load(
@@ -60,6 +71,7 @@ def _load(
     intent = Intent.objects.filter(id=intent_id).first()
     if intent is None:
         raise ResolutionRefused(f"no intent {intent_id}")
+    _check_tenant(user, intent.tenant, f"no intent {intent_id}")
     if intent.status != status:
         raise IntentMoved(intent_id=intent_id, expected=status, current=intent.status)
     if seen_seq is not None and seen_seq != last_audit_seq(intent_id):
@@ -83,7 +95,9 @@ def _load(
 def _finding_intent(arguments: dict[str, Any]) -> uuid.UUID | None:
     """The intent a duplicate finding belongs to (where a refused decision on it is recorded)."""
     return (
-        DuplicateFinding.objects.filter(id=arguments["finding_id"]).values_list("intent_id", flat=True).first()
+        DuplicateFinding.objects.filter(id=arguments["finding_id"])
+        .values_list("intent_id", flat=True)
+        .first()
     )
 
 
@@ -325,6 +339,7 @@ def resolve_duplicate_finding(*, finding_id: int, user: User, verb: str, reason:
         finding = DuplicateFinding.objects.select_for_update().filter(id=finding_id).first()
         if finding is None:
             raise ResolutionRefused(f"no duplicate finding {finding_id}")
+        _check_tenant(user, finding.intent.tenant, f"no duplicate finding {finding_id}")
         if finding.state != DuplicateFinding.State.OPEN:
             raise ResolutionRefused(f"this finding is {finding.get_state_display().lower()}, not open")
         _record(finding.intent, user, f"duplicate_{verb}", reason, [finding.provider_reference])

@@ -15,28 +15,29 @@ from operations.adapters.base import LookupStatus
 from operations.models import AuditEvent, Intent, Outcome
 from operations.request_integrity import MISMATCH_HOLD
 from operations.services.failover import RESTORE_GUARD_HOLD
+from operations.tenant_access import TenantScope
 from reconciliation.models import DuplicateFinding, Evidence, ReconciliationRun
 
 #: How far back the queue lists operator confirmations the provider could not verify.
 UNVERIFIED_RECENT = timedelta(days=7)
 
 
-def unknown_queue(*, escalated_only: bool = False) -> QuerySet[Intent]:
-    """UNKNOWN intents, oldest first (served by the partial index ``intent_unknown_age``),
+def unknown_queue(*, scope: TenantScope, escalated_only: bool = False) -> QuerySet[Intent]:
+    """UNKNOWN intents of ``scope``'s tenants, oldest first (served by the partial index ``intent_unknown_age``),
     annotated with ``age`` (an interval by the database clock)."""
-    queryset = Intent.objects.filter(status=Intent.Status.UNKNOWN)
+    queryset = Intent.objects.filter(scope.q(), status=Intent.Status.UNKNOWN)
     if escalated_only:
         queryset = queryset.filter(escalated_at__isnull=False)
     return queryset.annotate(age=Now() - F("updated_at")).order_by("updated_at", "id")
 
 
-def escalated_compensations() -> QuerySet[Intent]:
-    """COMPENSATING intents whose compensation failed, was rejected, expired or was cancelled
+def escalated_compensations(*, scope: TenantScope) -> QuerySet[Intent]:
+    """COMPENSATING intents of ``scope``'s tenants whose compensation failed, was rejected, expired or was cancelled
     (``escalated_at`` set by ``reconciliation.duplicates.sweep_compensations``), the longest
     waiting first, annotated with ``age`` (since escalation, by the database clock), with
     their compensation intents prefetched as ``compensation_list`` (oldest first)."""
     return (
-        Intent.objects.filter(status=Intent.Status.COMPENSATING, escalated_at__isnull=False)
+        Intent.objects.filter(scope.q(), status=Intent.Status.COMPENSATING, escalated_at__isnull=False)
         .annotate(age=Now() - F("escalated_at"))
         .prefetch_related(
             Prefetch(
@@ -55,29 +56,37 @@ def compensations_of(intent: Intent) -> list[Intent]:
     return list(Intent.objects.filter(compensates=intent).order_by("created_at", "id"))
 
 
-def open_duplicate_findings() -> QuerySet[DuplicateFinding]:
-    """Duplicate findings that need an operator (state ``open``), oldest first (served by the
+def open_duplicate_findings(*, scope: TenantScope) -> QuerySet[DuplicateFinding]:
+    """Duplicate findings of ``scope``'s tenants' intents that need an operator (state ``open``), oldest first (served by the
     partial index ``duplicate_open_q``), with their intent, annotated with ``age``."""
     return (
-        DuplicateFinding.objects.filter(state=DuplicateFinding.State.OPEN)
+        DuplicateFinding.objects.filter(scope.q("intent__tenant"), state=DuplicateFinding.State.OPEN)
         .select_related("intent")
         .annotate(age=Now() - F("created_at"))
         .order_by("created_at", "id")
     )
 
 
-def duplicate_finding(finding_id: int) -> DuplicateFinding | None:
-    """One duplicate finding with its intent and compensation, or None."""
-    return DuplicateFinding.objects.select_related("intent", "compensation").filter(id=finding_id).first()
+def duplicate_finding(finding_id: int, *, scope: TenantScope) -> DuplicateFinding | None:
+    """One duplicate finding of an intent of ``scope``'s tenants, with its intent and
+    compensation, or None (another tenant's finding is invisible)."""
+    return (
+        DuplicateFinding.objects.select_related("intent", "compensation")
+        .filter(scope.q("intent__tenant"), id=finding_id)
+        .first()
+    )
 
 
-def recently_unverified(*, within: timedelta = UNVERIFIED_RECENT) -> QuerySet[Outcome]:
-    """Operator confirmations the provider could not verify (``detail.verified`` is False,
+def recently_unverified(*, scope: TenantScope, within: timedelta = UNVERIFIED_RECENT) -> QuerySet[Outcome]:
+    """Operator confirmations, on intents of ``scope``'s tenants, the provider could not verify (``detail.verified`` is False,
     recorded by ``reconciliation.resolution.resolve_confirmed`` with ``accept_unverified``)
     in the last ``within``, newest first, with their intent."""
     return (
         Outcome.objects.filter(
-            source=Outcome.Source.OPERATOR, detail__verified=False, created_at__gte=Now() - within
+            scope.q("intent__tenant"),
+            source=Outcome.Source.OPERATOR,
+            detail__verified=False,
+            created_at__gte=Now() - within,
         )
         .select_related("intent")
         .order_by("-created_at", "-id")
@@ -93,8 +102,8 @@ def unverified_outcome(intent: Intent) -> Outcome | None:
     )
 
 
-def held_queue() -> QuerySet[Intent]:
-    """HELD intents, each with the earlier intent for the same business action it waits behind
+def held_queue(*, scope: TenantScope) -> QuerySet[Intent]:
+    """HELD intents of ``scope``'s tenants, each with the earlier intent for the same business action it waits behind
     (``held_behind``, selected): likely duplicates (escalated by ``reconciliation.held``: the
     earlier one SUCCEEDED) first, then the rest, oldest first in each group.
 
@@ -103,7 +112,7 @@ def held_queue() -> QuerySet[Intent]:
     database clock.
     """
     return (
-        Intent.objects.filter(status=Intent.Status.HELD)
+        Intent.objects.filter(scope.q(), status=Intent.Status.HELD)
         .select_related("held_behind")
         .annotate(
             age=Now() - F("created_at"),
@@ -128,15 +137,15 @@ def likely_duplicate_event(intent: Intent) -> AuditEvent | None:
     return intent.audit_events.filter(event="likely_duplicate").order_by("-seq").first()
 
 
-def decision_counts() -> dict[str, int]:
-    """How many items wait for an operator's decision besides UNKNOWN intents:
+def decision_counts(*, scope: TenantScope) -> dict[str, int]:
+    """How many items of ``scope``'s tenants wait for an operator's decision besides UNKNOWN intents:
     ``{"escalated_compensations": n, "open_duplicate_findings": n, "held": n,
     "held_likely_duplicates": n, "held_unserved": n, "held_request_mismatch": n,
     "held_after_restore": n}`` (``held``
     counts every HELD intent; the likely duplicates, those whose action or version is not served
     and those whose stored request no longer hashes to its request_hash (``hold_reason``) wait
     for a person, the others for their earlier intent to end)."""
-    held = Intent.objects.filter(status=Intent.Status.HELD).aggregate(
+    held = Intent.objects.filter(scope.q(), status=Intent.Status.HELD).aggregate(
         held=Count("id"),
         likely_duplicates=Count("id", filter=Q(escalated_at__isnull=False, hold_reason="")),
         unserved=Count(
@@ -150,9 +159,11 @@ def decision_counts() -> dict[str, int]:
     )
     return {
         "escalated_compensations": Intent.objects.filter(
-            status=Intent.Status.COMPENSATING, escalated_at__isnull=False
+            scope.q(), status=Intent.Status.COMPENSATING, escalated_at__isnull=False
         ).count(),
-        "open_duplicate_findings": DuplicateFinding.objects.filter(state=DuplicateFinding.State.OPEN).count(),
+        "open_duplicate_findings": DuplicateFinding.objects.filter(
+            scope.q("intent__tenant"), state=DuplicateFinding.State.OPEN
+        ).count(),
         "held": held["held"],
         "held_likely_duplicates": held["likely_duplicates"],
         "held_unserved": held["unserved"],

@@ -14,10 +14,12 @@ from django.db.models.functions import Now
 from operations.authentication import agent_create
 from operations.models import Agent, Intent, OutboxMessage
 from operations.services import intent_submit
+from operations.tenant_access import role_grants_set
 
 
 class UserFactory(factory.django.DjangoModelFactory):
-    """A console user; pass ``groups=["approver"]`` to put them in role groups."""
+    """A console user; pass ``groups=["approver"]`` to put them in role groups, held on every
+    tenant unless ``tenants=["acme"]`` names some (``RoleGrant``)."""
 
     class Meta:
         model = get_user_model()
@@ -32,6 +34,13 @@ class UserFactory(factory.django.DjangoModelFactory):
         if create and extracted:
             self.groups.set([Group.objects.get_or_create(name=name)[0] for name in extracted])
         self.save()
+
+    @factory.post_generation
+    def tenants(self, create: bool, extracted: list[str] | None, **kwargs: Any) -> None:
+        """Where the groups' roles hold: ``tenants=["acme"]``; every tenant when not given."""
+        if create:
+            roles = list(self.groups.values_list("name", flat=True))
+            role_grants_set(user=self, roles=roles, tenants=extracted)
 
 
 def make_agent(name: str = "agent-1", tenant: str = "acme", **options: Any) -> tuple[Agent, str]:

@@ -10,11 +10,25 @@ from typing import Any
 from django import template
 from django.utils import timezone
 
+from console.permissions import reader_scope
 from operations.idempotency import key_digest as _key_digest
 from operations.request_integrity import MISMATCH_HOLD
 from operations.services.failover import RESTORE_GUARD_HOLD
 
 register = template.Library()
+
+
+@register.filter
+def tenant_scope(user: Any) -> str:
+    """The tenants ``user`` reads in the console, for the header: ``every tenant`` or their names."""
+    scope = reader_scope(user)
+    return "every tenant" if scope.every else ", ".join(sorted(scope.names)) or "no tenant"
+
+
+@register.filter
+def reads_every_tenant(user: Any) -> bool:
+    """Whether ``user`` holds a console role on every tenant (the pages of no tenant: drills)."""
+    return reader_scope(user).every
 
 
 @register.filter

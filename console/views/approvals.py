@@ -8,13 +8,13 @@ from typing import Any
 from django.contrib import messages
 from django.db import transaction
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
 from console.forms import DecisionForm, RejectForm, first_error
-from console.permissions import console_role_required
+from console.permissions import console_role_required, reader_scope
 from console.presentation import payload_diff
-from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal
+from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal, scoped_intent
 from operations import selectors
 from operations.approval_validity import approval_validity
 from operations.exceptions import ApprovalRefused, IntentMoved, ValidationFailed
@@ -31,7 +31,8 @@ DETAIL = "console/approval_detail.html"
 @console_role_required
 def approvals_inbox(request: HtmxHttpRequest) -> HttpResponse:
     """What awaits a decision, highest risk and newest first; htmx polls the rows."""
-    context = {"intents": selectors.approvals_inbox()[:200], "section": "approvals"}
+    scope = reader_scope(request.user)
+    context = {"intents": selectors.approvals_inbox(scope=scope)[:200], "section": "approvals"}
     return page_or_partial(request, "console/approvals.html", "rows", context)
 
 
@@ -81,12 +82,12 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
 @console_role_required
 def approval_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
     """The preview, the full canonical payload and its request_hash, and the decision forms."""
-    intent = get_object_or_404(Intent, id=intent_id)
+    intent = scoped_intent(request, intent_id)
     return page_or_partial(request, DETAIL, "decision", detail_context(request, intent))
 
 
 def _decide(request: HtmxHttpRequest, intent_id: uuid.UUID, *, approve: bool) -> HttpResponse:
-    intent = get_object_or_404(Intent, id=intent_id)
+    intent = scoped_intent(request, intent_id)
     form = (DecisionForm if approve else RejectForm)(request.POST)
     if not form.is_valid():
         record_refusal(request, intent.id, "approve" if approve else "reject", first_error(form))

@@ -14,7 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from console.forms import AuditFilterForm
-from console.permissions import console_role_required
+from console.permissions import console_role_required, every_tenant_only, on_every_tenant, reader_scope
 from console.views.common import HtmxHttpRequest, keyset_page, page_or_partial
 from operations import selectors
 from operations.api_support import PROBLEM_CONTENT_TYPE, problem
@@ -59,7 +59,13 @@ def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     page = keyset_page(request, selectors.audit_search, _filters(form))
     query = request.GET.copy()
     query.pop("cursor", None)
-    context = {"form": form, "page": page, "query": query.urlencode(), "section": "audit"}
+    context = {
+        "form": form,
+        "page": page,
+        "query": query.urlencode(),
+        "section": "audit",
+        "can_verify": on_every_tenant(request.user),
+    }
     status = 422 if form.is_bound and not form.is_valid() else 200
     return page_or_partial(request, "console/audit.html", "results", context, status=status)
 
@@ -134,7 +140,7 @@ def _export(request: HtmxHttpRequest, rows: Any, content_type: str, extension: s
             ],
         )
         return JsonResponse(body, status=400, content_type=PROBLEM_CONTENT_TYPE)
-    events = selectors.audit_queryset(_filters(form))
+    events = selectors.audit_queryset(_filters(form), scope=reader_scope(request.user))
     stamp = timezone.now().strftime("%Y%m%dT%H%M%SZ")
     response = StreamingHttpResponse(rows(events), content_type=content_type)
     response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.{extension}"'
@@ -219,6 +225,11 @@ def verification_status(*, refresh: bool = False) -> dict[str, Any]:
 @require_GET
 @console_role_required
 def audit_verify_view(request: HtmxHttpRequest) -> HttpResponse:
-    """The chain verification result (loaded by htmx after the audit page, or on its own)."""
+    """The chain verification result (loaded by htmx after the audit page, or on its own).
+
+    It walks every tenant's chains and the checkpoint that signs them all, so it names counts,
+    chains and breaks of every tenant: shown to a role on every tenant only (issue 18 item 5)."""
+    if not on_every_tenant(request.user):
+        return every_tenant_only(request, "The audit chains' verification")
     context = {"verification": verification_status(refresh="refresh" in request.GET), "section": "audit"}
     return page_or_partial(request, "console/audit_verify.html", "verification", context)

@@ -7,11 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, render
 from django_htmx.middleware import HtmxDetails
 
+from console.permissions import reader_scope
 from operations import selectors
+from operations.models import Intent
 from operations.selectors import InvalidCursor, Page
 from operations.services import intent_record_refusal, user_principal
 
@@ -61,11 +64,21 @@ def record_refusal(request: HttpRequest, intent_id: uuid.UUID, decision: str, re
     )
 
 
+def scoped_intent(
+    request: HttpRequest, intent_id: uuid.UUID, queryset: QuerySet[Intent] | None = None
+) -> Intent:
+    """The intent ``intent_id`` if it belongs to a tenant the user may read; else 404, the same
+    answer as for an intent that does not exist (issue 18 item 5)."""
+    queryset = Intent.objects.all() if queryset is None else queryset
+    return get_object_or_404(queryset.filter(reader_scope(request.user).q()), id=intent_id)
+
+
 def keyset_page(request: HttpRequest, search: Callable[..., Page], filters: Any) -> Page:
-    """The page the request's ``cursor`` names; the first page, with a message saying so, when
+    """The page the request's ``cursor`` names, of the tenants the user may read; the first page, with a message saying so, when
     the cursor was not one the list wrote (edited, cut short, from another list: issue 12)."""
+    scope = reader_scope(request.user)
     try:
-        return search(filters, cursor=request.GET.get("cursor"), limit=selectors.PAGE_SIZE)
+        return search(filters, scope=scope, cursor=request.GET.get("cursor"), limit=selectors.PAGE_SIZE)
     except InvalidCursor:
         messages.warning(request, "That page link is malformed or out of date: showing the first page.")
-        return search(filters, cursor=None, limit=selectors.PAGE_SIZE)
+        return search(filters, scope=scope, cursor=None, limit=selectors.PAGE_SIZE)

@@ -9,7 +9,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from console.charts import throughput_svg
-from console.permissions import console_role_required
+from console.permissions import console_role_required, on_every_tenant, reader_scope
 from console.views.common import HtmxHttpRequest, page_or_partial
 from operations import selectors
 from operations.metrics import process_counters, render_metrics
@@ -43,15 +43,22 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     the restore guard and the latest recovery runs), counts by state, approvals waiting, UNKNOWN by age, compensations, duplicate findings and
     held intents (likely duplicates among them) waiting for an operator, the oldest held age,
     absorbed duplicates, stale fences, outbox backlog and the last hour's throughput; htmx
-    refreshes the figures."""
-    minutes = selectors.throughput_last_hour()
+    refreshes the figures. Every figure counts the tenants the user may read; those that belong
+    to no tenant (counters, outbox, failover and recoveries) are shown to a role on every tenant
+    only, except that execution is paused (it stops every tenant's intents)."""
+    scope = reader_scope(request.user)
+    every_tenant = on_every_tenant(request.user)
+    minutes = selectors.throughput_last_hour(scope=scope)
     context = {
-        "gauges": ledger_gauges(),
-        "approvals": selectors.approvals_waiting(),
-        "unknown_ages": selectors.unknown_by_age(),
-        "decisions": decision_counts(),
-        "counters": process_counters(),
+        "gauges": ledger_gauges(scope=scope),
+        "approvals": selectors.approvals_waiting(scope=scope),
+        "unknown_ages": selectors.unknown_by_age(scope=scope),
+        "decisions": decision_counts(scope=scope),
+        # Figures of no tenant (this machine's counters, the outbox, failover): every tenant only.
+        "every_tenant": every_tenant,
+        "counters": process_counters() if every_tenant else {},
         "execution": selectors.execution_status(),
+        "tenants": None if scope.every else sorted(scope.names),
         "throughput_svg": throughput_svg(minutes),
         "throughput_total": sum(row["succeeded"] + row["failed"] for row in minutes),
         "section": "dashboard",

@@ -12,7 +12,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
 from console.forms import FindingDecisionForm, first_error
-from console.permissions import can_resolve, console_role_required
+from console.permissions import can_resolve, console_role_required, reader_scope
 from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal
 from operations.adapters.registry import ActionUnavailable, capabilities_for
 from operations.exceptions import IntentMoved, ResolutionRefused
@@ -24,8 +24,10 @@ DETAIL = "console/duplicate_detail.html"
 VERBS = ("acknowledge", "compensate")
 
 
-def _finding(finding_id: int) -> DuplicateFinding:
-    finding = duplicate_finding(finding_id)
+def _finding(request: HtmxHttpRequest, finding_id: int) -> DuplicateFinding:
+    """The finding if its intent belongs to a tenant the user may read; else 404, the same
+    answer as for a finding that does not exist (issue 18 item 5)."""
+    finding = duplicate_finding(finding_id, scope=reader_scope(request.user))
     if finding is None:
         raise Http404("no such duplicate finding")
     return finding
@@ -42,7 +44,7 @@ def finding_context(request: HtmxHttpRequest, finding: DuplicateFinding, **extra
         "finding": finding,
         "intent": finding.intent,
         "compensation_action": compensation_action,
-        "can_resolve": can_resolve(request.user),
+        "can_resolve": can_resolve(request.user, finding.intent.tenant),
         "forms": {verb: FindingDecisionForm() for verb in VERBS},
         "section": "unknown",
     }
@@ -54,7 +56,7 @@ def finding_context(request: HtmxHttpRequest, finding: DuplicateFinding, **extra
 @console_role_required
 def duplicate_detail(request: HtmxHttpRequest, finding_id: int) -> HttpResponse:
     """The extra and the kept reference, the finding's state and note, and the decision forms."""
-    finding = _finding(finding_id)
+    finding = _finding(request, finding_id)
     return page_or_partial(request, DETAIL, "decision", finding_context(request, finding))
 
 
@@ -67,17 +69,17 @@ def duplicate_resolve(request: HtmxHttpRequest, finding_id: int, verb: str) -> H
     the action) are shown in place."""
     if verb not in VERBS:
         raise Http404("unknown decision")
-    finding = _finding(finding_id)
+    finding = _finding(request, finding_id)
     form = FindingDecisionForm(request.POST)
 
     def refuse(message: str, status: int, *, audited: bool = False) -> HttpResponse:
         if not audited:  # the service audits its own refusals
             record_refusal(request, finding.intent_id, f"decide duplicate {verb}", message)
-        context = finding_context(request, _finding(finding_id), error=message, failed_verb=verb)
+        context = finding_context(request, _finding(request, finding_id), error=message, failed_verb=verb)
         context["forms"][verb] = form
         return page_or_partial(request, DETAIL, "decision", context, status=status)
 
-    if not can_resolve(request.user):
+    if not can_resolve(request.user, finding.intent.tenant):
         return refuse("Only operators and admins can decide on duplicate findings.", 403)
     if not form.is_valid():
         return refuse(first_error(form), 422)
@@ -90,7 +92,7 @@ def duplicate_resolve(request: HtmxHttpRequest, finding_id: int, verb: str) -> H
         )
     except (ResolutionRefused, IntentMoved) as exc:
         return refuse(exc.detail, exc.status, audited=True)
-    decided = _finding(finding_id)
+    decided = _finding(request, finding_id)
     done = f"Decided: {verb}. The finding is {decided.get_state_display().lower()}."
     if request.htmx:
         return page_or_partial(request, DETAIL, "decision", finding_context(request, decided, success=done))

@@ -11,13 +11,13 @@ from django import forms
 from django.contrib import messages
 from django.db import transaction
 from django.http import Http404, HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
 from console.forms import ReasonForm, ReleaseHeldForm, first_error
 from console.permissions import can_resolve, console_role_required
 from console.presentation import payload_diff
-from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal
+from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal, scoped_intent
 from operations import selectors
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent
@@ -29,8 +29,8 @@ DETAIL = "console/held_detail.html"
 HELD_FORMS: dict[str, type[forms.Form]] = {"release": ReleaseHeldForm, "reject": ReasonForm}
 
 
-def _intent(intent_id: uuid.UUID) -> Intent:
-    return get_object_or_404(Intent.objects.select_related("held_behind"), id=intent_id)
+def _intent(request: HtmxHttpRequest, intent_id: uuid.UUID) -> Intent:
+    return scoped_intent(request, intent_id, Intent.objects.select_related("held_behind"))
 
 
 def held_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict[str, Any]:
@@ -43,7 +43,7 @@ def held_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict
         "earlier_outcomes": selectors.intent_outcomes(earlier) if earlier else [],
         "diff": payload_diff(earlier.arguments, intent.arguments) if earlier else [],
         "likely_duplicate": queue.likely_duplicate_event(intent),
-        "can_resolve": can_resolve(request.user),
+        "can_resolve": can_resolve(request.user, intent.tenant),
         "forms": {verb: form_class() for verb, form_class in HELD_FORMS.items()},
         "seen_seq": selectors.last_audit_seq(intent.id),
         "section": "unknown",
@@ -56,7 +56,7 @@ def held_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict
 @console_role_required
 def held_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
     """Both intents side by side, the payload diff and the decision forms (for a HELD intent)."""
-    intent = _intent(intent_id)
+    intent = _intent(request, intent_id)
     return page_or_partial(request, DETAIL, "decision", held_context(request, intent))
 
 
@@ -85,17 +85,17 @@ def held_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -> H
     form_class = HELD_FORMS.get(verb)
     if form_class is None:
         raise Http404("unknown decision")
-    intent = _intent(intent_id)
+    intent = _intent(request, intent_id)
     form = form_class(request.POST)
 
     def refuse(message: str, status: int, *, audited: bool = False) -> HttpResponse:
         if not audited:  # the service audits its own refusals
             record_refusal(request, intent.id, f"{verb} held", message)
-        context = held_context(request, _intent(intent_id), error=message, failed_verb=verb)
+        context = held_context(request, _intent(request, intent_id), error=message, failed_verb=verb)
         context["forms"][verb] = form
         return page_or_partial(request, DETAIL, "decision", context, status=status)
 
-    if not can_resolve(request.user):
+    if not can_resolve(request.user, intent.tenant):
         return refuse("Only operators and admins can release or reject held intents.", 403)
     if not form.is_valid():
         return refuse(first_error(form), 422)
@@ -106,7 +106,7 @@ def held_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -> H
     done = f"{'Released' if verb == 'release' else 'Rejected'}. The intent is {decided.status}."
     if request.htmx:
         return page_or_partial(
-            request, DETAIL, "decision", held_context(request, _intent(intent_id), success=done)
+            request, DETAIL, "decision", held_context(request, _intent(request, intent_id), success=done)
         )
     messages.success(request, done)
     return redirect("intent-detail", intent_id=decided.id)

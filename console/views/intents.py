@@ -5,12 +5,11 @@ from __future__ import annotations
 import uuid
 
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404
 from django.views.decorators.http import require_GET
 
 from console.forms import IntentSearchForm
 from console.permissions import console_role_required
-from console.views.common import HtmxHttpRequest, keyset_page, page_or_partial
+from console.views.common import HtmxHttpRequest, keyset_page, page_or_partial, scoped_intent
 from operations import selectors
 from operations.models import TERMINAL_STATUSES, Intent
 from reconciliation.selectors import intent_timeline, intents_held_behind, unverified_outcome
@@ -39,7 +38,7 @@ def intent_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpRespons
     policy snapshot and compensations, "unverified" when an operator confirmed it with a
     reference the provider could not check, the earlier intent it is held behind and the intents
     held behind it; htmx polls the status while the intent is not final."""
-    intent = get_object_or_404(Intent.objects.select_related("compensates", "held_behind"), id=intent_id)
+    intent = scoped_intent(request, intent_id, Intent.objects.select_related("compensates", "held_behind"))
     context = {
         "intent": intent,
         "timeline": intent_timeline(intent),

@@ -11,7 +11,7 @@ from django import forms
 from django.contrib import messages
 from django.db import transaction
 from django.http import Http404, HttpResponse
-from django.shortcuts import get_object_or_404, redirect
+from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
 from console.forms import (
@@ -21,8 +21,8 @@ from console.forms import (
     ResolveConfirmedForm,
     first_error,
 )
-from console.permissions import can_resolve, console_role_required
-from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal
+from console.permissions import can_resolve, console_role_required, reader_scope
+from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal, scoped_intent
 from operations import selectors, services
 from operations.adapters.registry import ActionUnavailable, capabilities_for, serving_problem
 from operations.exceptions import IntentMoved, ResolutionRefused
@@ -78,12 +78,13 @@ def unknown_queue(request: HtmxHttpRequest) -> HttpResponse:
 
     Every section is read here, before rendering: a failed query is an error response (which
     the console marks stale), never an empty section."""
+    scope = reader_scope(request.user)
     context = {
-        "intents": list(queue.unknown_queue()[:QUEUE_LIMIT]),
-        "held": list(queue.held_queue()[:QUEUE_LIMIT]),
-        "compensations": list(queue.escalated_compensations()[:QUEUE_LIMIT]),
-        "findings": list(queue.open_duplicate_findings()[:QUEUE_LIMIT]),
-        "unverified": list(queue.recently_unverified()[:QUEUE_LIMIT]),
+        "intents": list(queue.unknown_queue(scope=scope)[:QUEUE_LIMIT]),
+        "held": list(queue.held_queue(scope=scope)[:QUEUE_LIMIT]),
+        "compensations": list(queue.escalated_compensations(scope=scope)[:QUEUE_LIMIT]),
+        "findings": list(queue.open_duplicate_findings(scope=scope)[:QUEUE_LIMIT]),
+        "unverified": list(queue.recently_unverified(scope=scope)[:QUEUE_LIMIT]),
         "section": "unknown",
     }
     return page_or_partial(request, "console/unknown.html", "rows", context)
@@ -114,7 +115,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
         # deployment cannot serve it, shown before anyone decides.
         "cannot_resend": services.resend_refusal(intent) if intent.status == Intent.Status.UNKNOWN else None,
         "serving_problem": serving_problem(intent.action, intent.action_version),
-        "can_resolve": can_resolve(request.user),
+        "can_resolve": can_resolve(request.user, intent.tenant),
         "forms": {verb: form_class() for verb, form_class in RESOLUTION_FORMS.items()},
         "compensation_choices": COMPENSATION_CHOICES,
     }
@@ -127,7 +128,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
 def unknown_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
     """Attempts with fences and timings, provider answers, reconciler lookups, duplicates,
     compensations, and the decision forms that fit the intent's state."""
-    intent = get_object_or_404(Intent, id=intent_id)
+    intent = scoped_intent(request, intent_id)
     return page_or_partial(request, DETAIL, "resolution", detail_context(request, intent))
 
 
@@ -173,7 +174,7 @@ def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -
     form_class = RESOLUTION_FORMS.get(verb)
     if form_class is None:
         raise Http404("unknown resolution")
-    intent = get_object_or_404(Intent, id=intent_id)
+    intent = scoped_intent(request, intent_id)
     form = form_class(request.POST)
 
     def refuse(message: str, status: int, *, audited: bool = False) -> HttpResponse:
@@ -184,7 +185,7 @@ def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -
         context["forms"][verb] = form
         return page_or_partial(request, DETAIL, "resolution", context, status=status)
 
-    if not can_resolve(request.user):
+    if not can_resolve(request.user, intent.tenant):
         return refuse(
             "Only operators and admins can resolve UNKNOWN intents or decide on compensations.", 403
         )
@@ -208,7 +209,7 @@ def unknown_lookup(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpRespon
     and show what came of it; refusals are shown in place. Not one transaction with its
     answer, unlike the decisions: the provider call must not run inside one, and what the
     lookup found is recorded in its own transaction, true whatever happens to the page."""
-    intent = get_object_or_404(Intent, id=intent_id)
+    intent = scoped_intent(request, intent_id)
 
     def answer(status: int = 200, **extra: Any) -> HttpResponse:
         intent.refresh_from_db()
@@ -216,7 +217,7 @@ def unknown_lookup(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpRespon
             request, DETAIL, "resolution", detail_context(request, intent, **extra), status=status
         )
 
-    if not can_resolve(request.user):
+    if not can_resolve(request.user, intent.tenant):
         return answer(403, error="Only operators and admins can look an intent up.", failed_verb="look up")
     try:
         result = resolution.lookup_now(intent_id=intent.id, user=request.user)  # type: ignore[arg-type]

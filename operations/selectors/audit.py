@@ -14,6 +14,7 @@ from django.utils import timezone
 from operations.audit import REFUSAL_EVENT
 from operations.models import AuditEvent
 from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
+from operations.tenant_access import TenantScope
 
 
 @dataclass
@@ -41,9 +42,11 @@ def last_audit_seq(intent_id: uuid.UUID) -> int:
     )
 
 
-def audit_queryset(filters: AuditFilters) -> QuerySet[AuditEvent]:
-    """Audit events matching ``filters``, newest first (``audit_created`` index order)."""
-    queryset = AuditEvent.objects.all()
+def audit_queryset(filters: AuditFilters, *, scope: TenantScope) -> QuerySet[AuditEvent]:
+    """Audit events matching ``filters``, newest first (``audit_created`` index order), of the
+    intents of ``scope``'s tenants; events that belong to no intent (the ledger's own: recovery,
+    checkpoints) only for a scope of every tenant."""
+    queryset = AuditEvent.objects.filter(scope.q("intent__tenant"))
     if filters.intent_id:
         queryset = queryset.filter(intent_id=filters.intent_id)
     if filters.actor:
@@ -57,13 +60,15 @@ def audit_queryset(filters: AuditFilters) -> QuerySet[AuditEvent]:
     return queryset.order_by("-created_at", "-id")
 
 
-def audit_search(filters: AuditFilters, *, cursor: str | None = None, limit: int = PAGE_SIZE) -> Page:
+def audit_search(
+    filters: AuditFilters, *, scope: TenantScope, cursor: str | None = None, limit: int = PAGE_SIZE
+) -> Page:
     """One keyset page of the audit log, newest first.
 
     Raises:
         InvalidCursor: ``cursor`` is not one this list wrote.
     """
-    queryset = audit_queryset(filters)
+    queryset = audit_queryset(filters, scope=scope)
     position = decode_cursor(cursor, row_id=int)
     if position:
         created_at, last_id = position
@@ -75,9 +80,10 @@ def audit_search(filters: AuditFilters, *, cursor: str | None = None, limit: int
     return Page(rows=rows[:limit], next_cursor=next_cursor)
 
 
-def throughput_last_hour(now: datetime | None = None) -> list[dict[str, Any]]:
-    """Intents that finished (SUCCEEDED or FAILED) per minute over the last 60 minutes, oldest
-    minute first: ``[{"minute": datetime, "succeeded": int, "failed": int}]`` (60 rows).
+def throughput_last_hour(*, scope: TenantScope, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Intents of ``scope``'s tenants that finished (SUCCEEDED or FAILED) per minute over the
+    last 60 minutes, oldest minute first: ``[{"minute": datetime, "succeeded": int, "failed": int}]``
+    (60 rows).
 
     Read from audit events (served by the ``audit_created`` index)."""
     now = now or timezone.now()
@@ -86,7 +92,10 @@ def throughput_last_hour(now: datetime | None = None) -> list[dict[str, Any]]:
     buckets = {start + timedelta(minutes=i): {"succeeded": 0, "failed": 0} for i in range(60)}
     rows = (
         AuditEvent.objects.filter(
-            created_at__gte=start, created_at__lt=end, to_status__in=["SUCCEEDED", "FAILED"]
+            scope.q("intent__tenant"),
+            created_at__gte=start,
+            created_at__lt=end,
+            to_status__in=["SUCCEEDED", "FAILED"],
         )
         .annotate(minute=TruncMinute("created_at"))
         .values("minute", "to_status")

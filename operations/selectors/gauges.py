@@ -7,9 +7,17 @@ from typing import Any
 from django.db import connection
 
 from operations.selectors.status_counts import intent_status_counts
+from operations.tenant_access import EVERY_TENANT, TenantScope
+
+#: ``AND`` clause keeping the rows of a scope's tenants: parameters ``_in_scope(scope)``.
+IN_SCOPE_SQL = " AND (%s OR tenant = ANY(%s))"
 
 
-def ledger_gauges() -> dict[str, Any]:
+def _in_scope(scope: TenantScope) -> list[Any]:
+    return [scope.every, sorted(scope.names)]
+
+
+def ledger_gauges(*, scope: TenantScope = EVERY_TENANT) -> dict[str, Any]:
     """Counts by state, outbox backlog, the oldest UNKNOWN age and the oldest HELD age, in
     seconds (database clock), and how many HELD intents are likely duplicates waiting for a person.
 
@@ -19,8 +27,12 @@ def ledger_gauges() -> dict[str, Any]:
     ``outbox_pending`` and ``outbox_oldest_pending_seconds`` (how long the oldest unsent row has
     been due) are the relay's lag; ``outbox_scheduled`` counts rows whose due time has not come.
     Each query is served by a partial index; none reads the whole table.
+
+    ``scope``: the tenants whose intents are counted (a console reader's, issue 18 item 5); the
+    outbox is the relay's, shared by every tenant, and is counted only for a scope of every
+    tenant (0 otherwise).
     """
-    status_counts = intent_status_counts()
+    status_counts = intent_status_counts(scope=scope)
     with connection.cursor() as cursor:
         # A row waiting for its due time (a retry's backoff) is scheduled, not lag: the backlog
         # and its age count only rows that are due (shared/cases C15).
@@ -30,13 +42,15 @@ def ledger_gauges() -> dict[str, Any]:
                    count(*) FILTER (WHERE due_at > statement_timestamp()),
                    COALESCE(EXTRACT(EPOCH FROM statement_timestamp()
                             - min(due_at) FILTER (WHERE due_at <= statement_timestamp())), 0)
-            FROM operations_outboxmessage WHERE sent_at IS NULL AND acked_at IS NULL
-            """
+            FROM operations_outboxmessage WHERE sent_at IS NULL AND acked_at IS NULL AND %s
+            """,
+            [scope.every],
         )
         pending, scheduled, oldest = cursor.fetchone()
         cursor.execute(
             "SELECT COALESCE(EXTRACT(EPOCH FROM statement_timestamp() - min(updated_at)), 0)"
-            " FROM operations_intent WHERE status = 'UNKNOWN'"
+            " FROM operations_intent WHERE status = 'UNKNOWN'" + IN_SCOPE_SQL,
+            _in_scope(scope),
         )
         (unknown_oldest,) = cursor.fetchone()
         # HELD from insertion (a second intent for an open business action): its age is since
@@ -45,7 +59,8 @@ def ledger_gauges() -> dict[str, Any]:
         cursor.execute(
             "SELECT COALESCE(EXTRACT(EPOCH FROM statement_timestamp() - min(created_at)), 0),"
             " count(*) FILTER (WHERE escalated_at IS NOT NULL AND hold_reason = '')"
-            " FROM operations_intent WHERE status = 'HELD'"
+            " FROM operations_intent WHERE status = 'HELD'" + IN_SCOPE_SQL,
+            _in_scope(scope),
         )
         held_oldest, held_likely_duplicates = cursor.fetchone()
     return {
@@ -71,7 +86,7 @@ UNKNOWN_AGE_BUCKETS: tuple[tuple[str, str, int, int | None], ...] = (
 )
 
 
-def _age_buckets(status: str, since: str) -> dict[str, int]:
+def _age_buckets(status: str, since: str, scope: TenantScope = EVERY_TENANT) -> dict[str, int]:
     """Intents in ``status`` counted by seconds since their ``since`` column (database clock),
     by metric label (``UNKNOWN_AGE_BUCKETS``); one query over that status's partial index."""
     filters = ", ".join(
@@ -82,8 +97,8 @@ def _age_buckets(status: str, since: str) -> dict[str, int]:
         cursor.execute(
             f"SELECT {filters} FROM ("  # noqa: S608 - the bounds and the column are constants of this module
             f" SELECT EXTRACT(EPOCH FROM statement_timestamp() - {since}) AS age"
-            " FROM operations_intent WHERE status = %s) AS aged",
-            [status],
+            " FROM operations_intent WHERE status = %s" + IN_SCOPE_SQL + ") AS aged",
+            [status, *_in_scope(scope)],
         )
         row = cursor.fetchone()
     return {label: int(count) for (label, _, _, _), count in zip(UNKNOWN_AGE_BUCKETS, row, strict=True)}
@@ -101,7 +116,8 @@ def held_age_buckets() -> dict[str, int]:
     return _age_buckets("HELD", "created_at")
 
 
-def unknown_by_age() -> list[tuple[str, int]]:
-    """The same buckets for people: ``[("under 1 minute", n), ...]``, youngest first."""
-    counts = unknown_age_buckets()
+def unknown_by_age(*, scope: TenantScope = EVERY_TENANT) -> list[tuple[str, int]]:
+    """The same buckets for people, for the intents of ``scope``'s tenants:
+    ``[("under 1 minute", n), ...]``, youngest first."""
+    counts = _age_buckets("UNKNOWN", "updated_at", scope)
     return [(human, counts[label]) for label, human, _, _ in UNKNOWN_AGE_BUCKETS]

@@ -13,6 +13,7 @@ from django.db.models.functions import Coalesce
 
 from operations.models import Approval, AuditEvent, Intent, Outcome
 from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
+from operations.tenant_access import TenantScope
 
 
 def intent_get(*, tenant: str, intent_id: uuid.UUID, principal: str | None = None) -> Intent | None:
@@ -61,9 +62,9 @@ def intent_latest_outcome(intent: Intent) -> Outcome | None:
     return intent.outcomes.order_by("-created_at", "-id").first()
 
 
-def approvals_inbox() -> QuerySet[Intent]:
-    """Intents awaiting a decision: highest risk tier first, then newest first (a top-N scan
-    of the partial index ``intent_approvals_inbox``).
+def approvals_inbox(*, scope: TenantScope) -> QuerySet[Intent]:
+    """Intents of ``scope``'s tenants awaiting a decision: highest risk tier first, then newest
+    first (a top-N scan of the partial index ``intent_approvals_inbox``).
 
     Each row is annotated with ``risk_tier`` and ``approvals_given`` (approvals recorded in the
     current approval round), the latter as a subquery so it is computed only for the rows a page
@@ -79,7 +80,7 @@ def approvals_inbox() -> QuerySet[Intent]:
         .values("n")
     )
     return (
-        Intent.objects.filter(status=Intent.Status.AWAITING_APPROVAL)
+        Intent.objects.filter(scope.q(), status=Intent.Status.AWAITING_APPROVAL)
         .annotate(
             risk_tier=KeyTextTransform("risk_tier", "policy"),
             approvals_given=Coalesce(Subquery(given, output_field=IntegerField()), Value(0)),
@@ -135,8 +136,11 @@ class IntentFilters:
     created_before: datetime | None = None
 
 
-def intent_search(filters: IntentFilters, *, cursor: str | None = None, limit: int = PAGE_SIZE) -> Page:
-    """Intents matching ``filters``, newest first, one keyset page of ``limit`` rows.
+def intent_search(
+    filters: IntentFilters, *, scope: TenantScope, cursor: str | None = None, limit: int = PAGE_SIZE
+) -> Page:
+    """Intents of ``scope``'s tenants matching ``filters``, newest first, one keyset page of
+    ``limit`` rows.
 
     ``q`` is an intent_id (exact) or else a reference (exact). The ordering
     ``(created_at DESC, id ASC)`` is the one the ``intent_created`` and
@@ -145,7 +149,7 @@ def intent_search(filters: IntentFilters, *, cursor: str | None = None, limit: i
     Raises:
         InvalidCursor: ``cursor`` is not one this list wrote.
     """
-    queryset = Intent.objects.all()
+    queryset = Intent.objects.filter(scope.q())
     if filters.q:
         try:
             queryset = queryset.filter(id=uuid.UUID(filters.q.strip()))
@@ -184,9 +188,9 @@ def intent_outcomes(intent: Intent) -> list[Outcome]:
     return list(intent.outcomes.order_by("created_at", "id"))
 
 
-def approvals_waiting() -> dict[str, Any]:
-    """How many intents await approval and when the oldest was submitted."""
-    row = Intent.objects.filter(status=Intent.Status.AWAITING_APPROVAL).aggregate(
+def approvals_waiting(*, scope: TenantScope) -> dict[str, Any]:
+    """How many intents of ``scope``'s tenants await approval and when the oldest was submitted."""
+    row = Intent.objects.filter(scope.q(), status=Intent.Status.AWAITING_APPROVAL).aggregate(
         count=Count("id"), oldest=Min("created_at")
     )
     return {"count": row["count"], "oldest": row["oldest"]}

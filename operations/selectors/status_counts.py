@@ -12,7 +12,15 @@ from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
-from operations.models import OPEN_STATUS_VALUES, SETTLED_STATUS_VALUES, STATUS_VALUES, Intent, StatusRollup
+from operations.models import (
+    ALL_TENANTS,
+    OPEN_STATUS_VALUES,
+    SETTLED_STATUS_VALUES,
+    STATUS_VALUES,
+    Intent,
+    StatusRollup,
+)
+from operations.tenant_access import EVERY_TENANT, TenantScope
 
 #: While no rollup has run (a new installation, a test), the settled states are counted exactly
 #: when there are at most this many of them; past it they show as not computed yet. The check
@@ -64,16 +72,23 @@ class StatusCounts:
         return age is not None and age > STALE_AFTER_PERIODS * self.rollup_period_seconds
 
 
-def intent_status_counts() -> StatusCounts:
-    """Intents by state for the dashboard and ``/metrics`` (see ``StatusCounts``).
+def intent_status_counts(*, scope: TenantScope = EVERY_TENANT) -> StatusCounts:
+    """Intents of the tenants in ``scope`` by state, for the dashboard and ``/metrics`` (see
+    ``StatusCounts``); ``/metrics`` counts every tenant, the dashboard its reader's tenants.
 
     Two small reads whatever the table size: the open states with one ``GROUP BY`` served by the
-    partial index ``intent_open_status`` (an index-only scan of the open rows), and the rollup's
-    rows (``operations.services.status_rollup_refresh``, every ``STATUS_ROLLUP_PERIOD_SECONDS``).
-    Only while no rollup exists, a third read counts at most ``EXACT_FALLBACK_LIMIT`` + 1 rows.
+    partial index ``intent_open_status`` (the open rows only, then those of the scope's tenants),
+    and the rollup's rows (``operations.services.status_rollup_refresh``, every
+    ``STATUS_ROLLUP_PERIOD_SECONDS``): the six every-tenant rows, plus one row per (tenant, state)
+    of a scope that names tenants, summed here. Only while no rollup exists, a third read counts
+    at most ``EXACT_FALLBACK_LIMIT`` + 1 rows.
     """
     open_counts = dict.fromkeys(OPEN_STATUS_VALUES, 0)
-    rows = Intent.objects.filter(status__in=OPEN_STATUS_VALUES).values("status").annotate(n=Count("*"))
+    rows = (
+        Intent.objects.filter(scope.q(), status__in=OPEN_STATUS_VALUES)
+        .values("status")
+        .annotate(n=Count("*"))
+    )
     for row in rows.order_by():
         open_counts[row["status"]] = row["n"]
     counted = partial(
@@ -81,23 +96,27 @@ def intent_status_counts() -> StatusCounts:
         open=[StatusCount(status, count, exact=True) for status, count in open_counts.items()],
         rollup_period_seconds=float(settings.EFFECT_LEDGER["STATUS_ROLLUP_PERIOD_SECONDS"]),
     )
+    tenants = [ALL_TENANTS] if scope.every else [ALL_TENANTS, *sorted(scope.names)]
     rollup = list(
-        StatusRollup.objects.annotate(
-            age=ExpressionWrapper(Now() - F("computed_at"), output_field=DurationField())
-        ).values("status", "count", "computed_at", "age")
+        StatusRollup.objects.filter(tenant__in=tenants)
+        .annotate(age=ExpressionWrapper(Now() - F("computed_at"), output_field=DurationField()))
+        .values("tenant", "status", "count", "computed_at", "age")
     )
-    if rollup:
-        by_status = {row["status"]: row["count"] for row in rollup}
+    if any(row["tenant"] == ALL_TENANTS for row in rollup):
+        by_status: dict[str, int] = {}
+        for row in rollup:
+            if (row["tenant"] == ALL_TENANTS) == scope.every:
+                by_status[row["status"]] = by_status.get(row["status"], 0) + row["count"]
         oldest = min(rollup, key=lambda row: row["computed_at"])
         return counted(
             settled=[
-                StatusCount(status, by_status.get(status), exact=False) for status in SETTLED_STATUS_VALUES
+                StatusCount(status, by_status.get(status, 0), exact=False) for status in SETTLED_STATUS_VALUES
             ],
             source="rollup",
             rollup_computed_at=oldest["computed_at"],
             rollup_age_seconds=max(0.0, oldest["age"].total_seconds()),
         )
-    few = _settled_counts_if_few()
+    few = _settled_counts_if_few(scope)
     return counted(
         settled=[
             StatusCount(status, None if few is None else few.get(status, 0), exact=few is not None)
@@ -109,14 +128,14 @@ def intent_status_counts() -> StatusCounts:
     )
 
 
-def _settled_counts_if_few() -> dict[str, int] | None:
-    """Exact counts of the settled states when there are at most ``EXACT_FALLBACK_LIMIT`` of
-    them, else None; reads at most that many rows plus one."""
+def _settled_counts_if_few(scope: TenantScope) -> dict[str, int] | None:
+    """Exact counts of the settled states of the scope's tenants when there are at most
+    ``EXACT_FALLBACK_LIMIT`` of them, else None; reads at most that many rows plus one."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT status, count(*) FROM (SELECT status FROM operations_intent WHERE status = ANY(%s)"
-            " LIMIT %s) AS capped GROUP BY status",
-            [SETTLED_STATUS_VALUES, EXACT_FALLBACK_LIMIT + 1],
+            " AND (%s OR tenant = ANY(%s)) LIMIT %s) AS capped GROUP BY status",
+            [SETTLED_STATUS_VALUES, scope.every, sorted(scope.names), EXACT_FALLBACK_LIMIT + 1],
         )
         counts = {status: int(count) for status, count in cursor.fetchall()}
     return None if sum(counts.values()) > EXACT_FALLBACK_LIMIT else counts

@@ -19,13 +19,19 @@ from operations.policies import Policy
 from operations.request_integrity import stored_request_problem
 from operations.services.refusals import refusals_audited
 from operations.services.transitions import transition
+from operations.tenant_access import console_scope
 
 
 def _check_decision(*, intent: Intent, user: User, shown_hash: str, approving: bool) -> None:
     """Refuse a decision ``approval_validity`` refuses (the intent row is locked by the caller);
     an approval also when the stored request no longer hashes to its request_hash
     (``stored_request_problem``, issue 11 item 2). A rejection of such an intent is allowed:
-    it ends it without effect."""
+    it ends it without effect.
+
+    An intent of a tenant on which ``user`` holds no console role is refused as if it did not
+    exist (issue 18 item 5): the answer never confirms another tenant's intent."""
+    if not console_scope(user).allows(intent.tenant):
+        raise ApprovalRefused(f"no intent {intent.id}")
     validity = approval_validity(intent, approver=user, request_hash=shown_hash)
     if validity.verdict == Verdict.NOT_AWAITING:
         raise IntentMoved(intent_id=intent.id, expected="AWAITING_APPROVAL", current=intent.status)

@@ -17,6 +17,9 @@ pytestmark = pytest.mark.django_db
 
 
 def _create(*args: str, stdin: str | None = None, monkeypatch: Any = None) -> str:
+    """``create_user`` with ``args``, on every tenant unless ``args`` say where."""
+    if "--tenant" not in args and "--all-tenants" not in args:
+        args = (*args, "--all-tenants")
     out = io.StringIO()
     if stdin is not None:
         monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
@@ -138,7 +141,7 @@ def test_i12_8_quickstart_console_account_is_operator_and_approver_not_superuser
 
 def test_i12_8_a_repeated_role_is_one_role() -> None:
     output = _create("fay", "--role", "viewer", "--role", "viewer")
-    assert "role(s) viewer\n" in output
+    assert "role(s) viewer on every tenant\n" in output
     assert roles_of(get_user_model().objects.get(username="fay")) == ["viewer"]
 
 
@@ -156,3 +159,76 @@ def test_i12_8_the_admin_add_user_form_refuses_a_name_that_folds_to_another(clie
     # then: refused with the reason, nothing created
     assert response.status_code == 200 and b"already exists" in response.content
     assert not get_user_model().objects.filter(username="strasse").exists()
+
+
+def test_i18_5_create_user_must_say_on_which_tenants() -> None:
+    # when / then: neither flag is refused, and nothing is created
+    with pytest.raises(CommandError, match="--tenant --all-tenants is required"):
+        call_command("create_user", "gil", "--role", "viewer", stdout=io.StringIO())
+    assert not get_user_model().objects.filter(username="gil").exists()
+
+
+def test_i18_5_create_user_grants_its_roles_on_the_named_tenants_only() -> None:
+    # given
+    from operations.tenant_access import console_scope, may_act
+
+    # when
+    output = _create(
+        "hal", "--role", "approver", "--tenant", "acme", "--tenant", "globex", "--tenant", "acme"
+    )
+    # then
+    user = get_user_model().objects.get(username="hal")
+    assert "role(s) approver on acme, globex" in output
+    assert console_scope(user).names == {"acme", "globex"} and not console_scope(user).every
+    assert may_act(user, ["approver"], "acme") and not may_act(user, ["approver"], "initech")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--tenant", "*"],
+        ["--tenant", ""],
+        ["--tenant", "x" * 101],
+        ["--tenant", "acme", "--all-tenants"],
+        ["--tenant", "acme", "--django-admin"],
+    ],
+    ids=["star", "blank", "too-long", "both", "superuser-on-one-tenant"],
+)
+def test_i18_5_create_user_refuses_a_bad_tenant_and_creates_nothing(args: list[str]) -> None:
+    with pytest.raises(CommandError):
+        _create("ida", "--role", "viewer", *args)
+    assert not get_user_model().objects.filter(username="ida").exists()
+
+
+def test_i18_5_quickstart_accounts_hold_every_tenant() -> None:
+    from operations.tenant_access import console_scope, roles_on_every_tenant
+
+    call_command("quickstart", "--no-run", stdout=io.StringIO())
+    operator = get_user_model().objects.get(username="operator")
+    assert console_scope(operator).every
+    assert roles_on_every_tenant(operator) == ["operator", "approver"]
+
+
+def test_i18_5_the_upgrade_grants_existing_role_members_every_tenant_and_nothing_more() -> None:
+    # given: accounts made before tenant grants existed: group members without a grant, and one
+    # without any group
+    import importlib
+
+    from django.apps import apps
+    from django.contrib.auth.models import Group
+
+    from operations.models import RoleGrant
+    from operations.tenant_access import console_scope, may_act
+
+    users = get_user_model().objects
+    old = users.create_user("old-approver", password="x" * 20)
+    old.groups.add(Group.objects.get_or_create(name="approver")[0])
+    nobody = users.create_user("no-role", password="x" * 20)
+    assert console_scope(old).empty  # a membership alone is the role on no tenant (fail closed)
+    migration = importlib.import_module("operations.migrations.0022_tenant_role_grants")
+    # when
+    migration.grant_every_tenant_to_existing_members(apps, None)
+    # then: what the membership meant before the upgrade, no more
+    assert console_scope(old).every and may_act(old, ["approver"], "any-tenant")
+    assert not may_act(old, ["operator"], "any-tenant")
+    assert not RoleGrant.objects.filter(user=nobody).exists()

@@ -19,6 +19,7 @@ from operations.idempotency import key_digest
 from operations.models import AuditEvent, Intent, StatusRollup
 from operations.selectors import status_counts
 from operations.services import intent_approve, intent_cancel, status_rollup_refresh
+from operations.tenant_access import EVERY_TENANT
 from tests.console.conftest import claimed, gated, make_unknown, status_count
 from tests.factories import charge_arguments, submit
 
@@ -67,7 +68,7 @@ def test_keyset_pagination_walks_every_row_once() -> None:
     seen: list[Any] = []
     cursor = None
     while True:
-        page = selectors.intent_search(selectors.IntentFilters(), cursor=cursor, limit=3)
+        page = selectors.intent_search(selectors.IntentFilters(), scope=EVERY_TENANT, cursor=cursor, limit=3)
         seen.extend(row.id for row in page.rows)
         if not page.next_cursor:
             break
@@ -152,7 +153,7 @@ def test_audit_keyset_pagination() -> None:
         submit()
     seen, cursor = [], None
     while True:
-        page = selectors.audit_search(selectors.AuditFilters(), cursor=cursor, limit=2)
+        page = selectors.audit_search(selectors.AuditFilters(), scope=EVERY_TENANT, cursor=cursor, limit=2)
         seen.extend(row.id for row in page.rows)
         cursor = page.next_cursor
         if not cursor:

@@ -48,8 +48,8 @@ def running() -> Intent:
     return claim.intent
 
 
-def succeeded() -> Intent:
-    intent = submit()
+def succeeded(tenant: str = "acme") -> Intent:
+    intent = submit(tenant=tenant)
     claim = intent_claim(intent_id=intent.id, worker="w", lease_seconds=30)
     assert claim is not None
     assert intent_record_success(
@@ -173,7 +173,7 @@ def test_the_refresh_counts_every_settled_state_zeros_included() -> None:
     exact = exact_counts()
     assert written == {status: exact.get(status, 0) for status in SETTLED_STATUS_VALUES}
     assert written["SUCCEEDED"] == 2 and written["FAILED"] == 1 and written["CANCELLED"] == 1
-    rows = {row.status: row for row in StatusRollup.objects.all()}
+    rows = {row.status: row for row in StatusRollup.objects.filter(tenant="*")}
     assert {status: row.count for status, row in rows.items()} == written
     assert len({row.computed_at for row in rows.values()}) == 1  # one statement, one moment
 
@@ -183,12 +183,12 @@ def test_a_later_refresh_replaces_the_counts() -> None:
     succeeded()
     status_rollup_refresh()
     rollup_aged(120)
-    before = StatusRollup.objects.get(status="SUCCEEDED").computed_at
+    before = StatusRollup.objects.get(tenant="*", status="SUCCEEDED").computed_at
     succeeded()
     # when
     written = status_rollup_refresh()
     # then
-    row = StatusRollup.objects.get(status="SUCCEEDED")
+    row = StatusRollup.objects.get(tenant="*", status="SUCCEEDED")
     assert written["SUCCEEDED"] == 2 and row.count == 2 and row.computed_at > before
 
 
@@ -273,7 +273,7 @@ def test_the_beat_refreshes_the_rollup_every_period() -> None:
     # then
     assert entry["task"] == tasks.status_rollup.name == "operations.status_rollup"
     assert entry["schedule"] == 60.0  # settings.EFFECT_LEDGER["STATUS_ROLLUP_PERIOD_SECONDS"] by default
-    assert written["SUCCEEDED"] == 1 and StatusRollup.objects.get(status="SUCCEEDED").count == 1
+    assert written["SUCCEEDED"] == 1 and StatusRollup.objects.get(tenant="*", status="SUCCEEDED").count == 1
 
 
 def test_metrics_serve_the_same_counts_and_the_rollup_age() -> None:
@@ -301,3 +301,35 @@ def test_metrics_leave_out_settled_states_not_computed_yet(monkeypatch: Any) -> 
     assert 'effect_ledger_intents{status="SUCCEEDED"}' not in text
     assert 'effect_ledger_intents{status="READY"} 0.0' in text
     assert "effect_ledger_intents_rollup_age_seconds" not in text
+
+
+def test_i18_5_the_rollup_counts_each_tenant_and_a_scope_sums_its_own() -> None:
+    # given: settled intents in two tenants, rolled up
+    from operations.tenant_access import TenantScope
+
+    succeeded("acme")
+    succeeded("globex")
+    succeeded("globex")
+    status_rollup_refresh()
+    # when
+    acme = intent_status_counts(scope=TenantScope(every=False, names=frozenset({"acme"})))
+    both = intent_status_counts()
+    # then: the reader of acme sees acme's count from the rollup, every tenant the sum
+    assert acme.source == both.source == "rollup"
+    assert acme.by_status["SUCCEEDED"] == 1 and acme.by_status["FAILED"] == 0
+    assert both.by_status["SUCCEEDED"] == 3
+    assert acme.rollup_age_seconds is not None
+
+
+def test_i18_5_a_tenant_whose_intents_left_a_state_is_rewritten_to_zero() -> None:
+    # given: a rollup that counted one globex SUCCEEDED, and that row's intent gone from it
+    # (rewritten by hand: the refresh must not leave a tenant's old count behind)
+    succeeded("globex")
+    status_rollup_refresh()
+    StatusRollup.objects.filter(tenant="globex").update(computed_at=Now() - timedelta(hours=1))
+    Intent.objects.filter(tenant="globex").update(tenant="initech")
+    # when
+    status_rollup_refresh()
+    # then
+    assert StatusRollup.objects.get(tenant="globex", status="SUCCEEDED").count == 0
+    assert StatusRollup.objects.get(tenant="initech", status="SUCCEEDED").count == 1

@@ -37,6 +37,7 @@ from console.lab.cluster import wait_until
 from console.lab.crashlab.verdict import DRILL, Row
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent, Outcome
+from operations.tenant_access import role_grants_set
 from reconciliation.models import DuplicateFinding
 from reconciliation.resolution import resolve_absent
 
@@ -90,6 +91,7 @@ class ProviderCount:
 def _operator() -> Any:
     user, _ = get_user_model().objects.get_or_create(username=OPERATOR, defaults={"is_active": True})
     user.groups.add(Group.objects.get_or_create(name="operator")[0])
+    role_grants_set(user=user, roles=["operator"], tenants=None)  # the lab's tenants: every one
     return user
 
 

@@ -1,4 +1,5 @@
-"""``manage.py create_user NAME --role ROLE [--role ROLE ...]``: a console account.
+"""``manage.py create_user NAME --role ROLE [--role ROLE ...] (--tenant T [--tenant T ...] |
+--all-tenants)``: a console account holding its roles on those tenants or on every tenant.
 
 Prints a generated password once, or reads one line from stdin with ``--password-stdin``.
 ``--django-admin`` makes a separate account for the Django admin site (staff and superuser).
@@ -27,6 +28,16 @@ class Command(BaseCommand):
             choices=ROLES,
             help="viewer, approver, operator or admin; repeat for several",
         )
+        where = parser.add_mutually_exclusive_group(required=True)
+        where.add_argument(
+            "--tenant",
+            action="append",
+            default=[],
+            help="a tenant the roles hold on; repeat for several",
+        )
+        where.add_argument(
+            "--all-tenants", action="store_true", help="the roles hold on every tenant, present and future"
+        )
         parser.add_argument(
             "--password-stdin", action="store_true", help="read the password from the first line of stdin"
         )
@@ -46,12 +57,15 @@ class Command(BaseCommand):
             user, password = console_user_create(
                 username=options["name"],
                 roles=options["role"],
+                tenants=options["tenant"],
+                all_tenants=options["all_tenants"],
                 password=password,
                 django_admin=options["django_admin"],
             )
         except AccountError as exc:
             raise CommandError(str(exc)) from exc
         roles = ", ".join(dict.fromkeys(options["role"]))
-        self.stdout.write(f"user {user.username} with role(s) {roles}")
+        where = "every tenant" if options["all_tenants"] else ", ".join(dict.fromkeys(options["tenant"]))
+        self.stdout.write(f"user {user.username} with role(s) {roles} on {where}")
         if not options["password_stdin"]:
             self.stdout.write(f"password: {password}  (shown once)")

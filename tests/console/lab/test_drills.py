@@ -47,7 +47,7 @@ def test_only_admins_can_start_a_drill(
 ) -> None:
     with django_capture_on_commit_callbacks() as callbacks:
         response = viewer_client.post("/drills/start", {"kind": "acceptance"}, follow=True)
-    assert "Only admins can start a drill." in response.content.decode()
+    assert "Only admins of every tenant can start a drill." in response.content.decode()
     assert callbacks == []
 
 

@@ -60,8 +60,8 @@ class Command(BaseCommand):
         self._run(options)
 
     def _create_accounts(self) -> None:
-        """The console account ``operator`` (roles operator and approver, not a superuser) and a
-        separate ``admin`` for the Django admin site, each password printed once."""
+        """The console account ``operator`` (roles operator and approver on every tenant, not a
+        superuser) and a separate ``admin`` for the Django admin site, each password printed once."""
         users = get_user_model()
         for name, roles, django_admin, purpose in (
             ("operator", ["operator", "approver"], False, "console account"),
@@ -70,7 +70,9 @@ class Command(BaseCommand):
             if users.objects.filter(username=name).exists():
                 self.stdout.write(f"{purpose} {name} exists (reset: python manage.py changepassword {name})")
                 continue
-            _, password = console_user_create(username=name, roles=roles, django_admin=django_admin)
+            _, password = console_user_create(
+                username=name, roles=roles, all_tenants=True, django_admin=django_admin
+            )
             self.stdout.write(self.style.SUCCESS(f"{purpose}: {name} / {password}  (shown once)"))
         if not Agent.objects.filter(tenant="demo", name="demo-agent").exists():
             _, token = agent_create(name="demo-agent", tenant="demo")
