@@ -67,8 +67,12 @@ def agent_create(
         expires_in: the token is refused after this long (database time); None: never.
 
     Raises:
+        ValueError: ``tenant`` is blank, over 100 characters or ``*`` (which means "every tenant"
+            in console role grants, ``operations.tenant_access``).
         django.db.IntegrityError: an agent with that name already exists in the tenant.
     """
+    if not tenant.strip() or tenant == "*" or len(tenant) > 100:
+        raise ValueError(f"tenant {tenant!r}: a tenant name is 1 to 100 characters and not '*'")
     token = _new_token()
     with transaction.atomic():
         agent = Agent.objects.create(name=name, tenant=tenant, actions=list(actions), scope=scope)

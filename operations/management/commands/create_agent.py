@@ -73,6 +73,8 @@ class Command(BaseCommand):
                 scope=options["scope"],
                 expires_in=lifetime,
             )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         except IntegrityError as exc:
             raise CommandError(
                 f"agent {options['name']!r} already exists in tenant {options['tenant']!r}"
