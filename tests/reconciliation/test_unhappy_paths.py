@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from django.db.models.functions import Now
+from rest_framework.test import APIClient
 
 from operations import services
 from operations.adapters.base import ExecutionResult
@@ -30,7 +31,7 @@ from reconciliation.resolution import (
     resolve_failed_compensation,
 )
 from reconciliation.services import reconcile_pass
-from tests.factories import UserFactory, charge_arguments, settled, submit, user_named
+from tests.factories import UserFactory, charge_arguments, make_agent, settled, submit, user_named
 from tests.reconciliation.test_reconciliation import email, reservation, unknown
 
 pytestmark = pytest.mark.django_db
@@ -294,11 +295,15 @@ def test_settling_is_refused_while_a_compensation_runs(sandbox: Any, operator: A
     assert Intent.objects.get(id=intent.id).status == "COMPENSATING"
 
 
-def test_agents_cannot_cancel_compensation_intents(sandbox: Any, operator: Any, api: Any) -> None:
-    # given: a refund opened by an operator, waiting for approval, in the agent's tenant
+def test_agents_cannot_cancel_compensation_intents(sandbox: Any, operator: Any) -> None:
+    # given: a refund opened by an operator, waiting for approval, in the tenant of an agent that
+    # sees its whole tenant (an agent of scope "own" does not even see it: 404)
     intent, charge = unknown_charge_with_effect(sandbox)
     resolve_compensate(intent_id=intent.id, user=operator, reason="refund", provider_reference=charge)
     (refund,) = Intent.objects.filter(compensates=intent)
+    _, token = make_agent(name="tenant-wide", tenant=refund.tenant, scope="tenant")
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     # when
     response = api.post(f"/api/v1/intents/{refund.id}/cancel", {"reason": "agent says no"}, format="json")
     # then
