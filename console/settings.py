@@ -394,7 +394,7 @@ EFFECT_LEDGER_POLICIES: dict[str, dict[str, Any]] = {
             "USD": 10_000,
             "GBP": 10_000,
             "CHF": 10_000,
-            "JPY": 1_500_000,
+            "JPY": 15_000,  # JPY has no minor unit (ISO 4217 exponent 0): 15,000 yen, about 100 EUR
         },
     },
     "payments.refund": {"risk_tier": "high", "approval": "always"},

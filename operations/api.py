@@ -27,6 +27,7 @@ from operations.serializers import (
     IntentSerializer,
     PreviewResponseSerializer,
 )
+from operations.throttling import FirstRefusalThrottling
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
@@ -140,7 +141,7 @@ class IntentPagination(CursorPagination):
         }
 
 
-class IntentCollectionView(APIView):
+class IntentCollectionView(FirstRefusalThrottling, APIView):
     """``POST`` submits an intent (an action the agent's scopes include); ``GET`` lists the
     intents it may see (``IntentPagination``)."""
 
@@ -171,7 +172,11 @@ class IntentCollectionView(APIView):
         headers = {"Location": f"/api/v1/intents/{result.intent.id}"}
         if not result.created:
             headers["Idempotent-Replayed"] = "true"
-        return Response(IntentSerializer(result.intent).data, status=status.HTTP_201_CREATED, headers=headers)
+        return Response(
+            IntentSerializer(result.intent, context={"agent": _agent(request)}).data,
+            status=status.HTTP_201_CREATED,
+            headers=headers,
+        )
 
     @extend_schema(
         # Named here: drf-spectacular's list heuristic looks at the lowest response key, which the
@@ -191,18 +196,22 @@ class IntentCollectionView(APIView):
         )
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(queryset, request, view=self)
-        return paginator.get_paginated_response(IntentSerializer(page, many=True).data)
+        return paginator.get_paginated_response(
+            IntentSerializer(page, many=True, context={"agent": _agent(request)}).data
+        )
 
 
-class IntentDetailView(APIView):
+class IntentDetailView(FirstRefusalThrottling, APIView):
     """``GET`` one intent the agent may see (its tenant's, or only its own: ``Agent.scope``)."""
 
     @extend_schema(responses={200: IntentSerializer, **problem_responses(404)}, parameters=PROBLEM_HEADERS)
     def get(self, request: Request, intent_id: uuid.UUID) -> Response:
-        return Response(IntentSerializer(_intent_or_404(request, intent_id)).data)
+        return Response(
+            IntentSerializer(_intent_or_404(request, intent_id), context={"agent": _agent(request)}).data
+        )
 
 
-class IntentCancelView(APIView):
+class IntentCancelView(FirstRefusalThrottling, APIView):
     """``POST`` cancels an intent that has not started running; 409 otherwise."""
 
     @extend_schema(
@@ -219,10 +228,10 @@ class IntentCancelView(APIView):
         intent = services.intent_cancel(
             intent_id=intent.id, actor=_agent(request).principal, reason=body.validated_data["reason"]
         )
-        return Response(IntentSerializer(intent).data)
+        return Response(IntentSerializer(intent, context={"agent": _agent(request)}).data)
 
 
-class IntentPreviewView(APIView):
+class IntentPreviewView(FirstRefusalThrottling, APIView):
     """``POST`` a dry run: what exactly would happen; persists nothing."""
 
     @extend_schema(

@@ -85,6 +85,14 @@ def can_approve(user: User, intent: Intent) -> bool:
     return may_act(user, [group, "admin"], intent.tenant)
 
 
+def approval_required(intent: Intent, policy: Policy) -> bool:
+    """Whether ``intent`` may run only on approvals: its policy needs one for its arguments, or
+    it was sent back to its approvers (a ceiling reached, an approval lapsed: issue 18, C22), in
+    which case the decision of the current round must be given and unexpired like any approval,
+    so an override cannot be used after it lapsed."""
+    return intent.approval_round > 0 or policy.needs_approval(intent.arguments)
+
+
 def approval_validity(
     intent: Intent, *, approver: User | None = None, request_hash: str | None = None
 ) -> Validity:
@@ -107,7 +115,7 @@ def approval_validity(
         request_hash: with ``approver``, the 64-hex sha256 the approver reviewed.
     """
     policy = Policy.from_snapshot(intent.policy)
-    if approver is None and not policy.needs_approval(intent.arguments):
+    if approver is None and not approval_required(intent, policy):
         # The worker's re-check of an intent that needs no approval reads nothing (issue 13).
         return Validity(verdict=Verdict.NOT_NEEDED, reason="", given=0, required=policy.approvals_required)
     approved = Q(decision=Approval.Decision.APPROVED)
@@ -135,7 +143,7 @@ def _record_verdict(
     intent: Intent, policy: Policy, counts: dict[str, Any], given: int
 ) -> tuple[Verdict, str]:
     required = policy.approvals_required
-    if not policy.needs_approval(intent.arguments):
+    if not approval_required(intent, policy):
         return Verdict.NOT_NEEDED, ""
     if counts["rejected"]:
         return Verdict.REJECTED, "the intent was rejected by an approver"

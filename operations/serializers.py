@@ -7,6 +7,7 @@ from typing import Any
 from rest_framework import serializers
 
 from operations.models import Intent, Outcome
+from operations.scopes import agent_sees_principal
 from operations.selectors import intent_latest_outcome
 
 
@@ -103,6 +104,23 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
             "run it (its action or version is not served here); empty otherwise. Nothing was sent."
         ),
     )
+
+    def to_representation(self, instance: Intent) -> dict[str, Any]:
+        """The intent as JSON. With an ``agent`` in the context, ``held_behind`` names the
+        earlier intent only when that agent may read it: an agent of scope ``own`` is not told
+        the id of a colleague's intent (issue 18; the hold itself stays, since one business
+        action per tenant is the safety rule)."""
+        data: dict[str, Any] = super().to_representation(instance)
+        agent = self.context.get("agent")
+        if agent is not None and data.get("held_behind") is not None:
+            principal = agent_sees_principal(agent)
+            if (
+                principal is not None
+                and instance.held_behind is not None
+                and instance.held_behind.principal != principal
+            ):
+                data["held_behind"] = None
+        return data
 
     class Meta:
         model = Intent

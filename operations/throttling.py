@@ -82,3 +82,16 @@ class TenantRateThrottle(_LedgerRateThrottle):
     def key_of(self, agent: Agent) -> str:
         # A tenant is free text (spaces, any character): its digest makes a safe cache key.
         return sha256_hex(agent.tenant.encode())
+
+
+class FirstRefusalThrottling:
+    """View mixin: throttles are checked in order (agent, then tenant) and the first refusal
+    ends the check. DRF's own ``check_throttles`` asks every throttle, so a request the agent's
+    limit refused was still recorded in the tenant's window, and one agent hammering past its
+    own limit used up its colleagues' tenant limit (found in review). A request refused by
+    its agent's limit is now recorded nowhere else."""
+
+    def check_throttles(self, request: Request) -> None:
+        for throttle in self.get_throttles():  # type: ignore[attr-defined]
+            if not throttle.allow_request(request, self):
+                self.throttled(request, throttle.wait())  # type: ignore[attr-defined]

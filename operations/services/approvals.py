@@ -11,7 +11,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from operations import metrics
-from operations.approval_validity import Verdict, approval_validity, user_principal
+from operations.approval_validity import Verdict, approval_required, approval_validity, user_principal
 from operations.audit import audit_append
 from operations.exceptions import ApprovalRefused, IntentMoved
 from operations.models import Approval, Intent
@@ -166,10 +166,11 @@ def intent_mark_approvals_used(*, intent: Intent) -> int:
     intent (a retry) is the same use and stamps nothing new. Returns how many were stamped;
     an intent whose policy needs no approval costs no statement.
     """
-    if not Policy.from_snapshot(intent.policy).needs_approval(intent.arguments):
+    if not approval_required(intent, Policy.from_snapshot(intent.policy)):
         return 0
     return Approval.objects.filter(
         intent=intent,
+        round=intent.approval_round,
         decision=Approval.Decision.APPROVED,
         request_hash=intent.request_hash,
         expires_at__gt=Now(),

@@ -294,6 +294,8 @@ def _back_to_approvers(intent: Intent, wait_reason: str) -> dict[str, Any]:
     ttl = timedelta(seconds=Policy.from_snapshot(intent.policy).approval_ttl_seconds)
     return {
         "wait_reason": wait_reason,
+        # An earlier override of a ceiling does not carry over: the approver decides again.
+        "ceiling_override": False,
         "approval_round": F("approval_round") + 1,
         "approval_expires_at": Now() + ttl,
         "not_before": None,

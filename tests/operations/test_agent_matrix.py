@@ -115,3 +115,24 @@ def test_i18_an_agent_cannot_be_created_for_every_tenant_or_none(tenant: str) ->
     from operations.models import Agent
 
     assert not Agent.objects.filter(name="bot").exists()
+
+
+def test_i18_an_own_scope_agent_is_held_but_not_told_whose_intent_it_waits_for() -> None:
+    # given: a colleague's open charge for order-9
+    _, first = make_agent(name="first", tenant="acme", scope="own")
+    _, second = make_agent(name="second", tenant="acme", scope="own")
+    _, wide = make_agent(name="wide", tenant="acme", scope="tenant")
+    body = {"action": "payments.charge", "arguments": charge_arguments(700), "reference": "order-9"}
+    earlier = _client(first).post(
+        URL, data=json.dumps(body), content_type="application/json", HTTP_IDEMPOTENCY_KEY="k1"
+    )
+    # when: another agent of the tenant submits the same business action
+    held = _client(second).post(
+        URL, data=json.dumps(body), content_type="application/json", HTTP_IDEMPOTENCY_KEY="k2"
+    )
+    # then: held (one business action per tenant), but the colleague's intent id is not disclosed
+    assert held.status_code == 201 and held.json()["status"] == "HELD"
+    assert held.json()["held_behind"] is None
+    # an agent that reads its whole tenant is told
+    seen = _client(wide).get(f"{URL}/{held.json()['intent_id']}").json()
+    assert seen["held_behind"] == earlier.json()["intent_id"]

@@ -270,3 +270,34 @@ def test_i18_3_the_approver_sees_why_it_is_back_and_the_current_spend(settings: 
     assert "ceiling reached" in inbox
     page = client.get(reverse("approval-detail", args=[held.id])).content.decode()
     assert 'id="wait-note"' in page and "4000 + 3000 EUR would pass 5000" in page
+
+
+def test_i18_3_an_override_whose_approval_lapsed_is_not_used(
+    sandbox: Any, settings: Any, approver: Any
+) -> None:
+    # given: the day's one effect is taken; the next charge waits and is approved (valid 1 s)
+    settings.EFFECT_LEDGER_POLICIES = {
+        **settings.EFFECT_LEDGER_POLICIES,
+        "payments.charge": {
+            "approval": "never",
+            "approval_ttl_seconds": 1,
+            "ceilings": {"effects_per_day": 1},
+        },
+    }
+    assert (
+        execute_intent(submit(arguments=charge_arguments(100, reference="o-1"), reference="o-1").id)
+        == "succeeded"
+    )
+    held = submit(arguments=charge_arguments(100, reference="o-2"), reference="o-2")
+    assert execute_intent(held.id) == "awaiting_approval"
+    held.refresh_from_db()
+    intent_approve(intent_id=held.id, user=approver, request_hash=held.request_hash)
+    # when: no worker ran it before the approval lapsed
+    time.sleep(1.5)
+    # then: the override is not used: back to the approvers, nothing sent, the window unchanged
+    assert execute_intent(held.id) == "awaiting_approval"
+    held.refresh_from_db()
+    assert held.status == S.AWAITING_APPROVAL and held.wait_reason == "approval_lapsed"
+    assert not held.ceiling_override
+    assert len(sandbox.ledger("payments", reference="o-2")) == 0
+    assert window("").effects == 1

@@ -62,12 +62,12 @@ def test_i18_7_a_tenant_over_its_limit_gets_429_and_other_tenants_are_not_starve
     # given: 5 requests a minute per agent, 8 per tenant; two agents of acme, one of globex
     rates("5/min", "8/min")
     first, second, elsewhere = client_of("first"), client_of("second"), client_of("g", "globex")
-    # when: the first agent floods (5 served, then its own limit), the second adds 2 more
+    # when: the first agent floods (5 served, then its own limit), the second adds 3 more
     flood = [first.get(URL).status_code for _ in range(6)]
-    more = [second.get(URL).status_code for _ in range(2)]
+    more = [second.get(URL).status_code for _ in range(3)]
     tenant_over = second.get(URL)
-    # then: acme is at its limit although the second agent sent only 3 ...
-    assert flood == [200] * 5 + [429] and more == [200, 200]
+    # then: acme is at its limit although the second agent sent only 4 ...
+    assert flood == [200] * 5 + [429] and more == [200, 200, 200]
     assert_throttled(tenant_over)
     # ... and the other tenant is served as if nothing happened
     assert [elsewhere.get(URL).status_code for _ in range(5)] == [200] * 5
@@ -98,3 +98,17 @@ def test_i18_7_a_malformed_rate_refuses_to_start(text: str, monkeypatch: pytest.
     monkeypatch.setenv("EFFECT_LEDGER_RATE_AGENT", text)
     with pytest.raises(ValueError, match="EFFECT_LEDGER_RATE_AGENT"):
         _rate("EFFECT_LEDGER_RATE_AGENT", "600/min")
+
+
+def test_i18_7_requests_an_agent_s_own_limit_refused_do_not_use_up_its_colleagues_tenant_limit(
+    rates: Any,
+) -> None:
+    # given: 3 a minute per agent, 5 per tenant
+    rates("3/min", "5/min")
+    noisy, colleague = client_of("noisy"), client_of("colleague")
+    # when: one agent keeps sending far past its own limit
+    answers = [noisy.get(URL).status_code for _ in range(20)]
+    # then: only its 3 served requests count for the tenant; the colleague still gets the other 2
+    assert answers == [200] * 3 + [429] * 17
+    assert [colleague.get(URL).status_code for _ in range(2)] == [200, 200]
+    assert_throttled(colleague.get(URL))
