@@ -1,10 +1,15 @@
-"""The Django admin site's view of role grants (``RoleGrant``): where each console role holds."""
+"""The Django admin site's views of role grants (``RoleGrant``: where each console role holds)
+and of agents (their reach, whether active, their tokens' expiry and revocation)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin
 
-from operations.models import RoleGrant
+from operations.models import Agent, AgentToken, RoleGrant
+from operations.scopes import action_patterns_parse
 
 
 @admin.register(RoleGrant)
@@ -15,3 +20,73 @@ class RoleGrantAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscri
     list_filter = ("role", "tenant")
     search_fields = ("user__username", "role", "tenant")
     readonly_fields = ("created_at",)
+
+
+class AgentForm(forms.ModelForm):  # type: ignore[type-arg]
+    """An agent's reach as an operator edits it: the action patterns as one comma-separated
+    line, checked by the same parser as ``create_agent`` (``operations.scopes``)."""
+
+    actions_text = forms.CharField(
+        label="Actions",
+        required=False,
+        help_text="comma-separated patterns: '*', 'payments.*', 'email.send'; empty: none",
+    )
+
+    class Meta:
+        model = Agent
+        fields = ("scope", "is_active")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["actions_text"].initial = ", ".join(self.instance.actions or [])
+
+    def clean_actions_text(self) -> list[str]:
+        try:
+            return action_patterns_parse(self.cleaned_data.get("actions_text") or "")
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+    def save(self, commit: bool = True) -> Agent:
+        self.instance.actions = self.cleaned_data["actions_text"]
+        agent: Agent = super().save(commit=commit)
+        return agent
+
+
+class AgentTokenInline(admin.TabularInline):  # type: ignore[type-arg]
+    """An agent's tokens: only their digests are stored; an expiry or a revocation may be set
+    here (each web process refuses it within ``TOKEN_CACHE_SECONDS``). New tokens come from
+    ``create_agent`` and ``rotate_agent_token``, which show them once."""
+
+    model = AgentToken
+    extra = 0
+    can_delete = False
+    fields = ("digest_prefix", "created_at", "expires_at", "revoked_at")
+    readonly_fields = ("digest_prefix", "created_at")
+
+    @admin.display(description="digest")
+    def digest_prefix(self, token: AgentToken) -> str:
+        return f"{token.digest[:12]}…"
+
+    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptable at run time
+    """Agents: their reach (actions, scope), whether they are active, and their tokens. Name and
+    tenant are fixed (intents and keys are recorded under them); agents are made with
+    ``create_agent``."""
+
+    form = AgentForm
+    list_display = ("name", "tenant", "scope", "actions", "is_active", "created_at")
+    list_filter = ("tenant", "scope", "is_active")
+    search_fields = ("name", "tenant")
+    readonly_fields = ("name", "tenant", "created_at")
+    fields = ("name", "tenant", "actions_text", "scope", "is_active", "created_at")
+    inlines = (AgentTokenInline,)
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False  # intents name it; deactivate instead

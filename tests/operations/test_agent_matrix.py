@@ -136,3 +136,38 @@ def test_i18_an_own_scope_agent_is_held_but_not_told_whose_intent_it_waits_for()
     # an agent that reads its whole tenant is told
     seen = _client(wide).get(f"{URL}/{held.json()['intent_id']}").json()
     assert seen["held_behind"] == earlier.json()["intent_id"]
+
+
+def test_i18_6_the_admin_sets_an_agents_actions_scope_and_revokes_a_token(client: Any) -> None:
+    # given: a Django admin and an agent with every action
+    from django.contrib.auth import get_user_model
+
+    from operations import authentication
+    from operations.models import Agent
+
+    agent, token = make_agent(name="bot", tenant="acme", actions=["*"], scope="tenant")
+    root = get_user_model().objects.create_superuser("root", password="y" * 20)
+    client.force_login(root)
+    url = f"/admin/operations/agent/{agent.pk}/change/"
+    page = client.get(url)
+    assert page.status_code == 200 and b"actions_text" in page.content
+    (row,) = agent.tokens.all()
+    form = {
+        "actions_text": "email.*", "scope": "own", "is_active": "on",
+        "tokens-TOTAL_FORMS": "1", "tokens-INITIAL_FORMS": "1", "tokens-MIN_NUM_FORMS": "0",
+        "tokens-MAX_NUM_FORMS": "1000", "tokens-0-id": str(row.pk), "tokens-0-agent": str(agent.pk),
+        "tokens-0-expires_at_0": "", "tokens-0-expires_at_1": "",
+        "tokens-0-revoked_at_0": "2020-01-01", "tokens-0-revoked_at_1": "00:00:00",
+    }  # fmt: skip
+    # a malformed pattern is refused and changes nothing
+    bad = client.post(url, {**form, "actions_text": "payments.*.x y"})
+    assert bad.status_code == 200 and b"not an action pattern" in bad.content
+    assert Agent.objects.get(pk=agent.pk).actions == ["*"]
+    # when
+    saved = client.post(url, form)
+    # then: narrowed, and the revoked token is refused
+    assert saved.status_code == 302, saved.content[:2000]
+    agent.refresh_from_db()
+    assert (agent.actions, agent.scope) == (["email.*"], "own")
+    authentication.forget_verified_tokens()
+    assert _client(token).get(URL).status_code == 401
