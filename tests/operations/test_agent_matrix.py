@@ -10,6 +10,7 @@ changes nothing.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
