@@ -331,3 +331,31 @@ def test_approval_detail_shows_no_money_for_an_amount_without_currency(
     # then: the preview's Amount is not rendered as 0.03 of nothing
     assert "<dt>Amount</dt><dd>—</dd>" in body
     assert "0.03" not in body
+
+
+def test_i18_3_a_ceiling_wait_renders_for_every_action_kind(
+    every_kind: None, settings: Any, viewer_client: Client
+) -> None:
+    # given: every kind with an effects ceiling already reached today (a cap of 0), so each one's
+    # claim sends it back to its approvers with the reason
+    from operations.services.execution import CeilingWait
+
+    settings.EFFECT_LEDGER_POLICIES = {
+        action: {"approval": "never", "ceilings": {"effects_per_day": 0}} for action, _ in KINDS.values()
+    }
+    waiting = []
+    for kind, (action, arguments) in KINDS.items():
+        intent = submit(action=action, arguments=dict(arguments), reference=f"cap-{kind}")
+        with pytest.raises(CeilingWait):
+            intent_claim(intent_id=intent.id, worker="test-worker", lease_seconds=30)
+        waiting.append(intent)
+    # when / then: the inbox marks each, and each approval page and intent page names the reason
+    for body in (
+        page(viewer_client, reverse("approvals")),
+        page(viewer_client, reverse("approvals"), **HTMX),
+    ):
+        assert all(str(intent.id) in body for intent in waiting) and "ceiling reached" in body
+    for intent in waiting:
+        detail = page(viewer_client, reverse("approval-detail", args=[intent.id]))
+        assert 'id="wait-note"' in detail and "effects ceiling reached" in detail
+        assert "ceiling_reached" in page(viewer_client, reverse("intent-detail", args=[intent.id]))
