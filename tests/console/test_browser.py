@@ -1,15 +1,13 @@
 """Browser tests: Playwright for Python driving the machine's Chromium against a live server.
 
 They never download a browser: Chromium comes from the Debian package (``/usr/bin/chromium``);
-without it every test here is skipped with that reason. The screenshots in
-``docs/screenshots/`` are written by these tests.
+without it every test here is skipped with that reason. Their fixtures and helpers are in
+``tests/console/browser_support.py`` (screenshots go to a temporary folder unless asked).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -18,89 +16,11 @@ import pytest
 from operations.engine import execute_intent
 from operations.models import Intent
 from operations.services import intent_cancel
+from tests.console.browser_support import expect, pytestmark_browser, shot, sign_in
 from tests.console.conftest import gated, make_unknown, unknown_with_effect
 from tests.factories import UserFactory, charge_arguments, submit
 
-CHROMIUM = Path("/usr/bin/chromium")
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-PASSWORD = "correct horse battery"
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(
-        not CHROMIUM.exists(), reason="no /usr/bin/chromium (apt-get install chromium chromium-driver)"
-    ),
-]
-
-expect: Any = None
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    global expect
-    sync_api = pytest.importorskip("playwright.sync_api")
-    expect = sync_api.expect
-    # Playwright's sync API keeps an event loop in this thread while it runs; the ORM calls
-    # the tests (and the database teardown) make between browser steps are still plain
-    # synchronous code, so Django's async-context guard is switched off for this module only.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-        with sync_api.sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(
-                executable_path=str(CHROMIUM),
-                args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-            )
-            yield chromium
-            chromium.close()
-
-
-# Every Content-Security-Policy violation in a page, as the page's own listener sees it
-# (the ``securitypolicyviolation`` event) and as Chromium logs it to the console.
-CSP_LISTENER = """
-document.addEventListener("securitypolicyviolation", (event) => {
-  window.reportCspViolation(event.effectiveDirective + " blocked " + (event.blockedURI || "?")
-    + " in " + event.documentURI + " (" + event.sourceFile + ":" + event.lineNumber + ")");
-});
-"""
-
-
-@pytest.fixture
-def csp_violations() -> list[str]:
-    """What the ``page`` saw the Content-Security-Policy block; it must end empty."""
-    return []
-
-
-@pytest.fixture
-def page(browser: Any, live_server: Any, csp_violations: list[str]) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=live_server.url)
-    context.set_default_timeout(10_000)
-    context.expose_function("reportCspViolation", lambda text: csp_violations.append(text))
-    context.add_init_script(CSP_LISTENER)
-    tab = context.new_page()
-    tab.on(
-        "console",
-        lambda message: (
-            csp_violations.append(message.text) if "Content Security Policy" in message.text else None
-        ),
-    )
-    yield tab
-    context.close()
-    # Every browser test runs under the console's policy: a page it blocked is a failure.
-    assert csp_violations == [], f"Content-Security-Policy violations: {csp_violations}"
-
-
-def sign_in(page: Any, username: str) -> None:
-    page.goto("/login/")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Sign in").click()
-    expect(page.get_by_role("heading", name="Dashboard")).to_be_visible()
-
-
-def shot(page: Any, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / name), full_page=True)
+pytestmark = pytestmark_browser
 
 
 def test_sign_in_approve_a_high_risk_payment_and_watch_it_succeed(page: Any, sandbox: Any) -> None:
