@@ -7,7 +7,10 @@ without it every test here is skipped with that reason. Their fixtures and helpe
 
 from __future__ import annotations
 
+import csv
+import io
 import re
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
@@ -369,3 +372,52 @@ def test_i12_3_the_api_docs_render_under_the_policy(page: Any, csp_violations: l
     expect(page.get_by_text("/api/v1/intents").first).to_be_visible()
     page.wait_for_timeout(300)
     assert csp_violations == []
+
+
+def test_i16_journey_reject_a_gated_charge_with_a_reason(page: Any) -> None:
+    # given: a charge above the approval threshold and an approver
+    UserFactory(username="alice", groups=["approver"])
+    intent = gated(31_000, reference="order-2002")
+    sign_in(page, "alice")
+    # when: she opens it from the inbox and rejects it with a reason
+    page.get_by_role("link", name="Approvals").click()
+    page.get_by_role("link", name="payments.charge").click()
+    page.get_by_label("Reason for rejecting (required)").fill("customer cancelled the order by phone")
+    page.get_by_role("button", name="Reject").click()
+    # then: the decision says so in place, the intent is REJECTED with her reason, and the inbox is empty
+    expect(page.locator("#decision")).to_contain_text("The intent is REJECTED")
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.REJECTED
+    assert intent.approvals.get().reason == "customer cancelled the order by phone"
+    page.get_by_role("link", name="Approvals").click()
+    expect(page.get_by_role("link", name="payments.charge")).to_have_count(0)
+    shot(page, "approvals-empty.png")
+
+
+def test_i16_journey_export_one_intents_audit_trail_as_csv(page: Any) -> None:
+    # given: an approved charge (submitted, approved: audit events on its chain) and a viewer
+    UserFactory(username="alice", groups=["approver"])
+    UserFactory(username="vera", groups=["viewer"])
+    intent = gated(27_500, reference="order-3003")
+    other = gated(28_000, reference="order-3004")
+    sign_in(page, "alice")
+    page.goto(f"/approvals/{intent.id}/")
+    page.get_by_role("button", name="Approve this payload").click()
+    expect(page.locator("#decision")).to_contain_text("Approved")
+    page.context.clear_cookies()
+    sign_in(page, "vera")
+    # when: she filters the audit log by the intent and exports what she sees
+    page.get_by_role("link", name="Audit").click()
+    page.get_by_label("intent_id").fill(str(intent.id))
+    page.get_by_role("button", name="Filter").click()
+    expect(page).to_have_url(re.compile(f"intent_id={intent.id}"))
+    shot(page, "audit.png")
+    with page.expect_download() as download:
+        page.get_by_role("link", name="Export these events as CSV").click()
+    body = Path(download.value.path()).read_text()
+    # then: the file holds this intent's submission and approval, and nothing of the other intent
+    rows = list(csv.DictReader(io.StringIO(body)))
+    assert {row["intent_id"] for row in rows} == {str(intent.id)}
+    events = [row["event"] for row in rows]
+    assert any("approv" in event for event in events), events
+    assert str(other.id) not in body
