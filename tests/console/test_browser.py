@@ -389,7 +389,7 @@ def test_i16_journey_reject_a_gated_charge_with_a_reason(page: Any) -> None:
     intent.refresh_from_db()
     assert intent.status == Intent.Status.REJECTED
     assert intent.approvals.get().reason == "customer cancelled the order by phone"
-    page.get_by_role("link", name="Approvals").click()
+    page.get_by_role("link", name="Approvals", exact=True).click()
     expect(page.get_by_role("link", name="payments.charge")).to_have_count(0)
     shot(page, "approvals-empty.png")
 
