@@ -8,6 +8,7 @@ from django import forms
 
 from operations.idempotency import MAX_SAFE_NUMBER
 from operations.models import Intent
+from operations.services.approvals import DUPLICATE_RISK_CONFIRMATION
 
 
 class Acknowledgement(forms.CheckboxInput):
@@ -30,6 +31,15 @@ class DecisionForm(forms.Form):
     request_hash = forms.CharField(widget=forms.HiddenInput, **HASH_FIELD)  # type: ignore[arg-type]
     reason = forms.CharField(
         required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2}), label="Reason"
+    )
+
+
+class ApproveForm(DecisionForm):
+    """Approve: also the confirmation that a duplicate risk was seen (``intent_approve`` refuses an
+    approval without it when other intents for the same reference succeeded or are in flight)."""
+
+    accept_duplicate_risk = forms.BooleanField(
+        required=False, widget=Acknowledgement, label=DUPLICATE_RISK_CONFIRMATION
     )
 
 

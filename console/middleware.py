@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from operations.api_support import PROBLEM_CONTENT_TYPE, api_database_unavailable, problem
 from operations.delivery import DATABASE_RETRY_AFTER_SECONDS, database_unavailable
+from operations.money import negotiate_locale, use_locale
 
 logger = logging.getLogger(__name__)
 
@@ -75,3 +76,18 @@ class HttpsRequiredForApi:
                 content_type=PROBLEM_CONTENT_TYPE,
             )
         return self.get_response(request)
+
+
+class MoneyLocaleMiddleware:
+    """Show money in the operator's locale for the whole request (its page or partial): the
+    request's ``Accept-Language`` negotiated by Babel against ``settings.EFFECT_LEDGER_MONEY_LOCALES``
+    (the first one when none matches; ``operations.money.negotiate_locale``). Only money
+    follows it: the console's words stay English, Django's LocaleMiddleware is not used."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        offered = list(getattr(settings, "EFFECT_LEDGER_MONEY_LOCALES", []) or [])
+        with use_locale(negotiate_locale(request.headers.get("Accept-Language", ""), offered)):
+            return self.get_response(request)

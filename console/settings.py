@@ -65,6 +65,9 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Money in the operator's locale: Accept-Language negotiated by Babel against
+    # EFFECT_LEDGER_MONEY_LOCALES (console/middleware.py, operations/money.py).
+    "console.middleware.MoneyLocaleMiddleware",
     # One sign-in at a time per (username, address), so concurrent guesses cannot all pass the
     # lock check before any failure is recorded (console/signin.py).
     "console.signin.SignInSerializationMiddleware",
@@ -73,6 +76,12 @@ MIDDLEWARE = [
     # Last, so its process_exception sees a view's database error first.
     "console.middleware.DatabaseUnavailableMiddleware",
 ]
+
+#: The locales the console shows money in (Babel identifiers); the first is the default, used when
+#: the browser's Accept-Language prefers none of them. Comma-separated in the environment.
+EFFECT_LEDGER_MONEY_LOCALES = env_list(
+    "EFFECT_LEDGER_MONEY_LOCALES", ["en_US", "en_GB", "de_DE", "fr_FR", "es_ES", "it_IT", "nl_NL", "ja_JP"]
+)
 
 ROOT_URLCONF = "console.urls"
 WSGI_APPLICATION = "console.wsgi.application"

@@ -17,6 +17,7 @@ from operations import selectors, services
 from operations.api_schema import RETRY_AFTER, WWW_AUTHENTICATE, problem_responses
 from operations.exceptions import ActionNotAllowed
 from operations.models import Agent, Intent
+from operations.money import money_json
 from operations.scopes import action_allowed, agent_sees_principal
 from operations.selectors.pagination import InvalidCursor, cursor_time
 from operations.serializers import (
@@ -257,5 +258,6 @@ class IntentPreviewView(FirstRefusalThrottling, APIView):
             "needs_approval": result.needs_approval,
             "policy": result.policy.to_snapshot(),
             **result.preview.__dict__,
+            "money": money_json(result.preview.amount_minor, result.preview.currency),
         }
         return Response(PreviewResponseSerializer(payload).data)

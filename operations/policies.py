@@ -15,46 +15,19 @@ a threshold needs a human; a ``critical`` tier always needs two different approv
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from babel.numbers import list_currencies
 from django.conf import settings
 
 from operations.idempotency import MAX_SAFE_NUMBER
+from operations.money import Money, iso_4217_codes
 
 RISK_TIERS = ("low", "medium", "high", "critical")
 #: In a policy snapshot written before issue 18, an amount rule without a currency: it applied
 #: to the amount whatever its currency (never accepted in configuration).
 ANY_CURRENCY = "*"
-
-
-@functools.cache
-def iso_4217_codes() -> frozenset[str]:
-    """The active ISO 4217 currency codes Babel (CLDR) knows."""
-    return frozenset(list_currencies())
-
-
-@dataclass(frozen=True)
-class Money:
-    """An amount in integer minor units of an ISO 4217 currency (``arguments["amount"]`` and
-    ``arguments["currency"]``, the shape every money-moving action here uses)."""
-
-    amount_minor: int
-    currency: str
-
-    @classmethod
-    def of(cls, arguments: Any) -> Money | None:
-        """The money an intent's arguments move, or None when they name no integer amount and
-        currency (an email, a reservation)."""
-        if not isinstance(arguments, Mapping):
-            return None
-        amount, currency = arguments.get("amount"), arguments.get("currency")
-        if isinstance(amount, bool) or not isinstance(amount, int) or not isinstance(currency, str):
-            return None
-        return cls(amount, currency)
 
 
 def amount_rule(rules: Mapping[str, int] | None, currency: str) -> int | None:

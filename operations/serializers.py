@@ -153,6 +153,22 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
         return OutcomeSerializer(outcome).data if outcome else None
 
 
+class MoneySerializer(serializers.Serializer[Any]):
+    """The money an action moves, exact: ``{"amount_minor": 125000, "currency": "JPY",
+    "exponent": 0, "decimal": "125000"}`` (``operations.money.money_json``)."""
+
+    amount_minor = serializers.IntegerField(help_text="integer minor units, as submitted")
+    currency = serializers.CharField(help_text="ISO 4217 code, upper case")
+    exponent = serializers.IntegerField(
+        min_value=0, help_text="ISO 4217 minor-unit digits of the currency (JPY 0, EUR 2, KWD 3)"
+    )
+    decimal = serializers.RegexField(
+        r"^-?[0-9]+(\.[0-9]+)?$",
+        help_text="the amount in major units as an exact decimal string: amount_minor / 10^exponent "
+        'with exactly exponent digits after the point ("125000", "49.90", "1.234")',
+    )
+
+
 class PreviewResponseSerializer(serializers.Serializer[Any]):
     """What ``POST /api/v1/intents/preview`` answers; nothing is persisted."""
 
@@ -163,6 +179,10 @@ class PreviewResponseSerializer(serializers.Serializer[Any]):
     target = serializers.CharField()
     amount_minor = serializers.IntegerField(allow_null=True)
     currency = serializers.CharField(allow_null=True)
+    money = MoneySerializer(
+        allow_null=True,
+        help_text="the money the action moves, converted by its currency; null when it moves none",
+    )
     scope = serializers.CharField()
     checks = serializers.ListField(child=serializers.DictField())
     policy = serializers.DictField()

@@ -17,6 +17,7 @@ from django.conf import settings
 from operations import metrics, services
 from operations.exceptions import IntentMoved
 from operations.models import ENDED_WITHOUT_EFFECT, OPEN_STATUSES, Intent
+from operations.money import Money, format_plain
 from operations.policies import Policy
 
 logger = logging.getLogger("reconciliation")
@@ -35,9 +36,8 @@ class HeldCounts:
 
 def _describe(earlier: Intent) -> str:
     outcome = earlier.outcomes.order_by("created_at").first()
-    amount = earlier.arguments.get("amount") if isinstance(earlier.arguments, dict) else None
-    currency = earlier.arguments.get("currency", "") if isinstance(earlier.arguments, dict) else ""
-    what = f" {amount} {currency}".rstrip() if isinstance(amount, int) else ""
+    money = Money.of(earlier.arguments)  # converted by its currency's exponent, not read as major units
+    what = f" {format_plain(money.amount_minor, money.currency)}" if money else ""
     ref = f" as {outcome.provider_reference}" if outcome and outcome.provider_reference else ""
     when = earlier.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC")
     done = Intent.objects.filter(

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from console.permissions import reader_scope
 from operations.idempotency import key_digest as _key_digest
+from operations.money import format_money
 from operations.request_integrity import MISMATCH_HOLD
 from operations.services.failover import RESTORE_GUARD_HOLD
 
@@ -33,12 +34,15 @@ def reads_every_tenant(user: Any) -> bool:
 
 @register.filter
 def money(amount: Any, currency: str | None = "") -> str:
-    """``4990, "EUR"`` -> ``49.90 EUR`` (integer minor units, two decimals); blank when no amount."""
-    if not isinstance(amount, int):
+    """Integer minor units in the operator's locale, by the currency's ISO 4217 exponent
+    (``operations.money.format_money``): en_US ``4990, "EUR"`` -> ``€49.90``, ``125000, "JPY"``
+    -> ``¥125,000``, ``1234, "KWD"`` -> ``KWD1.234``; de_DE ``4990, "EUR"`` -> ``49,90 €``.
+    Blank when no amount; the raw minor units when no currency is named."""
+    if not isinstance(amount, int) or isinstance(amount, bool):
         return ""
-    sign = "-" if amount < 0 else ""
-    whole, cents = divmod(abs(amount), 100)
-    return f"{sign}{whole:,}.{cents:02d} {currency or ''}".strip()
+    if not currency:
+        return f"{amount} minor units"
+    return format_money(amount, currency)
 
 
 #: What a money column shows when the action moves no money (or names no currency).
@@ -49,7 +53,7 @@ NO_AMOUNT = "—"
 def amount(arguments: Any) -> str:
     """The money in an intent's ``arguments``, for lists that mix every action kind.
 
-    ``{"amount": 4990, "currency": "EUR", ...}`` -> ``49.90 EUR`` (as ``money``). Anything
+    ``{"amount": 4990, "currency": "EUR", ...}`` -> ``€49.90`` in en_US (as ``money``). Anything
     else -> ``—``: no ``amount``, an amount that is not an integer (a bool is not one), no
     ``currency`` or an empty one (an email, a reservation, a generic action whose ``amount``
     is a count), or arguments that are not a mapping.
@@ -64,6 +68,15 @@ def amount(arguments: Any) -> str:
     if not isinstance(value, int) or isinstance(value, bool) or not isinstance(currency, str) or not currency:
         return NO_AMOUNT
     return money(value, currency)
+
+
+@register.filter
+def risks_for(risks: Any, intent: Any) -> list[Any]:
+    """The other intents ``risks`` (``{intent_id: [intents]}``, ``duplicate_risks``) lists for
+    ``intent``; empty when none (or no mapping)."""
+    if not isinstance(risks, Mapping):
+        return []
+    return list(risks.get(getattr(intent, "id", None), []))
 
 
 @register.filter

@@ -11,7 +11,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from console.forms import DecisionForm, RejectForm, first_error
+from console.forms import ApproveForm, RejectForm, first_error
 from console.permissions import console_role_required, reader_scope
 from console.presentation import payload_diff
 from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal, scoped_intent
@@ -22,6 +22,7 @@ from operations.idempotency import CanonicalizationError, canonical_json
 from operations.models import Intent
 from operations.policies import Policy
 from operations.request_integrity import stored_fingerprint, stored_request_problem
+from operations.selectors.duplicate_risk import duplicate_risk_of, duplicate_risks
 from operations.services import intent_approve, intent_preview, intent_reject
 
 DETAIL = "console/approval_detail.html"
@@ -32,7 +33,9 @@ DETAIL = "console/approval_detail.html"
 def approvals_inbox(request: HtmxHttpRequest) -> HttpResponse:
     """What awaits a decision, highest risk and newest first; htmx polls the rows."""
     scope = reader_scope(request.user)
-    context = {"intents": selectors.approvals_inbox(scope=scope)[:200], "section": "approvals"}
+    intents = list(selectors.approvals_inbox(scope=scope)[:200])
+    # One query for every row's duplicate risk (a badge linking the other intents).
+    context = {"intents": intents, "duplicate_risks": duplicate_risks(intents), "section": "approvals"}
     return page_or_partial(request, "console/approvals.html", "rows", context)
 
 
@@ -61,6 +64,8 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
     context["previous"] = previous
     context["wait_note"] = selectors.wait_note(intent)  # back for a ceiling or a lapsed approval
     context["diff"] = payload_diff(previous.arguments, intent.arguments) if previous else []
+    # The same question the approval service asks under its lock: approving may duplicate these.
+    context["duplicate_risks"] = duplicate_risk_of(intent)
     context["approvals"] = list(intent.approvals.select_related("approver").order_by("created_at"))
     # The same answer the service enforces: approvals that count (unexpired, on this payload)
     # against those required, and why this user cannot decide (empty when they can).
@@ -72,7 +77,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
     context["approvals_given"] = validity.given
     context["approvals_required"] = validity.required
     context["why_not"] = validity.reason
-    context["approve_form"] = DecisionForm(initial={"request_hash": intent.request_hash})
+    context["approve_form"] = ApproveForm(initial={"request_hash": intent.request_hash})
     context["reject_form"] = RejectForm(initial={"request_hash": intent.request_hash})
     context.update(extra)
     return context
@@ -88,7 +93,7 @@ def approval_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpRespo
 
 def _decide(request: HtmxHttpRequest, intent_id: uuid.UUID, *, approve: bool) -> HttpResponse:
     intent = scoped_intent(request, intent_id)
-    form = (DecisionForm if approve else RejectForm)(request.POST)
+    form = (ApproveForm if approve else RejectForm)(request.POST)
     if not form.is_valid():
         record_refusal(request, intent.id, "approve" if approve else "reject", first_error(form))
         stale = request.POST.get("request_hash", "") != intent.request_hash
@@ -101,6 +106,7 @@ def _decide(request: HtmxHttpRequest, intent_id: uuid.UUID, *, approve: bool) ->
                 user=request.user,  # type: ignore[arg-type]
                 request_hash=form.cleaned_data["request_hash"],
                 reason=form.cleaned_data["reason"],
+                accept_duplicate_risk=form.cleaned_data["accept_duplicate_risk"],
             )
         else:
             decided = intent_reject(

@@ -12,6 +12,7 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 from jsonschema.protocols import Validator
 
 from operations.adapters.base import ArgumentsInvalid
+from operations.money import currency_problem
 
 
 def ecma_pattern(pattern: str) -> str:
@@ -67,7 +68,10 @@ def validate_arguments(schema: dict[str, Any], arguments: Any, *, money_fields: 
     ``StrictValidator``).
 
     Money fields must be integers in minor units: a float there is refused even when it is
-    integral (``4990.0``), because binary floats cannot carry money exactly.
+    integral (``4990.0``), because binary floats cannot carry money exactly. Arguments that move
+    money (an integer ``amount`` with a string ``currency``) must name an ISO 4217 currency Babel
+    knows (``operations.money.currency_problem``: its exponent says what the amount means), for
+    every action, whatever its schema says.
 
     Raises:
         ArgumentsInvalid: with one ``{"field", "message"}`` per failure, sorted by field.
@@ -77,6 +81,9 @@ def validate_arguments(schema: dict[str, Any], arguments: Any, *, money_fields: 
         for name in money_fields:
             if isinstance(arguments.get(name), float):
                 errors.append({"field": name, "message": "money must be an integer in minor units (cents)"})
+        problem = currency_problem(arguments)
+        if problem:
+            errors.append({"field": "currency", "message": problem})
     validator = _validator(json.dumps(schema, sort_keys=True))
     for error in validator.iter_errors(arguments):
         path = ".".join(str(p) for p in error.absolute_path) or "arguments"

@@ -17,6 +17,7 @@ from operations.exceptions import ApprovalRefused, IntentMoved
 from operations.models import Approval, Intent
 from operations.policies import Policy
 from operations.request_integrity import stored_request_problem
+from operations.selectors.duplicate_risk import duplicate_risk_of
 from operations.services.refusals import refusals_audited
 from operations.services.transitions import transition
 from operations.tenant_access import console_scope
@@ -43,25 +44,57 @@ def _check_decision(*, intent: Intent, user: User, shown_hash: str, approving: b
         raise ApprovalRefused(f"This payload cannot be approved: {problem}. Reject it, or let it expire.")
 
 
+#: The words of the confirmation the approval page asks for when a duplicate risk exists.
+DUPLICATE_RISK_CONFIRMATION = "I have seen the other intents for this reference and approve a second effect"
+
+
+def duplicate_risk_refusal(intent: Intent, others: list[Intent]) -> str:
+    """The refusal of an approval that did not accept the duplicate risk ``others`` pose."""
+    named = ", ".join(f"{other.id} ({other.status})" for other in others)
+    return (
+        f"another {intent.action} for reference {intent.reference!r} already succeeded or is in flight: "
+        f"{named}. Approving this one may apply the effect a second time. Tick "
+        f'"{DUPLICATE_RISK_CONFIRMATION}" to approve anyway.'
+    )
+
+
 @refusals_audited("approve")
-def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reason: str = "") -> Intent:
+def intent_approve(
+    *,
+    intent_id: uuid.UUID,
+    user: User,
+    request_hash: str,
+    reason: str = "",
+    accept_duplicate_risk: bool = False,
+) -> Intent:
     """Record ``user``'s approval of the exact payload ``request_hash``; when enough approvers
     have approved (two for the critical tier), move the intent to READY and write its outbox
     message in the same transaction, so the decision and the dispatch commit together (C11).
 
     Args:
         request_hash: the hash the approver was shown; anything else is refused (C10).
+        accept_duplicate_risk: the approver confirmed they saw the other intents of this
+            tenant, action and reference that already had their effect or may still have it
+            (``operations.selectors.duplicate_risk``) and approves a second effect. Required
+            when such intents exist (judged under the row lock, now, not when the page loaded);
+            recorded in the audit event.
 
     Raises:
         ApprovalRefused: wrong hash, expired request, missing permission, own request, this
-            approver already decided, or the stored request no longer hashes to its
-            request_hash (edited in the database, or arguments that no longer canonicalise).
+            approver already decided, the stored request no longer hashes to its
+            request_hash (edited in the database, or arguments that no longer canonicalise), or
+            a duplicate risk exists and was not accepted.
         IntentMoved: the intent is no longer awaiting approval.
     """
     with transaction.atomic():
         # Lock the intent so concurrent approvers are counted one after the other.
         intent = Intent.objects.select_for_update().get(id=intent_id)
         _check_decision(intent=intent, user=user, shown_hash=request_hash, approving=True)
+        # Read under the lock: an earlier intent that succeeded while the page was open counts.
+        others = duplicate_risk_of(intent)
+        if others and not accept_duplicate_risk:
+            raise ApprovalRefused(duplicate_risk_refusal(intent, others))
+        accepted = {"duplicate_risk_accepted": [str(other.id) for other in others]} if others else {}
         ttl = timedelta(seconds=Policy.from_snapshot(intent.policy).approval_ttl_seconds)
         Approval.objects.create(
             intent=intent,
@@ -86,6 +119,7 @@ def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reaso
                 data={
                     "request_hash": request_hash,
                     "approvals": approvals,
+                    **accepted,
                     # An approval after a ceiling was reached lets this one intent pass it.
                     **({"over_ceiling": True} if intent.wait_reason == "ceiling" else {}),
                 },
@@ -103,7 +137,7 @@ def intent_approve(*, intent_id: uuid.UUID, user: User, request_hash: str, reaso
                 event="approval_recorded",
                 actor=actor,
                 reason=reason,
-                data={"request_hash": request_hash, "approvals": approvals, "required": required},
+                data={"request_hash": request_hash, "approvals": approvals, "required": required, **accepted},
             )
     intent.refresh_from_db()
     return intent

@@ -35,7 +35,8 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from operations.models import Intent, Reservation, SpendWindow
-from operations.policies import Money, Policy, amount_rule
+from operations.money import Money, format_plain
+from operations.policies import Policy, amount_rule
 from operations.statements import Statement, insert_statement
 
 _WINDOW = SpendWindow._meta.db_table
@@ -100,8 +101,9 @@ def reservation_statements(intent: Intent, *, now: datetime) -> list[Statement]:
         max_amount = amount_rule(ceilings.max_amount_minor, money.currency)
         if max_amount is not None and money.amount_minor > max_amount:
             raise CeilingReached(
-                f"amount {money.amount_minor} {money.currency} is above the per-effect ceiling of "
-                f"{max_amount} minor units",
+                f"amount {format_plain(money.amount_minor, money.currency)} ({money.amount_minor} minor units) "
+                f"is above the per-effect ceiling of {format_plain(max_amount, money.currency)} "
+                f"({max_amount} minor units)",
                 {
                     "ceiling": "max_amount_minor",
                     "cap": max_amount,
@@ -187,9 +189,11 @@ def _refusal(intent: Intent, share: _Share, day: date, *, spent: int) -> tuple[s
             "reserved": spent,
             "day": day.isoformat(),
         }
+    cap = format_plain(share.cap, share.currency) if share.cap is not None else "no cap"  # a cap when refused
     reason = (
-        f"spend ceiling reached: {spent} + {share.spent_minor} {share.currency} would pass "
-        f"{share.cap} minor units on {day.isoformat()} (UTC) for tenant {intent.tenant}"
+        f"spend ceiling reached: {format_plain(spent, share.currency)} + "
+        f"{format_plain(share.spent_minor, share.currency)} would pass {cap} "
+        f"({spent} + {share.spent_minor} > {share.cap} minor units) on {day.isoformat()} (UTC) for tenant {intent.tenant}"
     )
     return reason, {
         "ceiling": "spend_per_day_minor",

@@ -34,7 +34,7 @@ from operations.services import (
 from operations.services.execution import intent_hold_restored
 from operations.services.failover import RESTORE_GUARD_HOLD, intents_mark_forgotten_changes
 from operations.services.resolution import intent_begin_compensation
-from tests.console.conftest import status_count
+from tests.console.conftest import signed_in, status_count
 from tests.factories import submit, user_named
 
 pytestmark = pytest.mark.django_db
@@ -359,3 +359,59 @@ def test_i18_3_a_ceiling_wait_renders_for_every_action_kind(
         detail = page(viewer_client, reverse("approval-detail", args=[intent.id]))
         assert 'id="wait-note"' in detail and "effects ceiling reached" in detail
         assert "ceiling_reached" in page(viewer_client, reverse("intent-detail", args=[intent.id]))
+
+
+#: What the intent page's Amount shows per kind: money only with an amount and a currency.
+AMOUNT_SHOWN = {
+    "payments.charge": "49.90 EUR",
+    "payments.refund": "15.00 EUR",
+    "generic-with-lookup": "12.50 USD",
+}
+
+
+def test_i16_1_intent_page_shows_the_amount_for_every_action_kind(
+    every_kind: None, settings: Any, approver: Any, viewer_client: Client
+) -> None:
+    for kind in KINDS:
+        # given
+        intent = build(kind, S.SUCCEEDED, settings=settings, approver=approver)
+        # when
+        body = page(viewer_client, reverse("intent-detail", args=[intent.id]))
+        # then: converted by the currency's exponent, or a dash (email, reservations, a count)
+        assert f'<dd id="intent-amount">{AMOUNT_SHOWN.get(kind, "—")}</dd>' in body, kind
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_i16_2_duplicate_risk_for_every_action_kind(
+    kind: str, every_kind: None, settings: Any, approver: Any, viewer_client: Client
+) -> None:
+    # given: an intent of this kind that succeeded, and a second one for the same reference
+    # awaiting approval (the earlier one is not open, so nothing holds the second)
+    earlier = build(kind, S.SUCCEEDED, settings=settings, approver=approver)
+    action, arguments = KINDS[kind]
+    if "reference" in arguments:
+        arguments = {**arguments, "reference": earlier.reference}
+    settings.EFFECT_LEDGER_POLICIES = {**settings.EFFECT_LEDGER_POLICIES, action: {"approval": "always"}}
+    second = submit(action=action, arguments=arguments, reference=earlier.reference)
+    assert second.status == S.AWAITING_APPROVAL
+    earlier_link = reverse("intent-detail", args=[earlier.id])
+    # when / then: the approval page warns and links the earlier one; the inbox marks the row
+    detail = page(viewer_client, reverse("approval-detail", args=[second.id]))
+    assert 'id="duplicate-risk"' in detail and earlier_link in detail
+    for body in (
+        page(viewer_client, reverse("approvals")),
+        page(viewer_client, reverse("approvals"), **HTMX),
+    ):
+        row = body[body.rindex("<tr>", 0, body.index(str(second.id))) :]
+        assert "possible duplicate" in row[: row.index("</tr>")] and earlier_link in row[: row.index("</tr>")]
+    # and approving needs the confirmation, in the service
+    approver_client = signed_in(approver)
+    url = reverse("approval-approve", args=[second.id])
+    refused = approver_client.post(url, {"request_hash": second.request_hash})
+    assert "already succeeded or is in flight" in refused.content.decode()
+    second.refresh_from_db()
+    assert second.status == S.AWAITING_APPROVAL
+    approved = approver_client.post(url, {"request_hash": second.request_hash, "accept_duplicate_risk": "on"})
+    assert approved.status_code == 302
+    second.refresh_from_db()
+    assert second.status == S.READY

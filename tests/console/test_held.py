@@ -129,7 +129,7 @@ def test_decision_page_names_what_the_earlier_intent_already_did(operator_client
     body = operator_client.get(reverse("held-detail", args=[held.id])).content.decode()
     # then
     assert 'id="likely-duplicate"' in body
-    assert f"order-77 was already done 4990 EUR by intent {earlier.id} as ch_first" in body
+    assert f"order-77 was already done 49.90 EUR by intent {earlier.id} as ch_first" in body
     assert "<code>ch_first</code>" in body  # the earlier one's outcome
     assert "Same arguments" in body
     assert "The earlier intent succeeded" in body

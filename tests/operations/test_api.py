@@ -406,3 +406,69 @@ def test_i12_6_an_empty_cancel_body_is_a_cancel_without_reason(api: APIClient) -
     ready = post(api, charge(), key="c").json()["intent_id"]
     response = api.generic("POST", f"{URL}/{ready}/cancel", b"", content_type="application/json")
     assert response.status_code == 200 and response.json()["status"] == "CANCELLED"
+
+
+@pytest.mark.parametrize("currency", ["XYZ", "eur", "ZZZ"])
+def test_i16_1_an_unknown_currency_is_refused_at_submit_with_nothing_stored(
+    api: APIClient, currency: str
+) -> None:
+    # when: a charge in a currency Babel does not know (its exponent, hence the amount, unknown)
+    response = post(
+        api, {"action": "payments.charge", "arguments": charge_arguments(4990, currency=currency)}
+    )
+    # then: a 422 problem naming the field; no intent, outbox message or audit event
+    body = assert_problem(response, 422)
+    assert any(e["field"] == "currency" for e in body["errors"])
+    assert counts() == (0, 0, 0)
+
+
+def test_i16_1_an_unknown_currency_is_refused_at_preview(api: APIClient) -> None:
+    response = api.post(
+        f"{URL}/preview",
+        data=charge(4990) | {"arguments": charge_arguments(4990, currency="XYZ")},
+        format="json",
+    )
+    body = assert_problem(response, 422)
+    assert [e for e in body["errors"] if e["field"] == "currency"][0]["message"].startswith(
+        "'XYZ' is not an ISO 4217"
+    )
+    assert counts() == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("minor", "currency", "digits", "exact", "shown"),
+    [
+        (125_000, "JPY", 0, "125000", "Charge 125,000 JPY to cus_42"),
+        (4990, "EUR", 2, "49.90", "Charge 49.90 EUR to cus_42"),
+        (1234, "KWD", 3, "1.234", "Charge 1.234 KWD to cus_42"),
+    ],
+)
+def test_i16_1_preview_answers_the_decimal_string_and_the_exponent(
+    api: APIClient, minor: int, currency: str, digits: int, exact: str, shown: str
+) -> None:
+    # when
+    response = api.post(
+        f"{URL}/preview",
+        data={"action": "payments.charge", "arguments": charge_arguments(minor, currency=currency)},
+        format="json",
+    )
+    # then
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["summary"] == shown
+    assert body["money"] == {
+        "amount_minor": minor,
+        "currency": currency,
+        "exponent": digits,
+        "decimal": exact,
+    }
+
+
+def test_i16_1_preview_money_is_null_when_nothing_moves(api: APIClient) -> None:
+    response = api.post(
+        f"{URL}/preview",
+        data={"action": "email.send", "arguments": {"to": "ana@example.test", "subject": "Hi", "body": "x"}},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["money"] is None

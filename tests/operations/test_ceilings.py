@@ -269,7 +269,10 @@ def test_i18_3_the_approver_sees_why_it_is_back_and_the_current_spend(settings: 
     inbox = client.get(reverse("approvals")).content.decode()
     assert "ceiling reached" in inbox
     page = client.get(reverse("approval-detail", args=[held.id])).content.decode()
-    assert 'id="wait-note"' in page and "4000 + 3000 EUR would pass 5000" in page
+    assert (
+        'id="wait-note"' in page
+        and "40.00 EUR + 30.00 EUR would pass 50.00 EUR (4000 + 3000 &gt; 5000 minor units)" in page
+    )
 
 
 def test_i18_3_an_override_whose_approval_lapsed_is_not_used(

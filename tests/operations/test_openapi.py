@@ -270,3 +270,25 @@ def test_i18_7_a_429_and_an_action_not_allowed_403_match_the_document(settings: 
         assert "Retry-After" in responses["429"]["headers"]
     for path in ("/api/v1/intents", "/api/v1/intents/preview"):
         assert "403" in document["paths"][path]["post"]["responses"]
+
+
+def test_i16_1_preview_money_and_an_unknown_currency_match_the_document(api: APIClient) -> None:
+    # when: a yen charge (money with exponent 0), an email (no money) and an unknown currency
+    url = f"{URL}/preview"
+    jpy = post(api, charge(arguments=charge_arguments(125_000, currency="JPY")), key=None, url=url)
+    email = post(
+        api,
+        {"action": "email.send", "arguments": {"to": "ana@example.test", "subject": "Hi", "body": "x"}},
+        key=None,
+        url=url,
+    )
+    unknown = post(api, charge(arguments=charge_arguments(4990, currency="XYZ")), key=None, url=url)
+    # then: each answer is the one the document describes
+    assert jpy.status_code == 200 and jpy.json()["money"]["exponent"] == 0
+    assert email.status_code == 200 and email.json()["money"] is None
+    assert unknown.status_code == 422
+    for response in (jpy, email, unknown):
+        assert_matches_document(response)
+    # and the document names the money object's members
+    money = served_document()["components"]["schemas"]["Money"]
+    assert set(money["required"]) == {"amount_minor", "currency", "exponent", "decimal"}

@@ -1,0 +1,216 @@
+"""Money for people and for the API: integer minor units of an ISO 4217 currency, converted by
+that currency's exponent and formatted by Babel (CLDR), never by a table of our own.
+
+Every amount an intent moves is ``arguments["amount"]`` (an integer in minor units) with
+``arguments["currency"]`` (an upper-case ISO 4217 code). The exponent of the code (ISO 4217's
+"minor unit": 0 for JPY, 2 for EUR, 3 for KWD) says how many minor units make one major unit,
+so ``125000 JPY`` is 125,000 yen while ``4990 EUR`` is 49.90 euros and ``1234 KWD`` 1.234 dinars.
+
+Three renderings, one rule:
+
+* ``decimal_string``: the exact decimal, for the API (``"125000"``, ``"49.90"``, ``"1.234"``).
+* ``format_plain``: a locale-free sentence form, stored in previews and audit reasons
+  (``"125,000 JPY"``, ``"49.90 EUR"``, ``"1.234 KWD"``): the same text whoever reads it.
+* ``format_money``: the same shape in the operator's locale (``"49.90 EUR"`` in en_US,
+  ``"49,90 EUR"`` in de_DE, ``"125.000 JPY"``), for the console. The locale is ``current_locale()``: what ``use_locale`` set for this request
+  (the console negotiates it from the request's ``Accept-Language`` against
+  ``settings.EFFECT_LEDGER_MONEY_LOCALES``; ``negotiate_locale``), else ``DEFAULT_LOCALE``.
+
+A currency Babel does not know (``"XYZ"``, lower-case ``"eur"``) is refused at submission and
+preview (``currency_problem``, called by the arguments' validation), so nothing stored needs a
+guess; the formatting functions still render such a stored value without raising (the code and
+the raw minor units), since a page must never fail on old data.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from babel import Locale, UnknownLocaleError
+from babel.numbers import format_currency, get_currency_precision, list_currencies
+
+#: The locale money is shown in when the request names none we offer.
+DEFAULT_LOCALE = "en_US"
+
+_locale: contextvars.ContextVar[str] = contextvars.ContextVar("money_locale", default=DEFAULT_LOCALE)
+
+
+@functools.cache
+def iso_4217_codes() -> frozenset[str]:
+    """The ISO 4217 currency codes Babel (CLDR) knows, upper case (e.g. ``EUR``, ``JPY``, ``KWD``)."""
+    return frozenset(list_currencies())
+
+
+def is_currency(code: Any) -> bool:
+    """Whether ``code`` is an ISO 4217 code Babel knows, exactly as written (``"eur"`` is not)."""
+    return isinstance(code, str) and code in iso_4217_codes()
+
+
+@dataclass(frozen=True)
+class Money:
+    """An amount in integer minor units of an ISO 4217 currency (``arguments["amount"]`` and
+    ``arguments["currency"]``, the shape every money-moving action here uses)."""
+
+    amount_minor: int
+    currency: str
+
+    @classmethod
+    def of(cls, arguments: Any) -> Money | None:
+        """The money an intent's arguments move, or None when they name no integer amount and
+        currency (an email, a reservation)."""
+        if not isinstance(arguments, Mapping):
+            return None
+        amount, currency = arguments.get("amount"), arguments.get("currency")
+        if isinstance(amount, bool) or not isinstance(amount, int) or not isinstance(currency, str):
+            return None
+        return cls(amount, currency)
+
+
+def currency_problem(arguments: Any) -> str | None:
+    """Why the money in ``arguments`` cannot be accepted, or None when it can (or moves no money).
+
+    The one rule for every action (sandbox adapters and generic HTTP actions alike): arguments
+    that move money (``Money.of``: an integer ``amount`` with a string ``currency``) must name a
+    currency Babel knows, upper case, because its exponent decides what the amount means.
+    """
+    money = Money.of(arguments)
+    if money is None or is_currency(money.currency):
+        return None
+    return f"{money.currency!r} is not an ISO 4217 currency code (upper case, e.g. EUR, JPY, KWD)"
+
+
+def exponent(currency: str) -> int:
+    """The ISO 4217 exponent of ``currency`` (digits after the decimal point: JPY 0, EUR 2, KWD 3).
+
+    Raises:
+        ValueError: ``currency`` is not a code Babel knows (Babel itself would answer 2).
+    """
+    if not is_currency(currency):
+        raise ValueError(f"{currency!r} is not an ISO 4217 currency code")
+    return int(get_currency_precision(currency))
+
+
+def to_decimal(amount_minor: int, currency: str) -> Decimal:
+    """``(125000, "JPY") -> Decimal("125000")``, ``(4990, "EUR") -> Decimal("49.90")``: exact.
+
+    Raises:
+        ValueError: unknown currency (``exponent``).
+    """
+    return Decimal(amount_minor).scaleb(-exponent(currency))
+
+
+def decimal_string(amount_minor: int, currency: str) -> str:
+    """The amount as a plain decimal string with the currency's digits: ``"125000"``, ``"49.90"``,
+    ``"1.234"``, ``"-0.01"`` (no grouping, ``.`` as the separator; for machines).
+
+    Raises:
+        ValueError: unknown currency (``exponent``).
+    """
+    digits = exponent(currency)
+    return f"{to_decimal(amount_minor, currency):.{digits}f}"
+
+
+def money_json(amount_minor: Any, currency: Any) -> dict[str, Any] | None:
+    """The API's ``money`` object: ``(125000, "JPY") -> {"amount_minor": 125000, "currency": "JPY",
+    "exponent": 0, "decimal": "125000"}``; None when there is no integer amount and currency (an
+    action that moves no money) or the currency is one nobody can convert (submission and
+    preview refuse it)."""
+    money = Money.of({"amount": amount_minor, "currency": currency})
+    if money is None or not is_currency(money.currency):
+        return None
+    return {
+        "amount_minor": money.amount_minor,
+        "currency": money.currency,
+        "exponent": exponent(money.currency),
+        "decimal": decimal_string(money.amount_minor, money.currency),
+    }
+
+
+def format_plain(amount_minor: int, currency: str) -> str:
+    """Locale-free text for stored sentences: ``"125,000 JPY"``, ``"49.90 EUR"``, ``"1.234 KWD"``
+    (``format_money`` in ``DEFAULT_LOCALE``, whatever the request's locale).
+
+    An unknown currency (never accepted, but possibly stored long ago) gives ``"1234 minor units
+    of XYZ"`` rather than a guess."""
+    return format_money(amount_minor, currency, DEFAULT_LOCALE)
+
+
+def format_money(amount_minor: int, currency: str, locale: str | None = None) -> str:
+    """The amount for the operator: the number in ``locale``'s decimal pattern (its separators and
+    grouping, CLDR) with exactly the currency's ISO 4217 digits, then the ISO code:
+    en_US ``"125,000 JPY"``, ``"49.90 EUR"``, ``"1.234 KWD"``; de_DE ``"49,90 EUR"``,
+    ``"125.000 JPY"``. ``locale`` defaults to ``current_locale()``.
+
+    The code rather than the locale's symbol, on purpose: an approver must not wonder whether
+    ``$`` is USD or CAD, or ``¥`` JPY or CNY, and the console reads the same as the stored
+    previews and the API. An unknown currency gives ``"1234 minor units of XYZ"``.
+    """
+    if not is_currency(currency):
+        return f"{amount_minor} minor units of {currency}"
+    where = locale or current_locale()
+    try:
+        pattern = Locale.parse(where).decimal_formats[None].pattern
+    except (UnknownLocaleError, ValueError):  # a misconfigured EFFECT_LEDGER_MONEY_LOCALES entry
+        where = DEFAULT_LOCALE
+        pattern = Locale.parse(where).decimal_formats[None].pattern
+    return str(
+        format_currency(
+            to_decimal(amount_minor, currency),
+            currency,
+            format=f"{pattern} ¤¤",
+            locale=where,
+            currency_digits=True,
+        )
+    )
+
+
+def current_locale() -> str:
+    """The locale money is shown in now (``use_locale``), else ``DEFAULT_LOCALE``."""
+    return _locale.get()
+
+
+@contextmanager
+def use_locale(locale: str) -> Iterator[None]:
+    """Show money in ``locale`` (a Babel identifier, e.g. ``de_DE``) inside the ``with`` block."""
+    token = _locale.set(locale)
+    try:
+        yield
+    finally:
+        _locale.reset(token)
+
+
+def negotiate_locale(accept_language: str, offered: Sequence[str]) -> str:
+    """The first of ``offered`` (Babel identifiers, e.g. ``["en_US", "de_DE"]``) that the
+    ``Accept-Language`` header (RFC 9110, section 12.5.4) prefers, else ``offered[0]``, else
+    ``DEFAULT_LOCALE``.
+
+    Tags are tried by their ``q`` weight, each followed by its bare language (``fr-CH`` then
+    ``fr``); Babel matches them (``Locale.negotiate``, case-insensitive, ``de`` -> ``de_DE``).
+    A malformed header counts as none.
+    """
+    fallback = offered[0] if offered else DEFAULT_LOCALE
+    preferred: list[str] = []
+    weighted: list[tuple[float, int, str]] = []
+    for position, part in enumerate(accept_language.split(",")[:20]):
+        tag, _, params = part.strip().partition(";")
+        weight = 1.0
+        if params.strip().startswith("q="):
+            try:
+                weight = float(params.strip()[2:])
+            except ValueError:
+                continue
+        if tag and tag != "*" and weight > 0:
+            weighted.append((-weight, position, tag.strip().replace("-", "_")))
+    for _, _, tag in sorted(weighted):
+        preferred += [tag, tag.split("_")[0]]
+    try:
+        found = Locale.negotiate(preferred, list(offered)) if preferred else None
+    except (UnknownLocaleError, ValueError):
+        found = None
+    return str(found) if found is not None else fallback
