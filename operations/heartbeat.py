@@ -22,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from typing import Any
 
 from celery import bootsteps
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import Error as DatabaseLibraryError
+from django.db import connection
 from django.utils import timezone
 
 logger = logging.getLogger(__name__)
@@ -41,6 +43,8 @@ class WorkerHeartbeatStep(bootsteps.StartStopStep):
         super().__init__(worker, **kwargs)
         self.entry: Any = None
         self.started_at = timezone.now()
+        self.failures = 0
+        self.quiet_until = 0.0  # time.monotonic() before which no beat is tried
 
     def start(self, worker: Any) -> None:
         self.started_at = timezone.now()
@@ -56,11 +60,17 @@ class WorkerHeartbeatStep(bootsteps.StartStopStep):
 
         try:
             worker_heartbeat_stopped(hostname=worker.hostname)
-        except DatabaseError as exc:  # the database is away: the beats just stop
+        except DatabaseLibraryError as exc:  # DatabaseError or InterfaceError: the database is away
             logger.warning("worker stop not recorded", extra={"error": str(exc)[:200]})
 
     def beat(self, worker: Any) -> None:
-        """One heartbeat; a database error is logged, never raised into the worker's loop."""
+        """One heartbeat; a database error is logged, never raised into the worker's loop.
+
+        After a failure the next tries back off (one period, doubling, at most 60 s): with the
+        database unreachable, each try can wait its connect timeout in the worker's loop.
+        """
+        if time.monotonic() < self.quiet_until:
+            return
         # Imported here: this module is loaded with the Celery app, before Django's apps are ready.
         from operations.services.health import worker_heartbeat_record
 
@@ -72,7 +82,12 @@ class WorkerHeartbeatStep(bootsteps.StartStopStep):
                 concurrency=int(worker.concurrency or 0),
                 started_at=self.started_at,
             )
-        except DatabaseError as exc:
+        except DatabaseLibraryError as exc:  # DatabaseError or InterfaceError (a closed connection)
+            self.failures += 1
+            period = float(settings.EFFECT_LEDGER["WORKER_HEARTBEAT_SECONDS"])
+            self.quiet_until = time.monotonic() + min(60.0, period * 2 ** (self.failures - 1))
             logger.warning("worker heartbeat not recorded", extra={"error": str(exc)[:200]})
             with contextlib.suppress(Exception):  # broken; the next beat opens a new one
                 connection.close()
+        else:
+            self.failures = 0

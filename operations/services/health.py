@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, connection
+from django.db import Error as DatabaseLibraryError
+from django.db import connection
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -109,5 +110,5 @@ def periodic_job_run(name: str) -> Iterator[None]:
                 duration_ms=int((time.monotonic() - clock) * 1000),
                 error=error,
             )
-        except DatabaseError as exc:
+        except DatabaseLibraryError as exc:  # DatabaseError or InterfaceError (a closed connection)
             logger.warning("periodic job run not recorded", extra={"job": name, "error": str(exc)[:200]})

@@ -547,3 +547,17 @@ def test_i16_5_attempts_of_the_last_hour_are_read_through_an_index() -> None:
         plan = "\n".join(row[0] for row in cursor.fetchall())
         cursor.execute("SET enable_seqscan = on")
     assert "attempt_started" in plan
+
+
+def test_i16_5_metrics_expose_worker_states_and_job_ages(client: Client) -> None:
+    # given
+    beat("w1@host")
+    beat("w2@host", seconds_ago=600)
+    periodic_job_record(name="operations.relay_outbox", started_at=timezone.now(), duration_ms=5)
+    # when
+    body = client.get("/metrics").content.decode()
+    # then
+    assert 'effect_ledger_workers{state="alive"} 1.0' in body
+    assert 'effect_ledger_workers{state="gone"} 1.0' in body
+    assert 'effect_ledger_periodic_job_age_seconds{job="operations.relay_outbox"}' in body
+    assert 'job="reconciliation.reconcile"' not in body  # never ran: absent, not 0
