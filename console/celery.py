@@ -10,6 +10,8 @@ from celery.signals import task_postrun, worker_init
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 
+from operations.heartbeat import WorkerHeartbeatStep
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
 # Product tasks only: autodiscovery finds ``<app>.tasks`` of the installed apps (operations,
@@ -21,6 +23,8 @@ app.autodiscover_tasks()
 # The default app of every thread, so ``celery.current_app`` (used by the ledger to publish,
 # without importing this package) is this app in thread pools and on_commit callbacks too.
 app.set_default()
+# Every worker records its heartbeat in the database (the health page reads it; operations.heartbeat).
+app.steps["worker"].add(WorkerHeartbeatStep)
 
 
 # The periodic safety nets, declared in code. Each task claims a bounded batch, so a pass

@@ -388,6 +388,28 @@ EFFECT_LEDGER: dict[str, Any] = {
     # of SUCCEEDED and the terminal states the dashboard and /metrics show are at most about
     # this old; the open states are counted exactly on every request.
     "STATUS_ROLLUP_PERIOD_SECONDS": env_float("EFFECT_LEDGER_STATUS_ROLLUP_PERIOD_SECONDS", 60.0),
+    # The health page (/health/, README "Console": signal, amber when, red when). Every worker
+    # upserts its heartbeat this often (operations.heartbeat); it is late past HEALTH_WORKER_LATE
+    # and gone past HEALTH_WORKER_GONE seconds without a beat.
+    "WORKER_HEARTBEAT_SECONDS": env_float("EFFECT_LEDGER_WORKER_HEARTBEAT_SECONDS", 10.0),
+    "HEALTH_WORKER_LATE_SECONDS": env_float("EFFECT_LEDGER_HEALTH_WORKER_LATE_SECONDS", 30.0),
+    "HEALTH_WORKER_GONE_SECONDS": env_float("EFFECT_LEDGER_HEALTH_WORKER_GONE_SECONDS", 120.0),
+    # Messages waiting in a broker queue.
+    "HEALTH_QUEUE_DEPTH_AMBER": env_int("EFFECT_LEDGER_HEALTH_QUEUE_DEPTH_AMBER", 100),
+    "HEALTH_QUEUE_DEPTH_RED": env_int("EFFECT_LEDGER_HEALTH_QUEUE_DEPTH_RED", 1000),
+    # Seconds to wait for the broker when measuring queue depth: a web request never waits longer.
+    "HEALTH_BROKER_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_HEALTH_BROKER_TIMEOUT_SECONDS", 2.0),
+    # Seconds the oldest due, unsent outbox row has waited (amber from OUTBOX_LAG_WARNING_SECONDS).
+    "HEALTH_OUTBOX_RED_SECONDS": env_float("EFFECT_LEDGER_HEALTH_OUTBOX_RED_SECONDS", 300.0),
+    # A periodic job (relay, reconciler) is late after this many of its periods without a run.
+    "HEALTH_JOB_AMBER_PERIODS": env_float("EFFECT_LEDGER_HEALTH_JOB_AMBER_PERIODS", 5.0),
+    "HEALTH_JOB_RED_PERIODS": env_float("EFFECT_LEDGER_HEALTH_JOB_RED_PERIODS", 30.0),
+    # Provider calls of the last hour, per action: the share that failed (failed, unknown, retry,
+    # abandoned), and the 95th percentile of the time from claim to record, in seconds.
+    "HEALTH_PROVIDER_FAILURE_AMBER": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_FAILURE_AMBER", 0.05),
+    "HEALTH_PROVIDER_FAILURE_RED": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_FAILURE_RED", 0.25),
+    "HEALTH_PROVIDER_P95_AMBER_SECONDS": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_P95_AMBER_SECONDS", 2.0),
+    "HEALTH_PROVIDER_P95_RED_SECONDS": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_P95_RED_SECONDS", 8.0),
 }
 
 # Policies per action (risk decision table in shared/seeds/004). The policy in force is

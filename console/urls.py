@@ -50,6 +50,8 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
     path("admin/", admin.site.urls),
     path("", views.dashboard, name="dashboard"),
+    # The console's health page (people); /healthz above is the load balancer's probe.
+    path("health/", views.health, name="health"),
     path("approvals/", views.approvals_inbox, name="approvals"),
     path("approvals/<uuid:intent_id>/", views.approval_detail, name="approval-detail"),
     path("approvals/<uuid:intent_id>/approve", views.approval_approve, name="approval-approve"),

@@ -180,6 +180,30 @@ def render_metrics() -> tuple[bytes, str]:
                 "HELD intents whose earlier intent SUCCEEDED: likely duplicates waiting for a person",
                 value=gauges["held_likely_duplicates"],
             )
+            # The health page's database figures (two indexed reads; the broker is not asked here).
+            # Imported here: the health selectors import the adapters, which import this module.
+            from operations.selectors.health import periodic_jobs, worker_heartbeats
+
+            workers = GaugeMetricFamily(
+                "effect_ledger_workers",
+                "Workers by heartbeat state (alive, late, gone, stopped), as the health page judges them",
+                labels=["state"],
+            )
+            states = dict.fromkeys(("alive", "late", "gone", "stopped"), 0)
+            for worker in worker_heartbeats():
+                states[worker.state] += 1
+            for state, count in states.items():
+                workers.add_metric([state], count)
+            yield workers
+            job_age = GaugeMetricFamily(
+                "effect_ledger_periodic_job_age_seconds",
+                "Seconds since a periodic job (outbox relay, reconciler) last finished; absent: never ran",
+                labels=["job"],
+            )
+            for job in periodic_jobs():
+                if job["ran"]:
+                    job_age.add_metric([job["name"]], job["age_seconds"])
+            yield job_age
 
     registry.register(LedgerCollector())
     return generate_latest(registry), CONTENT_TYPE_LATEST

@@ -63,8 +63,10 @@ def execute_intent(self: Any, intent_id: str, message_id: str | None = None) -> 
 
 @shared_task(name="operations.relay_outbox")
 def relay_outbox() -> int:
-    """Publish pending outbox rows (the periodic safety net behind the post-commit kick)."""
-    return outbox.outbox_relay()
+    """Publish pending outbox rows (the periodic safety net behind the post-commit kick); the
+    run is recorded for the health page (``operations.services.periodic_job_run``)."""
+    with services.periodic_job_run("operations.relay_outbox"):
+        return outbox.outbox_relay()
 
 
 @shared_task(name="operations.audit_checkpoint")

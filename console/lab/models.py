@@ -20,12 +20,18 @@ class DrillRun(models.Model):
     kind = models.CharField(max_length=20, choices=Kind.choices)
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
-    passed = models.BooleanField(null=True, help_text="None while running")
+    passed = models.BooleanField(null=True, help_text="None while running, and for a run that did not run")
     requested_by = models.CharField(max_length=200, default="cli")
     parameters = models.JSONField(default=dict, blank=True)
     result = models.JSONField(default=dict, blank=True, help_text="rows / checks / metrics as printed")
     markdown = models.TextField(blank=True, default="")
     error = models.TextField(blank=True, default="")
+    not_run_reason = models.TextField(
+        blank=True,
+        default="",
+        help_text="why the run could not start or was aborted by its environment (no real broker, a "
+        "process that would not start): not a verdict on safety; passed stays None",
+    )
 
     class Meta:
         db_table = "reconciliation_drillrun"  # created by reconciliation 0002; kept, rows and all
@@ -33,6 +39,16 @@ class DrillRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} run {self.pk}"
+
+    @property
+    def outcome(self) -> str:
+        """``running``, ``pass``, ``fail`` or ``not_run`` (an environment problem, never a safety
+        verdict: the page shows it as "not run", an auditor never reads it as FAIL)."""
+        if self.not_run_reason:
+            return "not_run"
+        if self.passed is None:
+            return "running"
+        return "pass" if self.passed else "fail"
 
 
 class LabOperation(models.Model):

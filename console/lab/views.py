@@ -8,7 +8,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
 from console.lab.selectors import drill_runs
-from console.lab.services import drill_request
+from console.lab.services import drill_request, drills_unavailable_reason
 from console.permissions import console_role_required, every_tenant_only, on_every_tenant
 from console.views.common import HtmxHttpRequest, page_or_partial
 
@@ -24,8 +24,10 @@ def drills(request: HtmxHttpRequest) -> HttpResponse:
     runs = drill_runs()
     context = {
         "runs": runs,
-        "running": any(run.passed is None for run in runs),
+        "running": any(run.outcome == "running" for run in runs),
         "can_start": on_every_tenant(request.user, "admin"),
+        # The configured broker cannot run drills (the filesystem transport): buttons disabled.
+        "unavailable": drills_unavailable_reason(),
         "section": "drills",
     }
     return page_or_partial(request, "console/drills.html", "runs", context)

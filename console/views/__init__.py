@@ -7,6 +7,7 @@ from console.views.audit import audit_export, audit_export_jsonl, audit_log, aud
 from console.views.auth import login_view
 from console.views.dashboard import dashboard, metrics
 from console.views.duplicates import duplicate_detail, duplicate_resolve
+from console.views.health import health
 from console.views.held import held_detail, held_resolve
 from console.views.intents import intent_detail, intent_list
 from console.views.unknown import unknown_detail, unknown_lookup, unknown_queue, unknown_resolve
@@ -23,6 +24,7 @@ __all__ = [
     "dashboard",
     "duplicate_detail",
     "duplicate_resolve",
+    "health",
     "held_detail",
     "held_resolve",
     "intent_detail",

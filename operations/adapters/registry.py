@@ -97,6 +97,20 @@ def get_adapter(action: str) -> Adapter:
         raise AdapterBroken(action, exc) from exc
 
 
+def adapter_label(action: str) -> str:
+    """The name of the adapter serving ``action``, for people, without loading it: ``generic
+    HTTP``, the configured class's name (``SandboxPaymentsAdapter``), or ``not served``."""
+    explicit = getattr(settings, "EFFECT_LEDGER_ADAPTERS", {})
+    if action not in explicit:
+        try:
+            if action in generic_http_config():
+                return "generic HTTP"
+        except Exception:  # noqa: BLE001 - a malformed configuration serves nothing (get_adapter says why)
+            return "not served"
+    path = _adapter_paths().get(action)
+    return path.rsplit(".", 1)[-1] if path else "not served"
+
+
 def _known_or_none() -> list[str]:
     try:
         return known_actions()

@@ -27,6 +27,12 @@ from operations.services.execution import (
     intent_record_success,
     intent_schedule_retry,
 )
+from operations.services.health import (
+    periodic_job_record,
+    periodic_job_run,
+    worker_heartbeat_record,
+    worker_heartbeat_stopped,
+)
 from operations.services.recovery import intent_redispatch, intent_take_over_lease
 from operations.services.refusals import agent_record_refusal, intent_record_refusal, refusals_audited
 from operations.services.resolution import (
@@ -62,6 +68,10 @@ from operations.services.submission import (
 from operations.services.transitions import check_allowed, transition
 
 __all__ = [
+    "periodic_job_record",
+    "periodic_job_run",
+    "worker_heartbeat_record",
+    "worker_heartbeat_stopped",
     "REFUSAL_EVENT",
     "agent_record_refusal",
     "intent_record_refusal",

@@ -28,7 +28,7 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from operations.models import Intent
+from operations.models import Attempt, Intent
 from reconciliation.models import DuplicateFinding
 from tests.console.conftest import gated, make_unknown, seen, signed_in
 from tests.factories import UserFactory, submit
@@ -211,6 +211,22 @@ def _dashboard(client: Client, role: str, scope: str, own: World, other: World) 
     assert ("Outbox pending" in body) == (scope == "every")  # figures of no tenant
 
 
+def _health(client: Client, role: str, scope: str, own: World, other: World) -> None:
+    # Every role reads it; provider calls count the user's tenants (the two worlds' attempts are
+    # alike, so a scoped user sees half); workers, broker, outbox and jobs need every tenant.
+    response = client.get(reverse("health"))
+    body = response.content.decode()
+    assert response.status_code == 200
+    calls = re.search(r"(\d+) calls, ", body)
+    assert calls is not None
+    assert (
+        int(calls.group(1))
+        == Attempt.objects.filter(intent__tenant__in=[OWN, OTHER] if scope == "every" else [OWN]).count()
+    )
+    assert ('id="signal-workers"' in body) == (scope == "every")
+    assert ('id="outbox-pending"' in body) == (scope == "every")
+
+
 def _ids(world: World) -> list[str]:
     return [str(world.gated.id), str(world.unknown.id), str(world.held.id)]
 
@@ -238,6 +254,7 @@ CASES: dict[str, Check] = {
     "audit-export-jsonl": _list_page("audit-export-jsonl", _ids),
     "audit-verify": _every_tenant_page("audit-verify"),
     "drills": _every_tenant_page("drills"),
+    "health": _health,
     "drill-start": _drill_start,
 }
 

@@ -28,6 +28,7 @@ from django.utils import timezone
 from console.lab.cluster import LocalCluster, require_real_broker, wait_until
 from console.lab.crashlab.runner import LEASE_SECONDS, PROVIDER_TIMEOUT, arguments_for
 from console.lab.models import DrillRun, LabOperation
+from console.lab.services import drill_run_not_run
 from operations.models import TERMINAL_STATUSES, Attempt, Intent, OutboxMessage
 from operations.outbox import outbox_relay
 from operations.services import intent_submit
@@ -377,7 +378,24 @@ def run_acceptance(*, stdout: Writer, json_path: str | None = None, requested_by
         kind=DrillRun.Kind.ACCEPTANCE, started_at=timezone.now(), requested_by=requested_by
     )
     checks: list[Check] = []
-    with Gate(watch) as gate:
+    gate = Gate(watch)
+    try:
+        gate.__enter__()
+    except Exception as exc:
+        # The sandbox or a worker would not start: no check ran, so no verdict; recorded as
+        # not run with the reason, never as a FAIL (console.lab.services.drill_run_not_run).
+        gate.__exit__(type(exc), exc, exc.__traceback__)
+        watch.active = False
+        drill_run_not_run(
+            kind=DrillRun.Kind.ACCEPTANCE,
+            requested_by=requested_by,
+            reason=f"the acceptance gate could not set up its cluster: {exc}",
+            started_at=drill.started_at,
+            run_id=drill.id,
+        )
+        stdout.write(f"result=NOT RUN ({exc})\n")
+        return False
+    try:
         steps: list[Callable[[], Check]] = [
             gate.danger_window, gate.two_deliveries, gate.stale_worker, gate.outbox_redispatch,
             gate.compensation, gate.restore, gate.terminal, gate.network,
@@ -390,6 +408,8 @@ def run_acceptance(*, stdout: Writer, json_path: str | None = None, requested_by
                 check = Check((step.__doc__ or step.__name__).split(".")[0], False, f"error: {exc!r}"[:500])
             checks.append(check)
             stdout.write(f"{'PASS' if check.passed else 'FAIL'}  {check.name}: {check.detail}\n")
+    finally:
+        gate.__exit__(None, None, None)
     watch.active = False
     passed = all(c.passed for c in checks) and len(checks) == len(steps)
     metrics: dict[str, Any] = {}

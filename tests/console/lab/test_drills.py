@@ -102,6 +102,141 @@ def test_a_refused_drill_is_recorded_with_its_reason(db: Any, monkeypatch: Any) 
     monkeypatch.setattr(drills, "drill_command", lambda **kwargs: [*original(**kwargs), "--no-such-flag"])
     # when
     code = drills.run_drill("crashlab", "user:admin")
+    # then: not run, with the reason; never a FAIL (issue 16 item 7)
+    run = DrillRun.objects.get()
+    assert code != 0 and run.passed is None and run.outcome == "not_run"
+    assert "no-such-flag" in run.not_run_reason and run.finished_at is not None
+
+
+# --- issue 16 item 7: drills the broker cannot run are disabled; a run that could not start is
+# "not run", never "FAIL".
+
+
+def admin_client() -> Client:
+    client = Client()
+    client.force_login(UserFactory(groups=["admin"]))
+    return client
+
+
+def test_i16_7_drills_page_under_the_default_broker_disables_the_buttons_with_the_reason(
+    db: Any, settings: Any
+) -> None:
+    # given: quickstart's default broker (CELERY_BROKER_URL unset: kombu's filesystem transport)
+    settings.CELERY_BROKER_URL = "filesystem://"
+    # when
+    body = admin_client().get("/drills/").content.decode()
+    # then: both buttons are disabled and the page says why
+    assert body.count("disabled") == 2
+    assert 'id="drills-unavailable"' in body and "filesystem transport does not survive" in body
+    assert "CELERY_BROKER_URL" in body
+
+
+def test_i16_7_drills_page_under_a_real_broker_enables_the_buttons(db: Any, settings: Any) -> None:
+    settings.CELERY_BROKER_URL = "amqp://guest:guest@127.0.0.1:5672//"
+    body = admin_client().get("/drills/").content.decode()
+    assert "Run the acceptance gate" in body and "disabled" not in body
+    assert 'id="drills-unavailable"' not in body
+
+
+def test_i16_7_posting_a_drill_under_the_default_broker_is_refused_with_nothing_queued(
+    db: Any, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    # given
+    settings.CELERY_BROKER_URL = "filesystem://"
+    client = admin_client()
+    # when: a drill is posted anyway (a stale page, a hand-made request), for both kinds
+    with django_capture_on_commit_callbacks() as callbacks:
+        responses = [
+            client.post("/drills/start", {"kind": kind}, follow=True) for kind in ("acceptance", "crashlab")
+        ]
+    # then: refused with the reason, nothing queued, nothing recorded (no FAIL, no "not run")
+    for response in responses:
+        assert response.status_code == 200
+        assert "cannot run here" in response.content.decode()
+    assert callbacks == []
+    assert not DrillRun.objects.exists()
+
+
+def test_i16_7_a_drill_command_that_cannot_start_is_not_run(db: Any, monkeypatch: Any) -> None:
+    # given: the drill's command does not exist (the interpreter moved, a broken install)
+    import console.lab.drills as drills
+
+    monkeypatch.setattr(drills, "drill_command", lambda **kwargs: ["/nonexistent/python", "manage.py"])
+    # when
+    code = drills.run_drill("acceptance", "user:admin")
     # then
     run = DrillRun.objects.get()
-    assert code != 0 and run.passed is False and "no-such-flag" in run.error
+    assert code != 0 and run.outcome == "not_run" and run.passed is None
+    assert "could not start" in run.not_run_reason
+
+
+def test_i16_7_a_drill_refused_by_the_broker_check_is_shown_as_not_run(
+    db: Any, settings: Any, monkeypatch: Any, viewer_client: Client
+) -> None:
+    # given: the worker ran the real command under the filesystem broker (it refuses at once)
+    import console.lab.drills as drills
+
+    settings.CELERY_BROKER_URL = "filesystem://"
+    monkeypatch.setenv("CELERY_BROKER_URL", "filesystem://")  # the command's own settings
+    code = drills.run_drill("acceptance", "user:admin")
+    # when
+    body = viewer_client.get("/drills/").content.decode()
+    # then: "not run" with the reason, and no FAIL anywhere
+    run = DrillRun.objects.get()
+    assert code != 0 and run.outcome == "not_run"
+    assert "filesystem transport does not survive" in run.not_run_reason
+    assert "not run" in body and "FAIL" not in body and "filesystem transport does not survive" in body
+
+
+def test_i16_7_a_crash_lab_whose_cluster_cannot_start_is_not_run(db: Any, monkeypatch: Any) -> None:
+    # given: the lab's sandbox provider exits at start (here: its command is made to fail)
+    from django.core.management import CommandError, call_command
+
+    from console.lab.cluster import HarnessError
+    from console.lab.crashlab import runner
+
+    def sandbox_exits(self: Any, **kwargs: Any) -> str:
+        raise HarnessError("sandbox provider exited:\naddress already in use")
+
+    monkeypatch.setattr(runner.LocalCluster, "start_sandbox", sandbox_exits)
+    # when
+    with pytest.raises(CommandError, match="not run"):
+        call_command("crashlab", "--ops", "10", "--requested-by", "user:admin")
+    # then
+    run = DrillRun.objects.get()
+    assert run.outcome == "not_run" and run.passed is None and "address already in use" in run.not_run_reason
+
+
+def test_i16_7_a_real_fail_is_still_fail(db: Any, monkeypatch: Any, viewer_client: Client) -> None:
+    # given: a crash lab whose ledger row shows a duplicate (a safety violation), measured by a
+    # lab whose cluster is replaced by the numbers it would have counted
+    from django.core.management import call_command
+
+    from console.lab.crashlab import verdict
+    from console.lab.management.commands import crashlab as command
+
+    class DuplicatingLab:
+        def __init__(self, config: Any) -> None:
+            self.config = config
+
+        def __enter__(self) -> DuplicatingLab:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def run(self) -> list[verdict.Row]:
+            return [verdict.Row(strategy="ledger", boundary="after-effect", provider="payments", ops=10,
+                                interrupted=1, effects=11, missing=0, duplicates=1, active=11, requests=11,
+                                kills=1)]  # fmt: skip
+
+    monkeypatch.setattr(command, "CrashLab", DuplicatingLab)
+    # when
+    with pytest.raises(SystemExit):
+        call_command("crashlab", "--ops", "10", "--boundaries", "after-effect", "--strategies", "ledger",
+                     "--no-variants", "--requested-by", "user:admin")  # fmt: skip
+    body = viewer_client.get("/drills/").content.decode()
+    # then: FAIL, not "not run"
+    run = DrillRun.objects.get()
+    assert run.passed is False and run.outcome == "fail" and run.not_run_reason == ""
+    assert "FAIL" in body and "not run" not in body

@@ -27,6 +27,7 @@ from console.lab.crashlab.report import markdown_table
 from console.lab.crashlab.runner import BOUNDARIES, STRATEGIES, CrashLab, LabConfig
 from console.lab.crashlab.verdict import judge, rows_from_json
 from console.lab.models import DrillRun
+from console.lab.services import drill_run_not_run
 
 
 def _csv(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
@@ -148,14 +149,30 @@ class Command(BaseCommand):
             },
         )
         started = time.monotonic()
+        lab = CrashLab(config)
         try:
-            with CrashLab(config) as lab:
-                rows = lab.run()
+            lab.__enter__()
+        except Exception as exc:
+            # Its sandbox or workers would not start: an environment problem, not a safety
+            # verdict; recorded as not run (console.lab.services.drill_run_not_run).
+            lab.__exit__(type(exc), exc, exc.__traceback__)
+            drill_run_not_run(
+                kind=DrillRun.Kind.CRASHLAB,
+                requested_by=options["requested_by"],
+                reason=f"the crash lab could not set up its cluster: {exc}",
+                started_at=drill.started_at,
+                run_id=drill.id,
+            )
+            raise CommandError(f"not run: {exc}") from exc
+        try:
+            rows = lab.run()
         except Exception as exc:
             DrillRun.objects.filter(id=drill.id).update(
                 finished_at=timezone.now(), passed=False, error=repr(exc)[:2000]
             )
             raise
+        finally:
+            lab.__exit__(None, None, None)
         passed = judge(rows)
         seconds = round(time.monotonic() - started, 1)
         table = markdown_table(rows, ops)
