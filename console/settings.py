@@ -379,6 +379,9 @@ EFFECT_LEDGER: dict[str, Any] = {
     # of SUCCEEDED and the terminal states the dashboard and /metrics show are at most about
     # this old; the open states are counted exactly on every request.
     "STATUS_ROLLUP_PERIOD_SECONDS": env_float("EFFECT_LEDGER_STATUS_ROLLUP_PERIOD_SECONDS", 60.0),
+    # How long an operator's "I'm on it" on an item of the operators' queue lasts
+    # (operations.services.assignment); after it, anyone may take the item without taking over.
+    "ASSIGNMENT_SECONDS": env_int("EFFECT_LEDGER_ASSIGNMENT_SECONDS", 1800, minimum=1),
 }
 
 # Policies per action (risk decision table in shared/seeds/004). The policy in force is
