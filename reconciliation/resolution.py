@@ -77,9 +77,11 @@ def _load(
     if intent.status != status:
         raise IntentMoved(intent_id=intent_id, expected=status, current=intent.status)
     # Before the page's age and before anything is asked of the provider: another operator is on
-    # it (issue 16 item 4). The services check again under the row lock.
-    with transaction.atomic():
-        services.refuse_if_assigned_elsewhere(intent_id=intent_id, actor=f"user:{user.get_username()}")
+    # it (issue 16 item 4). No lock here (``confirmed`` asks the provider next); the services
+    # check again under the row lock.
+    services.refuse_if_assigned_elsewhere(
+        intent_id=intent_id, actor=f"user:{user.get_username()}", lock=False
+    )
     if seen_seq is not None and seen_seq != last_audit_seq(intent_id):
         newer = list(
             AuditEvent.objects.filter(intent_id=intent_id, seq__gt=seen_seq)

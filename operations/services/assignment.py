@@ -104,12 +104,13 @@ def _username(actor: str) -> str | None:
     return actor.removeprefix("user:") if actor.startswith("user:") else None
 
 
-def refuse_if_assigned_elsewhere(*, intent_id: uuid.UUID, actor: str) -> None:
+def refuse_if_assigned_elsewhere(*, intent_id: uuid.UUID, actor: str, lock: bool = True) -> None:
     """Refuse a decision by ``actor`` on an item another operator is on (not lapsed).
 
-    Takes the intent's row lock (call inside the decision's transaction), so a take-over cannot
-    slip between this check and the decision. Actors that are not console users
-    (``reconciler``, ``worker:…``) are never refused.
+    With ``lock`` (the services' check) it takes the intent's row lock (call inside the
+    decision's transaction), so a take-over cannot slip between this check and the decision;
+    without it, an early read that holds no lock (before a provider is asked anything). Actors
+    that are not console users (``reconciler``, ``worker:…``) are never refused.
 
     Raises:
         AssignmentRefused: "otto is on it since 23:29:27 UTC; take it over first".
@@ -117,9 +118,9 @@ def refuse_if_assigned_elsewhere(*, intent_id: uuid.UUID, actor: str) -> None:
     username = _username(actor)
     if username is None:
         return
+    rows = Intent.objects.select_for_update() if lock else Intent.objects.all()
     row = (
-        Intent.objects.select_for_update()
-        .filter(_held_now(), id=intent_id)
+        rows.filter(_held_now(), id=intent_id)
         .exclude(assigned_to=username)
         .values_list("assigned_to", "assigned_at")
         .first()
