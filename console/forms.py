@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.core.exceptions import NON_FIELD_ERRORS
 
 from operations.idempotency import MAX_SAFE_NUMBER
 from operations.models import Intent
@@ -126,6 +127,26 @@ class ReleaseHeldForm(SeenStateForm):
     )
 
 
+class AssignForm(forms.Form):
+    """ "I'm on it" (nothing to fill in), or a take-over: the name the page showed as being on it
+    and a ticked confirmation (a plain form needs no JavaScript to ask "are you sure?")."""
+
+    take_over_from = forms.CharField(required=False, max_length=150, widget=forms.HiddenInput)
+    confirm_take_over = forms.BooleanField(
+        required=False, widget=Acknowledgement, label="Confirm the take-over"
+    )
+    reason = forms.CharField(required=False, max_length=2000, label="Reason")
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        owner = cleaned.get("take_over_from", "")
+        if owner and not cleaned.get("confirm_take_over"):
+            raise forms.ValidationError(
+                f"tick the box to confirm that you take it over from {owner}", code="unconfirmed"
+            )
+        return cleaned
+
+
 class IntentSearchForm(forms.Form):
     """The intents search; every field optional."""
 
@@ -160,6 +181,8 @@ def first_error(form: forms.Form) -> str:
     """The first validation error of ``form`` as ``field: message`` (for an in-place notice)."""
     errors: dict[str, Any] = form.errors.get_json_data()
     for name, items in errors.items():
+        if name == NON_FIELD_ERRORS:
+            return str(items[0]["message"])
         label = form.fields[name].label if name in form.fields else ""
         return f"{label or name}: {items[0]['message']}"
     return "the form is invalid"

@@ -410,6 +410,9 @@ EFFECT_LEDGER: dict[str, Any] = {
     "HEALTH_PROVIDER_FAILURE_RED": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_FAILURE_RED", 0.25),
     "HEALTH_PROVIDER_P95_AMBER_SECONDS": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_P95_AMBER_SECONDS", 2.0),
     "HEALTH_PROVIDER_P95_RED_SECONDS": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_P95_RED_SECONDS", 8.0),
+    # How long an operator's "I'm on it" on an item of the operators' queue lasts
+    # (operations.services.assignment); after it, anyone may take the item without taking over.
+    "ASSIGNMENT_SECONDS": env_int("EFFECT_LEDGER_ASSIGNMENT_SECONDS", 1800, minimum=1),
 }
 
 # Policies per action (risk decision table in shared/seeds/004). The policy in force is

@@ -64,6 +64,7 @@ urlpatterns = [
         name="unknown-resolve",
     ),
     path("unknown/<uuid:intent_id>/lookup", views.unknown_lookup, name="unknown-lookup"),
+    path("unknown/<uuid:intent_id>/assign", views.intent_assign_view, name="intent-assign"),
     path("held/<uuid:intent_id>/", views.held_detail, name="held-detail"),
     path("held/<uuid:intent_id>/resolve/<str:verb>", views.held_resolve, name="held-resolve"),
     path("duplicates/<int:finding_id>/", views.duplicate_detail, name="duplicate-detail"),

@@ -29,6 +29,12 @@ GENESIS = "0" * 64
 #: The event of a refused decision (``operations.services.refusals``): it records who tried
 #: what and why it was refused, and moves nothing.
 REFUSAL_EVENT = "decision_refused"
+#: An operator said "I'm on it", or took an item over from another (operations.services.assignment).
+#: Not a change of the intent: pages are not made out of date by them (``last_audit_seq``).
+ASSIGNED_EVENT = "assigned"
+ASSIGNMENT_TAKEN_OVER_EVENT = "assignment_taken_over"
+#: Events that never make a page out of date: refusals and assignments.
+NOT_A_CHANGE_EVENTS = (REFUSAL_EVENT, ASSIGNED_EVENT, ASSIGNMENT_TAKEN_OVER_EVENT)
 
 
 def event_hash(

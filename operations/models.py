@@ -146,6 +146,19 @@ class Intent(models.Model):
     compensates = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="compensations"
     )
+    assigned_to = models.CharField(
+        max_length=150,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="username of the operator who said \"I'm on it\" for this item of the operators' queue "
+        "(operations.services.assignment); blank when nobody is. Ends on any change of status",
+    )
+    assigned_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="when assigned_to took it; the assignment lapses EFFECT_LEDGER_ASSIGNMENT_SECONDS later",
+    )
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,

@@ -16,6 +16,7 @@ from django.db import transaction
 from operations import services
 from operations.adapters.base import LookupStatus
 from operations.adapters.registry import capabilities_for, serving_problem
+from operations.audit import NOT_A_CHANGE_EVENTS
 from operations.calls import provider_lookup
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import AuditEvent, Intent, Outcome
@@ -63,7 +64,8 @@ def _load(
 
     ``seen_seq`` is the last audit event of the intent the decider was shown (the console's
     pages must send it; the command line, which shows no page, passes None); a decision is
-    refused unless it is the intent's last event now: a page that is out of date is refused
+    refused unless it is the intent's last event now (assignments aside: they change who works
+    on it, not what it is): a page that is out of date is refused
     even when the status came back to the same value meanwhile (UNKNOWN -> READY -> RUNNING ->
     UNKNOWN), and so is a value the intent never had.
     """
@@ -74,10 +76,16 @@ def _load(
     _check_tenant(user, intent.tenant, f"no intent {intent_id}")
     if intent.status != status:
         raise IntentMoved(intent_id=intent_id, expected=status, current=intent.status)
+    # Before the page's age and before anything is asked of the provider: another operator is on
+    # it (issue 16 item 4). No lock here (``confirmed`` asks the provider next); the services
+    # check again under the row lock.
+    services.refuse_if_assigned_elsewhere(
+        intent_id=intent_id, actor=f"user:{user.get_username()}", lock=False
+    )
     if seen_seq is not None and seen_seq != last_audit_seq(intent_id):
         newer = list(
             AuditEvent.objects.filter(intent_id=intent_id, seq__gt=seen_seq)
-            .exclude(event=services.REFUSAL_EVENT)
+            .exclude(event__in=NOT_A_CHANGE_EVENTS)
             .order_by("seq")
             .values_list("event", flat=True)
         )

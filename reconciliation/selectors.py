@@ -4,9 +4,7 @@ history."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 from django.db.models import Case, Count, F, IntegerField, Prefetch, Q, QuerySet, Value, When
 from django.db.models.functions import Now
@@ -180,88 +178,6 @@ def intent_evidence(intent: Intent) -> list[Evidence]:
 def recent_runs(*, limit: int = 20) -> list[ReconciliationRun]:
     """The newest reconciliation passes."""
     return list(ReconciliationRun.objects.order_by("-started_at")[:limit])
-
-
-@dataclass(frozen=True)
-class TimelineEntry:
-    """One line of an intent's timeline: an audit event, approval, attempt, outcome or evidence."""
-
-    at: datetime
-    kind: str
-    title: str
-    actor: str = ""
-    detail: dict[str, Any] = field(default_factory=dict)
-    note: str = ""
-
-
-def intent_timeline(intent: Intent) -> list[TimelineEntry]:
-    """Every audit event, approval, attempt (start and finish), outcome and piece of evidence
-    of ``intent``, oldest first."""
-    entries: list[TimelineEntry] = []
-    for event in intent.audit_events.order_by("seq"):
-        moved = f"{event.from_status or '·'} → {event.to_status}" if event.to_status else ""
-        entries.append(
-            TimelineEntry(
-                event.created_at,
-                "audit",
-                f"{event.event} {moved}".strip(),
-                event.actor,
-                event.data,
-                event.reason,
-            )
-        )
-    for approval in intent.approvals.select_related("approver").order_by("created_at"):
-        entries.append(
-            TimelineEntry(
-                approval.created_at,
-                "approval",
-                f"{approval.decision} by {approval.approver.get_username()}",
-                f"user:{approval.approver.get_username()}",
-                {"request_hash": approval.request_hash, "expires_at": approval.expires_at.isoformat()},
-                approval.reason,
-            )
-        )
-    for attempt in intent.attempts.order_by("attempt_no"):
-        entries.append(
-            TimelineEntry(
-                attempt.started_at,
-                "attempt",
-                f"attempt {attempt.attempt_no} started, fence {attempt.fence}",
-                f"worker:{attempt.worker}",
-            )
-        )
-        if attempt.finished_at:
-            entries.append(
-                TimelineEntry(
-                    attempt.finished_at,
-                    "attempt",
-                    f"attempt {attempt.attempt_no} (fence {attempt.fence}) {attempt.result}",
-                    f"worker:{attempt.worker}",
-                    attempt.detail,
-                    attempt.error,
-                )
-            )
-    for outcome in intent.outcomes.order_by("created_at"):
-        entries.append(
-            TimelineEntry(
-                outcome.created_at,
-                "outcome",
-                f"outcome from {outcome.source}: {outcome.provider_reference or '(no reference)'}",
-                outcome.source,
-                outcome.detail,
-            )
-        )
-    for evidence in intent_evidence(intent):
-        entries.append(
-            TimelineEntry(
-                evidence.created_at,
-                "evidence",
-                f"{evidence.get_kind_display()}: {evidence.result}",
-                evidence.actor,
-                {"provider_references": evidence.provider_references, **(evidence.detail or {})},
-            )
-        )
-    return sorted(entries, key=lambda entry: entry.at)
 
 
 def found_by_lookup(intent: Intent) -> Evidence | None:

@@ -14,6 +14,7 @@ from console.permissions import reader_scope
 from operations.idempotency import key_digest as _key_digest
 from operations.money import format_money
 from operations.request_integrity import MISMATCH_HOLD
+from operations.services.assignment import assignment_active
 from operations.services.failover import RESTORE_GUARD_HOLD
 
 register = template.Library()
@@ -144,3 +145,10 @@ def remaining(moment: datetime | None) -> str:
 def status_class(status: str) -> str:
     """CSS class of a status badge."""
     return "status status-" + str(status).lower().replace("_", "-")
+
+
+@register.filter
+def assignee(intent: Any) -> Any:
+    """Who is on ``intent`` ("I'm on it") and since when, or None when nobody is or their
+    assignment lapsed (``operations.services.assignment_active``)."""
+    return assignment_active(intent)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from console.views.approvals import approval_approve, approval_detail, approval_reject, approvals_inbox
+from console.views.assignment import intent_assign_view
 from console.views.audit import audit_export, audit_export_jsonl, audit_log, audit_verify_view
 from console.views.auth import login_view
 from console.views.dashboard import dashboard, metrics
@@ -26,6 +27,7 @@ __all__ = [
     "duplicate_resolve",
     "health",
     "held_detail",
+    "intent_assign_view",
     "held_resolve",
     "intent_detail",
     "intent_list",

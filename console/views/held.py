@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from console.forms import ReasonForm, ReleaseHeldForm, first_error
 from console.permissions import can_resolve, console_role_required
 from console.presentation import payload_diff
+from console.views.assignment import assignment_context
 from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal, scoped_intent
 from operations import selectors
 from operations.exceptions import IntentMoved, ResolutionRefused
@@ -47,6 +48,7 @@ def held_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict
         "forms": {verb: form_class() for verb, form_class in HELD_FORMS.items()},
         "seen_seq": selectors.last_audit_seq(intent.id),
         "section": "unknown",
+        **assignment_context(intent),
     }
     context.update(extra)
     return context

@@ -12,7 +12,8 @@ from console.permissions import console_role_required
 from console.views.common import HtmxHttpRequest, keyset_page, page_or_partial, scoped_intent
 from operations import selectors
 from operations.models import TERMINAL_STATUSES, Intent
-from reconciliation.selectors import intent_timeline, intents_held_behind, unverified_outcome
+from reconciliation.selectors import intents_held_behind, unverified_outcome
+from reconciliation.timeline import intent_timeline
 
 
 @require_GET

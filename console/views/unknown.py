@@ -22,6 +22,7 @@ from console.forms import (
     first_error,
 )
 from console.permissions import can_resolve, console_role_required, reader_scope
+from console.views.assignment import assignment_context
 from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal, scoped_intent
 from operations import selectors, services
 from operations.adapters.registry import ActionUnavailable, capabilities_for, serving_problem
@@ -30,6 +31,7 @@ from operations.models import Intent
 from reconciliation import resolution
 from reconciliation import selectors as queue
 from reconciliation.models import Evidence
+from reconciliation.timeline import intent_timeline
 
 DETAIL = "console/unknown_detail.html"
 QUEUE_LIMIT = 200
@@ -108,6 +110,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
         "duplicates": [row for row in evidence if row.kind == Evidence.Kind.DUPLICATE],
         "resolutions": [row for row in evidence if row.kind == Evidence.Kind.RESOLUTION],
         "audit_events": list(intent.audit_events.order_by("seq")),
+        "timeline": intent_timeline(intent),
         "seen_seq": selectors.last_audit_seq(intent.id),
         "capabilities": capabilities,
         "needs_risk_ack": capabilities is not None and not capabilities.same_key_retry_safe,
@@ -118,6 +121,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
         "can_resolve": can_resolve(request.user, intent.tenant),
         "forms": {verb: form_class() for verb, form_class in RESOLUTION_FORMS.items()},
         "compensation_choices": COMPENSATION_CHOICES,
+        **assignment_context(intent),
     }
     context.update(extra)
     return context

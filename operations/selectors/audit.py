@@ -11,7 +11,7 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from operations.audit import REFUSAL_EVENT
+from operations.audit import NOT_A_CHANGE_EVENTS
 from operations.models import AuditEvent
 from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
 from operations.tenant_access import TenantScope
@@ -31,10 +31,11 @@ class AuditFilters:
 def last_audit_seq(intent_id: uuid.UUID) -> int:
     """The ``seq`` of the intent's newest audit event (0 before any): what a page showed, so a
     decision sent from it can be refused once the intent has moved on. Refused decisions
-    (``decision_refused`` events) are not a move: they never make a page stale."""
+    (``decision_refused`` events) are not a move: they never make a page stale, nor do
+    assignments ("I'm on it": who works on it, not what it is)."""
     return (
         AuditEvent.objects.filter(intent_id=intent_id)
-        .exclude(event=REFUSAL_EVENT)
+        .exclude(event__in=NOT_A_CHANGE_EVENTS)
         .order_by("-seq")
         .values_list("seq", flat=True)
         .first()

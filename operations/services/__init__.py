@@ -9,6 +9,14 @@ from operations.services.approvals import (
     intent_expire_approval,
     intent_reject,
 )
+from operations.services.assignment import (
+    ASSIGNABLE,
+    AssignmentRefused,
+    assignment_active,
+    assignment_seconds,
+    intent_assign,
+    refuse_if_assigned_elsewhere,
+)
 from operations.services.budget import resend_refusal
 from operations.services.business import (
     business_key,
@@ -73,6 +81,12 @@ __all__ = [
     "worker_heartbeat_record",
     "worker_heartbeat_stopped",
     "REFUSAL_EVENT",
+    "ASSIGNABLE",
+    "AssignmentRefused",
+    "assignment_active",
+    "assignment_seconds",
+    "intent_assign",
+    "refuse_if_assigned_elsewhere",
     "agent_record_refusal",
     "intent_record_refusal",
     "refusals_audited",

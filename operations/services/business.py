@@ -38,6 +38,7 @@ from operations.idempotency import canonical_json
 from operations.models import OPEN_STATUSES, Intent
 from operations.policies import Policy
 from operations.request_integrity import stored_request_problem
+from operations.services.assignment import refuse_if_assigned_elsewhere
 from operations.services.transitions import transition, transition_or_raise
 
 
@@ -137,12 +138,15 @@ def intent_release_held(
     Raises:
         IntentMoved: the intent is not HELD any more.
         ResolutionRefused: its stored request no longer hashes to its request_hash; or it is
-            held because its action or version is not served, and still is.
+            held because its action or version is not served, and still is; or (its subclass
+            ``AssignmentRefused``) ``actor`` is an operator and another operator is on it.
     """
     with transaction.atomic():
         intent = Intent.objects.select_for_update().get(id=intent_id)
         if intent.status != Intent.Status.HELD:
             raise IntentMoved(intent_id=intent_id, expected="HELD", current=intent.status)
+        # Another operator is on it ("I'm on it", issue 16 item 4): refused, nothing changes.
+        refuse_if_assigned_elsewhere(intent_id=intent_id, actor=actor)
         mismatch = stored_request_problem(intent)
         if mismatch:
             # Never released to run unchanged: a row edited after submission stays held.
@@ -212,16 +216,19 @@ def intent_reject_held(*, intent_id: uuid.UUID, actor: str, reason: str) -> None
 
     Raises:
         IntentMoved: the intent is not HELD any more.
+        AssignmentRefused: ``actor`` is an operator and another operator is on it.
     """
-    transition_or_raise(
-        intent_id=intent_id,
-        from_status=Intent.Status.HELD,
-        to_status=Intent.Status.REJECTED,
-        actor=actor,
-        event="rejected",
-        reason=reason,
-        updates={"escalated_at": None},
-    )
+    with transaction.atomic():
+        refuse_if_assigned_elsewhere(intent_id=intent_id, actor=actor)
+        transition_or_raise(
+            intent_id=intent_id,
+            from_status=Intent.Status.HELD,
+            to_status=Intent.Status.REJECTED,
+            actor=actor,
+            event="rejected",
+            reason=reason,
+            updates={"escalated_at": None},
+        )
 
 
 def intent_hold_for_a_person(*, intent_id: uuid.UUID, reason: str, data: dict[str, Any]) -> bool:

@@ -21,10 +21,18 @@ from operations.audit import audit_append
 from operations.calls import lookup_settle_seconds
 from operations.exceptions import IntentMoved, ResendRefused, ResolutionRefused
 from operations.models import ENDED_WITHOUT_EFFECT, Intent, Outcome
+from operations.services.assignment import RELEASED as ASSIGNMENT_RELEASED
+from operations.services.assignment import refuse_if_assigned_elsewhere
 from operations.services.budget import resend_refusal
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.submission import intent_submit
 from operations.services.transitions import transition, transition_or_raise
+
+
+def _operator_may_decide(intent_id: uuid.UUID, actor: str) -> None:
+    """Refuse an operator's decision on an item another operator is on ("I'm on it", issue 16
+    item 4: ``assignment.refuse_if_assigned_elsewhere``); the reconciler is never refused."""
+    refuse_if_assigned_elsewhere(intent_id=intent_id, actor=actor)
 
 
 def intent_resolve_found(
@@ -46,8 +54,10 @@ def intent_resolve_found(
 
     Raises:
         IntentMoved: the intent is no longer UNKNOWN.
+        AssignmentRefused: ``actor`` is an operator and another operator is on it.
     """
     with transaction.atomic():
+        _operator_may_decide(intent_id, actor)
         intent = Intent.objects.only("action", "attempt_count").get(id=intent_id)
         transition_or_raise(
             intent_id=intent_id,
@@ -87,7 +97,14 @@ def intent_resolve_absent(
         IntentMoved: the intent is no longer UNKNOWN.
         ResendRefused: it must not be sent again (attempt budget spent, action or version not
             served); it stays UNKNOWN. The caller escalates it, or ``intent_end_absent`` ends it.
+        AssignmentRefused: ``actor`` is an operator and another operator is on it.
     """
+    with transaction.atomic():
+        _operator_may_decide(intent_id, actor)
+        _resolve_absent(intent_id=intent_id, actor=actor, reason=reason, data=data)
+
+
+def _resolve_absent(*, intent_id: uuid.UUID, actor: str, reason: str, data: dict[str, Any] | None) -> None:
     intent = Intent.objects.get(id=intent_id)
     if intent.status != Intent.Status.UNKNOWN:
         raise IntentMoved(intent_id=intent_id, expected=Intent.Status.UNKNOWN, current=intent.status)
@@ -125,21 +142,24 @@ def intent_end_absent(
 
     Raises:
         IntentMoved: the intent is no longer UNKNOWN.
+        AssignmentRefused: ``actor`` is an operator and another operator is on it.
     """
-    transition_or_raise(
-        intent_id=intent_id,
-        from_status=Intent.Status.UNKNOWN,
-        to_status=Intent.Status.FAILED,
-        actor=actor,
-        event="outcome_absent",
-        reason=reason,
-        data={**(data or {}), "not_sent_again": why},
-        updates={
-            "next_lookup_at": None,
-            "escalated_at": None,
-            "last_error": f"absent (an operator's decision); not sent again: {why}",
-        },
-    )
+    with transaction.atomic():
+        _operator_may_decide(intent_id, actor)
+        transition_or_raise(
+            intent_id=intent_id,
+            from_status=Intent.Status.UNKNOWN,
+            to_status=Intent.Status.FAILED,
+            actor=actor,
+            event="outcome_absent",
+            reason=reason,
+            data={**(data or {}), "not_sent_again": why},
+            updates={
+                "next_lookup_at": None,
+                "escalated_at": None,
+                "last_error": f"absent (an operator's decision); not sent again: {why}",
+            },
+        )
     metrics.TERMINAL_FAILURES.inc()
 
 
@@ -247,6 +267,7 @@ def intent_begin_compensation(
         IntentMoved: the intent moved meanwhile. ResolutionRefused: no compensation action.
     """
     with transaction.atomic():
+        _operator_may_decide(intent_id, actor)
         original = Intent.objects.get(id=intent_id)
         transition_or_raise(
             intent_id=intent_id,
@@ -325,6 +346,7 @@ def intent_reopen_compensation(
     """
     with transaction.atomic():
         original = Intent.objects.select_for_update().get(id=intent_id)
+        _operator_may_decide(intent_id, actor)
         if original.status != Intent.Status.COMPENSATING or original.escalated_at is None:
             raise IntentMoved(
                 intent_id=intent_id,
@@ -347,7 +369,8 @@ def intent_reopen_compensation(
             generation=next_compensation_generation(original_id=original.id, provider_reference=reference),
             requested_by=requested_by,
         )
-        Intent.objects.filter(id=intent_id).update(escalated_at=None, updated_at=Now())
+        # Out of the queue again: its assignment ends, as with any resolution.
+        Intent.objects.filter(id=intent_id).update(escalated_at=None, updated_at=Now(), **ASSIGNMENT_RELEASED)
         audit_append(
             intent_id=intent_id,
             event="compensation_reopened",
@@ -371,6 +394,7 @@ def intent_settle_compensation(*, intent_id: uuid.UUID, compensated: bool, actor
     with transaction.atomic():
         # Lock the row first so no compensation can be reopened between the check and the move.
         Intent.objects.select_for_update().filter(id=intent_id).values_list("id", flat=True).first()
+        _operator_may_decide(intent_id, actor)
         _refuse_while_compensating(intent_id)
         _settle(intent_id, target, compensated, actor, reason)
 

@@ -33,6 +33,7 @@ from operations.exceptions import IntentMoved, InvalidTransition
 from operations.idempotency import canonical_json
 from operations.models import ALLOWED_TRANSITIONS, Intent
 from operations.outbox import Handoff, enqueue_statement, handoff_after_commit
+from operations.services.assignment import RELEASED as ASSIGNMENT_RELEASED
 from operations.services.ceilings import RELEASING_STATES, release_statements
 from operations.statements import Statement, run_together, update_statement
 
@@ -103,6 +104,8 @@ def transition(
         also: further writes of the same step (e.g. closing the attempt), sent with the audit
             event when the intent moved; none may touch the intent row.
 
+    Any operator's assignment of the intent ends with it (``assignment.RELEASED``).
+
     Entering a state of ``ceilings.RELEASING_STATES`` also gives back the intent's spend and
     effects reservation in the same statement (issue 18).
 
@@ -124,7 +127,8 @@ def transition(
         # intent. Only the one whose WHERE still matches moves it; the other sees 0 rows.
         update = update_statement(
             queryset,
-            {"status": to_status, "updated_at": Now(), **(updates or {})},
+            # A change of status ends any operator's assignment ("I'm on it", issue 16 item 4).
+            {"status": to_status, "updated_at": Now(), **ASSIGNMENT_RELEASED, **(updates or {})},
             returning=chain_head_returning(),
         )
         with connection.cursor() as cursor:

@@ -160,6 +160,15 @@ def _lookup(client: Client, role: str, scope: str, own: World, other: World) -> 
         )
 
 
+def _assign(client: Client, role: str, scope: str, own: World, other: World) -> None:
+    for tenant, world in ((OWN, own), (OTHER, other)):
+        intent = world.unknown
+        response = client.post(reverse("intent-assign", args=[intent.id]))
+        allowed = may_resolve(role, scope, tenant)
+        assert response.status_code in decision_status(allowed, may_read(scope, tenant)), tenant
+        assert (Intent.objects.get(id=intent.id).assigned_to != "") == allowed, tenant
+
+
 def _held(client: Client, role: str, scope: str, own: World, other: World) -> None:
     for tenant, world in ((OWN, own), (OTHER, other)):
         intent = world.held
@@ -243,6 +252,7 @@ CASES: dict[str, Check] = {
     "unknown-detail": _detail("unknown-detail", lambda w: w.unknown),
     "unknown-resolve": _resolve_absent,
     "unknown-lookup": _lookup,
+    "intent-assign": _assign,
     "held-detail": _detail("held-detail", lambda w: w.held),
     "held-resolve": _held,
     "duplicate-detail": _detail("duplicate-detail", lambda w: w.finding),
