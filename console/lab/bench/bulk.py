@@ -170,6 +170,8 @@ def _intent_row(
         "approval_round": 0,
         "requested_by_id": None,
         "compensates_id": None,
+        "assigned_to": "",
+        "assigned_at": None,
         "created_at": created,
         "updated_at": created + timedelta(seconds=1),
     }
