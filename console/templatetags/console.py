@@ -11,6 +11,7 @@ from django import template
 from django.utils import timezone
 
 from console.permissions import reader_scope
+from operations import selectors
 from operations.idempotency import key_digest as _key_digest
 from operations.request_integrity import MISMATCH_HOLD
 from operations.services.failover import RESTORE_GUARD_HOLD
@@ -131,3 +132,17 @@ def remaining(moment: datetime | None) -> str:
 def status_class(status: str) -> str:
     """CSS class of a status badge."""
     return "status status-" + str(status).lower().replace("_", "-")
+
+
+#: What the customer/target column shows when an action names no target.
+NO_TARGET = "—"
+
+
+@register.filter
+def target(intent: Any) -> str:
+    """Who or what ``intent`` affects (a customer, a charge, a recipient, a resource), as its
+    action's adapter declares it (``operations.selectors.intent_target``); ``—`` when none."""
+    return (
+        selectors.intent_target(getattr(intent, "action", ""), getattr(intent, "arguments", None))
+        or NO_TARGET
+    )

@@ -32,10 +32,42 @@ from operations.selectors.intents import (
     previous_with_reference,
     wait_note,
 )
+from operations.selectors.list_filters import (
+    APPROVAL_DEFAULT_SORT,
+    APPROVAL_SORTS,
+    INTENT_DEFAULT_SORT,
+    INTENT_SORTS,
+    UNKNOWN_DEFAULT_SORT,
+    UNKNOWN_SORTS,
+    InvalidFilter,
+    ListFilters,
+    Sort,
+    intent_id_range,
+    intent_target,
+    intents_filtered,
+    principal_names,
+    sort_choices,
+    sorted_by,
+)
 from operations.selectors.pagination import PAGE_SIZE, InvalidCursor, Page, decode_cursor, encode_cursor
 from operations.selectors.status_counts import StatusCount, StatusCounts, intent_status_counts
 
 __all__ = [
+    "APPROVAL_DEFAULT_SORT",
+    "APPROVAL_SORTS",
+    "INTENT_DEFAULT_SORT",
+    "INTENT_SORTS",
+    "UNKNOWN_DEFAULT_SORT",
+    "UNKNOWN_SORTS",
+    "InvalidFilter",
+    "ListFilters",
+    "Sort",
+    "intent_id_range",
+    "intent_target",
+    "intents_filtered",
+    "principal_names",
+    "sort_choices",
+    "sorted_by",
     "PAGE_SIZE",
     "ExecutionStatus",
     "execution_status",
