@@ -29,6 +29,7 @@ from operations.selectors.intents import (
     intent_list,
     intent_outcomes,
     intent_search,
+    intent_search_queryset,
     previous_with_reference,
     wait_note,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "intent_list",
     "intent_outcomes",
     "intent_search",
+    "intent_search_queryset",
     "intent_status_counts",
     "StatusCount",
     "StatusCounts",

@@ -177,11 +177,10 @@ def _quick_search(queryset: QuerySet[Intent], text: str) -> QuerySet[Intent]:
 QUICK_ID_DIGITS = 8
 
 
-def intent_search(
-    filters: IntentFilters, *, scope: TenantScope, cursor: str | None = None, limit: int = PAGE_SIZE
-) -> Page:
-    """Intents of ``scope``'s tenants matching ``filters``, one keyset page of ``limit`` rows,
-    newest first or (``sort="created"``) oldest first.
+def intent_search_queryset(
+    filters: IntentFilters, *, scope: TenantScope, cursor: str | None = None
+) -> QuerySet[Intent]:
+    """The rows ``intent_search`` pages through, in its order, from after ``cursor``.
 
     Either order is the ``intent_created`` index ``(created_at DESC, id ASC)`` read forwards or
     backwards (``intent_status_created`` with a status), so PostgreSQL walks the index from the
@@ -192,8 +191,7 @@ def intent_search(
         InvalidCursor: ``cursor`` is not one this list wrote, or was written under another sort.
         InvalidFilter: ``filters.intent_id`` is not hex digits.
     """
-    sort_key = filters.sort if filters.sort in INTENT_SORTS else INTENT_DEFAULT_SORT
-    cursor_sort = "" if sort_key == INTENT_DEFAULT_SORT else sort_key
+    sort_key = _intent_sort(filters)
     queryset = Intent.objects.filter(scope.q())
     if filters.q:
         queryset = _quick_search(queryset, filters.q)
@@ -204,7 +202,7 @@ def intent_search(
         queryset = queryset.filter(created_at__gte=filters.created_after)
     if filters.created_before:
         queryset = queryset.filter(created_at__lt=filters.created_before)
-    position = decode_cursor(cursor, row_id=uuid.UUID, sort=cursor_sort)
+    position = decode_cursor(cursor, row_id=uuid.UUID, sort=_cursor_sort(sort_key))
     if position:
         created_at, row_id = position
         if sort_key == "created":  # (created_at ASC, id DESC): the index read backwards
@@ -215,11 +213,35 @@ def intent_search(
             queryset = queryset.filter(created_at__lte=created_at).filter(
                 Q(created_at__lt=created_at) | Q(id__gt=row_id)
             )
-    rows = list(queryset.order_by(*INTENT_SORTS[sort_key].order_by)[: limit + 1])
+    return queryset.order_by(*INTENT_SORTS[sort_key].order_by)
+
+
+def _intent_sort(filters: IntentFilters) -> str:
+    return filters.sort if filters.sort in INTENT_SORTS else INTENT_DEFAULT_SORT
+
+
+def _cursor_sort(sort_key: str) -> str:
+    """What a cursor names of its sort: nothing for the default (the cursors written before
+    sorts existed stay valid), else the sort's key."""
+    return "" if sort_key == INTENT_DEFAULT_SORT else sort_key
+
+
+def intent_search(
+    filters: IntentFilters, *, scope: TenantScope, cursor: str | None = None, limit: int = PAGE_SIZE
+) -> Page:
+    """Intents of ``scope``'s tenants matching ``filters``, one keyset page of ``limit`` rows,
+    newest first or (``filters.sort == "created"``) oldest first (``intent_search_queryset``).
+    The next page's cursor names the sort, so it cannot be followed under another.
+
+    Raises:
+        InvalidCursor: ``cursor`` is not one this list wrote, or was written under another sort.
+        InvalidFilter: ``filters.intent_id`` is not hex digits.
+    """
+    rows = list(intent_search_queryset(filters, scope=scope, cursor=cursor)[: limit + 1])
     next_cursor = None
     if len(rows) > limit:
         last = rows[limit - 1]
-        next_cursor = encode_cursor(last.created_at, last.id, cursor_sort)
+        next_cursor = encode_cursor(last.created_at, last.id, _cursor_sort(_intent_sort(filters)))
     return Page(rows=rows[:limit], next_cursor=next_cursor)
 
 
