@@ -16,7 +16,9 @@ pytestmark = pytestmark_browser
 
 def row_ids(page: Any, table: str) -> list[str]:
     """The intent ids (monospace under each action) of ``table``'s rows, in order."""
-    return [text.strip() for text in page.locator(f"{table} tbody tr td:nth-child(2) .mono").all_inner_texts()]
+    return [
+        text.strip() for text in page.locator(f"{table} tbody tr td:nth-child(2) .mono").all_inner_texts()
+    ]
 
 
 def fresh_page(browser: Any, live_server: Any, username: str) -> Any:
@@ -56,7 +58,9 @@ def test_i16_3_filter_and_sort_the_approvals_inbox_and_share_its_url(
     shared.context.close()
 
 
-def test_i16_3_filter_and_sort_the_unknown_queue_and_share_its_url(page: Any, browser: Any, live_server: Any) -> None:
+def test_i16_3_filter_and_sort_the_unknown_queue_and_share_its_url(
+    page: Any, browser: Any, live_server: Any
+) -> None:
     # given: three UNKNOWN intents, two of them charges of acme
     UserFactory(username="otto", groups=["operator"])
     first = make_unknown(arguments=charge_arguments(1_250), reference="order-1")
