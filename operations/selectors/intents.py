@@ -155,26 +155,28 @@ class IntentFilters:
     sort: str = ""
 
 
+#: Fewer hex digits than this in ``q`` are taken for a reference, not an intent id's start.
+QUICK_ID_DIGITS = 8
+
+
 def _quick_search(queryset: QuerySet[Intent], text: str) -> QuerySet[Intent]:
-    """The search box ``q``: a whole intent_id, or 8 to 32 of its first hex digits (with or
-    without dashes), or else a reference in any case (``list_filters.reference_filter``)."""
+    """The search box ``q``: a whole intent_id, or else a reference in any case
+    (``list_filters.reference_filter``); 8 to 31 hex digits (with or without dashes) are also
+    the start of an intent id, since a reference can be hex digits too (``12345678``): either
+    matches, as a ``BitmapOr`` of the primary key and ``intent_reference_upper``."""
     text = text.strip()
     try:
         return queryset.filter(id=uuid.UUID(text))
     except ValueError:
         pass
-    if len(text.replace("-", "")) >= QUICK_ID_DIGITS:
-        try:
-            low, high = intent_id_range(text)
-        except InvalidFilter:
-            pass
-        else:
-            return queryset.filter(id__gte=low, id__lte=high)
-    return reference_filter(queryset, text)
-
-
-#: So few hex digits in ``q`` are taken for a reference, not an intent id's start.
-QUICK_ID_DIGITS = 8
+    by_reference = reference_filter(queryset, text)
+    if len(text.replace("-", "")) < QUICK_ID_DIGITS:
+        return by_reference
+    try:
+        low, high = intent_id_range(text)
+    except InvalidFilter:
+        return by_reference
+    return by_reference | queryset.filter(id__gte=low, id__lte=high)
 
 
 def intent_search_queryset(

@@ -3,12 +3,14 @@ id's first hex digits, a reference in any case, a principal by its plain name), 
 list offers, and the "customer/target" an intent affects.
 
 Every filter and sort here stays on an index of ``operations_intent`` (``Intent.Meta.indexes``,
-migration 0023), checked by ``tests/console/test_lists.py`` against 100,000 rows:
+migration 0023), checked by ``tests/console/test_list_plans.py`` against 100,000 rows:
 
 * an intent id prefix is a range of the primary key: ``id BETWEEN prefix+0…0 AND prefix+f…f``;
 * a reference is matched on ``UPPER(reference)`` (index ``intent_reference_upper``, built with
   ``text_pattern_ops`` so that ``LIKE 'ABC%'`` is a range of it whatever the collation);
-* each sort is the order of an index the list's rows are read from (named per ``Sort``).
+* each sort is the order of an index the list's rows are read from (named per ``Sort``);
+* a principal's plain name is an ``IN`` of its two spellings (the audit log's ``audit_actor``
+  index; intents have no principal index: that filter narrows the rows another index reads).
 """
 
 from __future__ import annotations

@@ -122,7 +122,9 @@ def test_i16_3_list_filters_and_sorts_use_their_indexes_at_100k_intents(
     # when / then: an id prefix, with or without dashes, is a range of the primary key
     assert_uses(intents_plan(intent_id=intent_id[:8]), "operations_intent_pkey")
     assert_uses(intents_plan(intent_id=intent_id[:13].upper()), "operations_intent_pkey")
-    assert_uses(intents_plan(q=intent_id[:8]), "operations_intent_pkey")
+    quick = intents_plan(q=intent_id[:8])  # an id's start or a reference: both indexes, OR-ed
+    assert_uses(quick, "operations_intent_pkey")
+    assert_uses(quick, "intent_reference_upper")
     # a reference in any case, whole or by its start, is a range of intent_reference_upper
     assert_uses(intents_plan(reference="bulk-order-4242"), "intent_reference_upper")
     prefix_plan = intents_plan(reference="BULK-ORDER-4242*")

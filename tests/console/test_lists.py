@@ -216,6 +216,10 @@ def test_i16_3_the_search_box_takes_an_intent_id_prefix_or_a_reference_in_any_ca
     # a reference is matched whole, in any case
     body = get(viewer_client, "intents", q="ORDER-77")
     assert shown(body, wanted) and not shown(body, other)
+    # and a reference that is all hex digits is still found (as a reference or an id's start)
+    numbered = submit(reference="12345678")
+    body = get(viewer_client, "intents", q="12345678")
+    assert shown(body, numbered) and not shown(body, wanted)
 
 
 @pytest.mark.parametrize("list_name", LISTS)
