@@ -7,7 +7,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from tests.console.browser_support import VIEWPORT, expect, pytestmark_browser, shot, sign_in
+from tests.console.browser_support import (
+    VIEWPORT,
+    assert_no_horizontal_overflow,
+    expect,
+    pytestmark_browser,
+    shot,
+    sign_in,
+)
 from tests.console.conftest import gated, make_unknown
 from tests.factories import UserFactory, charge_arguments
 
@@ -56,6 +63,11 @@ def test_i16_3_filter_and_sort_the_approvals_inbox_and_share_its_url(
     assert row_ids(shared, "#approval-rows") == [str(first.id), str(second.id)]
     expect(shared.get_by_label("Sort", exact=True)).to_have_value("created")
     shared.context.close()
+    # and the intents search, with its new columns, fits the screen too
+    page.goto("/intents/?reference=batch-7*&sort=created")
+    expect(page.locator("#results tbody tr")).to_have_count(2)
+    expect(page.locator("#results")).to_contain_text("cus_42")
+    assert_no_horizontal_overflow(page)
 
 
 def test_i16_3_filter_and_sort_the_unknown_queue_and_share_its_url(
