@@ -7,6 +7,7 @@ from typing import Any
 from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS
 
+from operations import selectors
 from operations.idempotency import MAX_SAFE_NUMBER
 from operations.models import Intent
 from operations.services.approvals import DUPLICATE_RISK_CONFIRMATION
@@ -147,27 +148,108 @@ class AssignForm(forms.Form):
         return cleaned
 
 
-class IntentSearchForm(forms.Form):
-    """The intents search; every field optional."""
+def _sort_field(sorts: dict[str, selectors.Sort]) -> forms.ChoiceField:
+    """A list's sort menu: only the keys of ``sorts`` (each served by an index); another value
+    is refused with a message naming the default the list falls back to."""
+    return forms.ChoiceField(
+        required=False,
+        choices=selectors.sort_choices(sorts),
+        label="Sort",
+        error_messages={
+            "invalid_choice": "%(value)s is not a sort of this list (choose one from the menu); "
+            "shown in the default order instead."
+        },
+    )
 
-    q = forms.CharField(required=False, max_length=200, label="intent_id or reference")
+
+class ListFilterForm(forms.Form):
+    """The filters of a list of intents (issue 16 item 3), kept in the URL; every field
+    optional. A field that does not validate is left out and named in the page's message; the
+    others still filter (``filters_of``)."""
+
+    intent_id = forms.CharField(
+        required=False, max_length=40, label="intent_id starts with", help_text="e.g. its first 8 hex digits"
+    )
+    reference = forms.CharField(
+        required=False, max_length=201, label="Reference", help_text="any case; end with * for a prefix"
+    )
     tenant = forms.CharField(required=False, max_length=100)
     action = forms.CharField(required=False, max_length=100)
+    principal = forms.CharField(
+        required=False, max_length=200, label="Requested by", help_text="otto, user:otto or agent:<name>"
+    )
+
+    def clean_intent_id(self) -> str:
+        value: str = self.cleaned_data["intent_id"].strip()
+        if value:
+            try:
+                selectors.intent_id_range(value)
+            except selectors.InvalidFilter as exc:
+                raise forms.ValidationError(str(exc)) from exc
+        return value
+
+
+class ApprovalsFilterForm(ListFilterForm):
+    """The approvals inbox's filters and sort."""
+
+    sort = _sort_field(selectors.APPROVAL_SORTS)
+
+
+class UnknownFilterForm(ListFilterForm):
+    """The UNKNOWN section's filters and sort."""
+
+    sort = _sort_field(selectors.UNKNOWN_SORTS)
+
+
+def filters_of(form: forms.Form) -> dict[str, Any]:
+    """The filters a bound ``form`` validated, blank ones left out (those that failed are not
+    in ``cleaned_data``); ``{}`` for an unbound form."""
+    if not form.is_bound:
+        return {}
+    form.is_valid()
+    return {name: value for name, value in form.cleaned_data.items() if value}
+
+
+class IntentSearchForm(ListFilterForm):
+    """The intents search; every field optional."""
+
+    q = forms.CharField(
+        required=False,
+        max_length=200,
+        label="intent_id or reference",
+        help_text="whole id, 8+ hex digits, or reference",
+    )
     status = forms.ChoiceField(required=False, choices=[("", "any")] + list(Intent.Status.choices))
-    principal = forms.CharField(required=False, max_length=200, help_text="agent:<name> or user:<name>")
+    principal = forms.CharField(
+        required=False, max_length=200, label="Principal", help_text="otto, user:otto or agent:<name>"
+    )
     created_after = forms.DateTimeField(
         required=False, label="Created from", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
     created_before = forms.DateTimeField(
         required=False, label="Created before", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})
     )
+    sort = _sort_field(selectors.INTENT_SORTS)
+
+    field_order = [
+        "q",
+        "intent_id",
+        "reference",
+        "tenant",
+        "action",
+        "status",
+        "principal",
+        "created_after",
+        "created_before",
+        "sort",
+    ]
 
 
 class AuditFilterForm(forms.Form):
     """The audit log filters; every field optional."""
 
     intent_id = forms.UUIDField(required=False, label="intent_id")
-    actor = forms.CharField(required=False, max_length=200)
+    actor = forms.CharField(required=False, max_length=200, help_text="otto, user:otto or agent:<name>")
     event = forms.CharField(required=False, max_length=50)
     created_after = forms.DateTimeField(
         required=False, label="From", widget=forms.DateTimeInput(attrs={"type": "datetime-local"})

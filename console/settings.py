@@ -40,6 +40,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # For OpClass in index expressions (operations migration 0023's text_pattern_ops index).
+    "django.contrib.postgres",
     "axes",
     "rest_framework",
     "drf_spectacular",

@@ -10,9 +10,10 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.indexes import OpClass
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Now
+from django.db.models.functions import Now, Upper
 
 STATUS_VALUES = [
     "AWAITING_APPROVAL",
@@ -220,6 +221,10 @@ class Intent(models.Model):
             models.Index(fields=["created_at"], condition=Q(status="HELD"), name="intent_held_q"),
             # The console's search by reference has no tenant: (tenant, reference) cannot serve it.
             models.Index(fields=["reference"], name="intent_reference_any_tenant"),
+            # The console's lists match a reference in any case, whole or by its start
+            # (``UPPER(reference) = 'X'`` / ``LIKE 'X%'``): text_pattern_ops makes the prefix a
+            # range of the index whatever the database's collation (issue 16 item 3).
+            models.Index(OpClass(Upper("reference"), name="text_pattern_ops"), name="intent_reference_upper"),
             models.Index(fields=["-created_at", "id"], name="intent_created"),
             # Exact counts of the open states for the dashboard and /metrics, as one index-only
             # scan of the few open rows (the settled ones are the status rollup's).
@@ -434,7 +439,12 @@ class AuditEvent(models.Model):
             # Two writers can never fork one chain: the second insert of a seq fails.
             models.UniqueConstraint(fields=["intent", "seq"], name="audit_chain_seq_unique"),
         ]
-        indexes = [models.Index(fields=["-created_at", "-id"], name="audit_created")]
+        indexes = [
+            models.Index(fields=["-created_at", "-id"], name="audit_created"),
+            # The audit log filtered by actor, newest first (issue 16 item 3): one actor's
+            # events as an index range in page order, however rare they are in the log.
+            models.Index(fields=["actor", "-created_at", "-id"], name="audit_actor"),
+        ]
 
 
 class AuditCheckpoint(models.Model):

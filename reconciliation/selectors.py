@@ -12,6 +12,13 @@ from django.db.models.functions import Now
 from operations.adapters.base import LookupStatus
 from operations.models import AuditEvent, Intent, Outcome
 from operations.request_integrity import MISMATCH_HOLD
+from operations.selectors.list_filters import (
+    UNKNOWN_DEFAULT_SORT,
+    UNKNOWN_SORTS,
+    ListFilters,
+    intents_filtered,
+    sorted_by,
+)
 from operations.services.failover import RESTORE_GUARD_HOLD
 from operations.tenant_access import TenantScope
 from reconciliation.models import DuplicateFinding, Evidence, ReconciliationRun
@@ -20,13 +27,19 @@ from reconciliation.models import DuplicateFinding, Evidence, ReconciliationRun
 UNVERIFIED_RECENT = timedelta(days=7)
 
 
-def unknown_queue(*, scope: TenantScope, escalated_only: bool = False) -> QuerySet[Intent]:
-    """UNKNOWN intents of ``scope``'s tenants, oldest first (served by the partial index ``intent_unknown_age``),
-    annotated with ``age`` (an interval by the database clock)."""
-    queryset = Intent.objects.filter(scope.q(), status=Intent.Status.UNKNOWN)
+def unknown_queue(
+    *, scope: TenantScope, escalated_only: bool = False, filters: ListFilters | None = None
+) -> QuerySet[Intent]:
+    """UNKNOWN intents of ``scope``'s tenants narrowed by ``filters``, by default oldest first
+    (served by the partial index ``intent_unknown_age``; ``filters.sort`` picks another of
+    ``operations.selectors.UNKNOWN_SORTS``), annotated with ``age`` (an interval by the
+    database clock)."""
+    filters = filters or ListFilters()
+    queryset = intents_filtered(Intent.objects.filter(scope.q(), status=Intent.Status.UNKNOWN), filters)
     if escalated_only:
         queryset = queryset.filter(escalated_at__isnull=False)
-    return queryset.annotate(age=Now() - F("updated_at")).order_by("updated_at", "id")
+    queryset = queryset.annotate(age=Now() - F("updated_at"))
+    return sorted_by(queryset, UNKNOWN_SORTS, filters.sort, UNKNOWN_DEFAULT_SORT)
 
 
 def escalated_compensations(*, scope: TenantScope) -> QuerySet[Intent]:

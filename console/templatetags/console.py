@@ -11,6 +11,7 @@ from django import template
 from django.utils import timezone
 
 from console.permissions import reader_scope
+from operations import selectors
 from operations.idempotency import key_digest as _key_digest
 from operations.money import format_money
 from operations.request_integrity import MISMATCH_HOLD
@@ -152,3 +153,17 @@ def assignee(intent: Any) -> Any:
     """Who is on ``intent`` ("I'm on it") and since when, or None when nobody is or their
     assignment lapsed (``operations.services.assignment_active``)."""
     return assignment_active(intent)
+
+
+#: What the customer/target column shows when an action names no target.
+NO_TARGET = "—"
+
+
+@register.filter
+def target(intent: Any) -> str:
+    """Who or what ``intent`` affects (a customer, a charge, a recipient, a resource), as its
+    action's adapter declares it (``operations.selectors.intent_target``); ``—`` when none."""
+    return (
+        selectors.intent_target(getattr(intent, "action", ""), getattr(intent, "arguments", None))
+        or NO_TARGET
+    )

@@ -11,10 +11,16 @@ from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from console.forms import ApproveForm, RejectForm, first_error
+from console.forms import ApprovalsFilterForm, ApproveForm, RejectForm, filters_of, first_error
 from console.permissions import console_role_required, reader_scope
 from console.presentation import payload_diff
-from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal, scoped_intent
+from console.views.common import (
+    HtmxHttpRequest,
+    list_query,
+    page_or_partial,
+    record_refusal,
+    scoped_intent,
+)
 from operations import selectors
 from operations.approval_validity import approval_validity
 from operations.exceptions import ApprovalRefused, IntentMoved, ValidationFailed
@@ -26,17 +32,29 @@ from operations.selectors.duplicate_risk import duplicate_risk_of, duplicate_ris
 from operations.services import intent_approve, intent_preview, intent_reject
 
 DETAIL = "console/approval_detail.html"
+INBOX_LIMIT = 200
 
 
 @require_GET
 @console_role_required
 def approvals_inbox(request: HtmxHttpRequest) -> HttpResponse:
-    """What awaits a decision, highest risk and newest first; htmx polls the rows."""
-    scope = reader_scope(request.user)
-    intents = list(selectors.approvals_inbox(scope=scope)[:200])
-    # One query for every row's duplicate risk (a badge linking the other intents).
-    context = {"intents": intents, "duplicate_risks": duplicate_risks(intents), "section": "approvals"}
-    return page_or_partial(request, "console/approvals.html", "rows", context)
+    """What awaits a decision, highest risk and newest first (or as ``sort`` says), narrowed by
+    the filters in the URL; htmx polls the rows with the same filters. A filter or sort that
+    does not validate is named in a message (422) and left out."""
+    form = ApprovalsFilterForm(request.GET or None)
+    filters = selectors.ListFilters(**filters_of(form))
+    inbox = selectors.approvals_inbox(scope=reader_scope(request.user), filters=filters)
+    intents = list(inbox[:INBOX_LIMIT])
+    context = {
+        "intents": intents,
+        # One query for every row's duplicate risk (a badge linking the other intents).
+        "duplicate_risks": duplicate_risks(intents),
+        "form": form,
+        "query": list_query(request),
+        "section": "approvals",
+    }
+    status = 422 if form.is_bound and not form.is_valid() else 200
+    return page_or_partial(request, "console/approvals.html", "rows", context, status=status)
 
 
 def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict[str, Any]:

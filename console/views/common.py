@@ -73,6 +73,15 @@ def scoped_intent(
     return get_object_or_404(queryset.filter(reader_scope(request.user).q()), id=intent_id)
 
 
+def list_query(request: HttpRequest) -> str:
+    """The request's query string without its ``cursor``: the filters and sort of a list, for
+    its links and its htmx refresh (``hx-get``), so a refreshed or shared list shows the same
+    rows (issue 16 item 3)."""
+    query = request.GET.copy()
+    query.pop("cursor", None)
+    return query.urlencode()
+
+
 def keyset_page(request: HttpRequest, search: Callable[..., Page], filters: Any) -> Page:
     """The page the request's ``cursor`` names, of the tenants the user may read; the first page, with a message saying so, when
     the cursor was not one the list wrote (edited, cut short, from another list: issue 12)."""

@@ -7,9 +7,9 @@ import uuid
 from django.http import HttpResponse
 from django.views.decorators.http import require_GET
 
-from console.forms import IntentSearchForm
+from console.forms import IntentSearchForm, filters_of
 from console.permissions import console_role_required
-from console.views.common import HtmxHttpRequest, keyset_page, page_or_partial, scoped_intent
+from console.views.common import HtmxHttpRequest, keyset_page, list_query, page_or_partial, scoped_intent
 from operations import selectors
 from operations.models import TERMINAL_STATUSES, Intent
 from reconciliation.selectors import intents_held_behind, unverified_outcome
@@ -19,16 +19,14 @@ from reconciliation.timeline import intent_timeline
 @require_GET
 @console_role_required
 def intent_list(request: HtmxHttpRequest) -> HttpResponse:
-    """Search by intent_id, reference, tenant, action, status, principal and date range."""
+    """Search by intent_id (or its first hex digits), reference (any case, or its start),
+    tenant, action, status, principal and date range, newest or oldest first. A field that does
+    not validate is named in a message (422) and left out; the others still filter."""
     form = IntentSearchForm(request.GET or None)
-    filters = selectors.IntentFilters()
-    if form.is_valid():
-        filters = selectors.IntentFilters(**{k: v for k, v in form.cleaned_data.items() if v})
+    filters = selectors.IntentFilters(**filters_of(form))
     page = keyset_page(request, selectors.intent_search, filters)
-    query = request.GET.copy()
-    query.pop("cursor", None)
-    context = {"form": form, "page": page, "query": query.urlencode(), "section": "intents"}
-    status = 200 if form.is_bound is False or form.is_valid() else 422
+    context = {"form": form, "page": page, "query": list_query(request), "section": "intents"}
+    status = 422 if form.is_bound and not form.is_valid() else 200
     return page_or_partial(request, "console/intents.html", "results", context, status=status)
 
 

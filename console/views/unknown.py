@@ -19,11 +19,19 @@ from console.forms import (
     ResolveAbsentForm,
     ResolveCompensateForm,
     ResolveConfirmedForm,
+    UnknownFilterForm,
+    filters_of,
     first_error,
 )
 from console.permissions import can_resolve, console_role_required, reader_scope
 from console.views.assignment import assignment_context
-from console.views.common import HtmxHttpRequest, page_or_partial, record_refusal, scoped_intent
+from console.views.common import (
+    HtmxHttpRequest,
+    list_query,
+    page_or_partial,
+    record_refusal,
+    scoped_intent,
+)
 from operations import selectors, services
 from operations.adapters.registry import ActionUnavailable, capabilities_for, serving_problem
 from operations.exceptions import IntentMoved, ResolutionRefused
@@ -77,19 +85,26 @@ LOOKUP_RESULTS = {
 @console_role_required
 def unknown_queue(request: HtmxHttpRequest) -> HttpResponse:
     """The operators' queue, oldest first in each section, with ages; htmx polls the sections.
+    The UNKNOWN section is narrowed and sorted by the filters in the URL (kept by the polls); a
+    filter or sort that does not validate is named in a message (422) and left out.
 
     Every section is read here, before rendering: a failed query is an error response (which
     the console marks stale), never an empty section."""
     scope = reader_scope(request.user)
+    form = UnknownFilterForm(request.GET or None)  # the UNKNOWN section's filters and sort
+    filters = selectors.ListFilters(**filters_of(form))
     context = {
-        "intents": list(queue.unknown_queue(scope=scope)[:QUEUE_LIMIT]),
+        "intents": list(queue.unknown_queue(scope=scope, filters=filters)[:QUEUE_LIMIT]),
+        "form": form,
+        "query": list_query(request),
         "held": list(queue.held_queue(scope=scope)[:QUEUE_LIMIT]),
         "compensations": list(queue.escalated_compensations(scope=scope)[:QUEUE_LIMIT]),
         "findings": list(queue.open_duplicate_findings(scope=scope)[:QUEUE_LIMIT]),
         "unverified": list(queue.recently_unverified(scope=scope)[:QUEUE_LIMIT]),
         "section": "unknown",
     }
-    return page_or_partial(request, "console/unknown.html", "rows", context)
+    status = 422 if form.is_bound and not form.is_valid() else 200
+    return page_or_partial(request, "console/unknown.html", "rows", context, status=status)
 
 
 def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict[str, Any]:

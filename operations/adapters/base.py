@@ -250,6 +250,10 @@ class Adapter:
     versions: ClassVar[dict[str, tuple[int, ...]]] = {}
     #: Argument fields that hold money in minor units; floats there are refused.
     money_fields: ClassVar[tuple[str, ...]] = ("amount",)
+    #: The argument naming who or what an action affects (a customer, a charge, a recipient,
+    #: a resource), per action: the "customer/target" column of the console's lists reads it
+    #: through ``target_for`` (issue 16 item 3). An action not named here shows no target.
+    target_fields: ClassVar[dict[str, str]] = {}
 
     def capabilities_for(self, action: str) -> Capabilities:
         """The capabilities of ``action`` (default: the class's ``capabilities``; an adapter
@@ -260,6 +264,18 @@ class Adapter:
     def versions_for(self, action: str) -> tuple[int, ...]:
         """The ``action_version`` values of ``action`` this adapter serves (default ``(1,)``)."""
         return self.versions.get(action, (1,))
+
+    def target_for(self, action: str, arguments: dict[str, Any]) -> str:
+        """Who or what ``arguments`` of ``action`` affect, as text (``"cus_42"``), read from the
+        argument ``target_fields`` names; ``""`` when the action declares none or the stored
+        arguments lack it (a text or an integer counts; anything else is not shown)."""
+        name = self.target_fields.get(action)
+        if name is None or not isinstance(arguments, dict):
+            return ""
+        value = arguments.get(name)
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            return ""
+        return str(value)
 
     def argument_schema_for(self, action: str, version: int) -> dict[str, Any]:
         """The JSON schema of ``action``'s arguments at ``version`` (default: the action's one

@@ -13,6 +13,8 @@ Configured per action in ``settings.EFFECT_LEDGER_GENERIC_HTTP``::
             "fence_header": "X-Fencing-Token",                     # optional: send the fence
             "method": "POST",                                      # optional
             "versions": [1],                                       # optional: action_version values served
+            "target_field": "account",                             # optional: the argument naming who
+                                                                   # or what is affected (console lists)
         },
     }
 
@@ -27,7 +29,7 @@ from __future__ import annotations
 import json
 from functools import cache
 from typing import Any, ClassVar, cast
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -91,6 +93,15 @@ class GenericHttpAdapter(Adapter):
             currency=currency if isinstance(currency, str) else None,
             scope="one request to the configured endpoint, deduplicated by its Idempotency-Key",
         )
+
+    def target_for(self, action: str, arguments: dict[str, Any]) -> str:
+        """The argument the configuration's ``target_field`` names; without one, the host the
+        request goes to (``api.acme.test``): every intent of the action affects that endpoint."""
+        name = self.config.get("target_field")
+        if isinstance(name, str) and name:
+            value = arguments.get(name) if isinstance(arguments, dict) else None
+            return "" if isinstance(value, bool) or not isinstance(value, str | int) else str(value)
+        return urlsplit(str(self.config["url"])).netloc
 
     def execute(self, call: ExecutionCall) -> ExecutionResult:
         """Send the arguments as JSON with ``Idempotency-Key: call.idempotency_key``, the whole

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from operations.audit import NOT_A_CHANGE_EVENTS
 from operations.models import AuditEvent
+from operations.selectors.list_filters import principal_names
 from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
 from operations.tenant_access import TenantScope
 
@@ -50,8 +51,8 @@ def audit_queryset(filters: AuditFilters, *, scope: TenantScope) -> QuerySet[Aud
     queryset = AuditEvent.objects.filter(scope.q("intent__tenant"))
     if filters.intent_id:
         queryset = queryset.filter(intent_id=filters.intent_id)
-    if filters.actor:
-        queryset = queryset.filter(actor=filters.actor)
+    if filters.actor:  # "otto" finds user:otto and agent:otto (the ``audit_actor`` index)
+        queryset = queryset.filter(actor__in=principal_names(filters.actor))
     if filters.event:
         queryset = queryset.filter(event=filters.event)
     if filters.created_after:

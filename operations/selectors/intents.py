@@ -12,6 +12,18 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce
 
 from operations.models import Approval, AuditEvent, Intent, Outcome
+from operations.selectors.list_filters import (
+    APPROVAL_DEFAULT_SORT,
+    APPROVAL_SORTS,
+    INTENT_DEFAULT_SORT,
+    INTENT_SORTS,
+    InvalidFilter,
+    ListFilters,
+    intent_id_range,
+    intents_filtered,
+    reference_filter,
+    sorted_by,
+)
 from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
 from operations.tenant_access import TenantScope
 
@@ -62,9 +74,10 @@ def intent_latest_outcome(intent: Intent) -> Outcome | None:
     return intent.outcomes.order_by("-created_at", "-id").first()
 
 
-def approvals_inbox(*, scope: TenantScope) -> QuerySet[Intent]:
-    """Intents of ``scope``'s tenants awaiting a decision: highest risk tier first, then newest
-    first (a top-N scan of the partial index ``intent_approvals_inbox``).
+def approvals_inbox(*, scope: TenantScope, filters: ListFilters | None = None) -> QuerySet[Intent]:
+    """Intents of ``scope``'s tenants awaiting a decision, narrowed by ``filters``: by default
+    highest risk tier first, then newest first (a top-N scan of the partial index
+    ``intent_approvals_inbox``); ``filters.sort`` picks another of ``APPROVAL_SORTS``.
 
     Each row is annotated with ``risk_tier`` and ``approvals_given`` (approvals recorded in the
     current approval round), the latter as a subquery so it is computed only for the rows a page
@@ -79,14 +92,14 @@ def approvals_inbox(*, scope: TenantScope) -> QuerySet[Intent]:
         .annotate(n=Count("id"))
         .values("n")
     )
-    return (
-        Intent.objects.filter(scope.q(), status=Intent.Status.AWAITING_APPROVAL)
-        .annotate(
-            risk_tier=KeyTextTransform("risk_tier", "policy"),
-            approvals_given=Coalesce(Subquery(given, output_field=IntegerField()), Value(0)),
-        )
-        .order_by("-risk_rank", "-created_at", "id")
+    filters = filters or ListFilters()
+    queryset = intents_filtered(
+        Intent.objects.filter(scope.q(), status=Intent.Status.AWAITING_APPROVAL), filters
+    ).annotate(
+        risk_tier=KeyTextTransform("risk_tier", "policy"),
+        approvals_given=Coalesce(Subquery(given, output_field=IntegerField()), Value(0)),
     )
+    return sorted_by(queryset, APPROVAL_SORTS, filters.sort, APPROVAL_DEFAULT_SORT)
 
 
 WAIT_EVENTS = {"ceiling": "ceiling_reached", "approval_lapsed": "approval_lapsed"}
@@ -124,9 +137,14 @@ def previous_with_reference(intent: Intent) -> Intent | None:
 
 @dataclass
 class IntentFilters:
-    """What the intents search narrows by; empty fields do not filter."""
+    """What the intents search narrows by; empty fields do not filter.
+
+    ``intent_id`` is a prefix of hex digits, ``reference`` any case (``*`` at the end: a
+    prefix), ``principal`` a plain name or ``user:``/``agent:`` one (``list_filters``); ``sort``
+    a key of ``INTENT_SORTS`` (blank: newest first)."""
 
     q: str = ""
+    intent_id: str = ""
     tenant: str = ""
     action: str = ""
     status: str = ""
@@ -134,43 +152,98 @@ class IntentFilters:
     reference: str = ""
     created_after: datetime | None = None
     created_before: datetime | None = None
+    sort: str = ""
+
+
+#: Fewer hex digits than this in ``q`` are taken for a reference, not an intent id's start.
+QUICK_ID_DIGITS = 8
+
+
+def _quick_search(queryset: QuerySet[Intent], text: str) -> QuerySet[Intent]:
+    """The search box ``q``: a whole intent_id, or else a reference in any case
+    (``list_filters.reference_filter``); 8 to 31 hex digits (with or without dashes) are also
+    the start of an intent id, since a reference can be hex digits too (``12345678``): either
+    matches, as a ``BitmapOr`` of the primary key and ``intent_reference_upper``."""
+    text = text.strip()
+    try:
+        return queryset.filter(id=uuid.UUID(text))
+    except ValueError:
+        pass
+    by_reference = reference_filter(queryset, text)
+    if len(text.replace("-", "")) < QUICK_ID_DIGITS:
+        return by_reference
+    try:
+        low, high = intent_id_range(text)
+    except InvalidFilter:
+        return by_reference
+    return by_reference | queryset.filter(id__gte=low, id__lte=high)
+
+
+def intent_search_queryset(
+    filters: IntentFilters, *, scope: TenantScope, cursor: str | None = None
+) -> QuerySet[Intent]:
+    """The rows ``intent_search`` pages through, in its order, from after ``cursor``.
+
+    Either order is the ``intent_created`` index ``(created_at DESC, id ASC)`` read forwards or
+    backwards (``intent_status_created`` with a status), so PostgreSQL walks the index from the
+    cursor; an id prefix or a reference is a range of the primary key or of
+    ``intent_reference_upper`` instead (few rows, then sorted).
+
+    Raises:
+        InvalidCursor: ``cursor`` is not one this list wrote, or was written under another sort.
+        InvalidFilter: ``filters.intent_id`` is not hex digits.
+    """
+    sort_key = _intent_sort(filters)
+    queryset = Intent.objects.filter(scope.q())
+    if filters.q:
+        queryset = _quick_search(queryset, filters.q)
+    queryset = intents_filtered(queryset, filters)
+    if filters.status:
+        queryset = queryset.filter(status=filters.status)
+    if filters.created_after:
+        queryset = queryset.filter(created_at__gte=filters.created_after)
+    if filters.created_before:
+        queryset = queryset.filter(created_at__lt=filters.created_before)
+    position = decode_cursor(cursor, row_id=uuid.UUID, sort=_cursor_sort(sort_key))
+    if position:
+        created_at, row_id = position
+        if sort_key == "created":  # (created_at ASC, id DESC): the index read backwards
+            queryset = queryset.filter(created_at__gte=created_at).filter(
+                Q(created_at__gt=created_at) | Q(id__lt=row_id)
+            )
+        else:
+            queryset = queryset.filter(created_at__lte=created_at).filter(
+                Q(created_at__lt=created_at) | Q(id__gt=row_id)
+            )
+    return queryset.order_by(*INTENT_SORTS[sort_key].order_by)
+
+
+def _intent_sort(filters: IntentFilters) -> str:
+    return filters.sort if filters.sort in INTENT_SORTS else INTENT_DEFAULT_SORT
+
+
+def _cursor_sort(sort_key: str) -> str:
+    """What a cursor names of its sort: nothing for the default (the cursors written before
+    sorts existed stay valid), else the sort's key."""
+    return "" if sort_key == INTENT_DEFAULT_SORT else sort_key
 
 
 def intent_search(
     filters: IntentFilters, *, scope: TenantScope, cursor: str | None = None, limit: int = PAGE_SIZE
 ) -> Page:
-    """Intents of ``scope``'s tenants matching ``filters``, newest first, one keyset page of
-    ``limit`` rows.
-
-    ``q`` is an intent_id (exact) or else a reference (exact). The ordering
-    ``(created_at DESC, id ASC)`` is the one the ``intent_created`` and
-    ``intent_status_created`` indexes store, so PostgreSQL walks the index from the cursor.
+    """Intents of ``scope``'s tenants matching ``filters``, one keyset page of ``limit`` rows,
+    newest first or (``filters.sort == "created"``) oldest first (``intent_search_queryset``).
+    The next page's cursor names the sort, so it cannot be followed under another.
 
     Raises:
-        InvalidCursor: ``cursor`` is not one this list wrote.
+        InvalidCursor: ``cursor`` is not one this list wrote, or was written under another sort.
+        InvalidFilter: ``filters.intent_id`` is not hex digits.
     """
-    queryset = Intent.objects.filter(scope.q())
-    if filters.q:
-        try:
-            queryset = queryset.filter(id=uuid.UUID(filters.q.strip()))
-        except ValueError:
-            queryset = queryset.filter(reference=filters.q.strip())
-    for name in ("tenant", "action", "status", "principal", "reference"):
-        value = getattr(filters, name)
-        if value:
-            queryset = queryset.filter(**{name: value})
-    if filters.created_after:
-        queryset = queryset.filter(created_at__gte=filters.created_after)
-    if filters.created_before:
-        queryset = queryset.filter(created_at__lt=filters.created_before)
-    position = decode_cursor(cursor, row_id=uuid.UUID)
-    if position:
-        created_at, row_id = position
-        queryset = queryset.filter(created_at__lte=created_at).filter(
-            Q(created_at__lt=created_at) | Q(id__gt=row_id)
-        )
-    rows = list(queryset.order_by("-created_at", "id")[: limit + 1])
-    next_cursor = encode_cursor(rows[limit - 1].created_at, rows[limit - 1].id) if len(rows) > limit else None
+    rows = list(intent_search_queryset(filters, scope=scope, cursor=cursor)[: limit + 1])
+    next_cursor = None
+    if len(rows) > limit:
+        last = rows[limit - 1]
+        next_cursor = encode_cursor(last.created_at, last.id, _cursor_sort(_intent_sort(filters)))
     return Page(rows=rows[:limit], next_cursor=next_cursor)
 
 

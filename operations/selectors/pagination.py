@@ -20,9 +20,18 @@ from django.utils.dateparse import parse_datetime
 PAGE_SIZE = 50
 
 
-def encode_cursor(created_at: datetime, row_id: Any) -> str:
-    """An opaque cursor for the row after which the next page starts."""
-    raw = json.dumps([created_at.isoformat(), str(row_id)]).encode()
+def encode_cursor(created_at: datetime, row_id: Any, sort: str = "") -> str:
+    """An opaque cursor for the row after which the next page starts.
+
+    Args:
+        sort: the list's sort when it is not the default one (issue 16 item 3): the cursor
+            names it, and ``decode_cursor`` refuses it under another sort, whose next page
+            would start at the wrong row.
+    """
+    position: list[str] = [created_at.isoformat(), str(row_id)]
+    if sort:
+        position.append(sort)
+    raw = json.dumps(position).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -46,26 +55,32 @@ def cursor_time(raw: object) -> datetime:
     return moment
 
 
-def decode_cursor(cursor: str | None, *, row_id: Callable[[str], Any] = str) -> tuple[datetime, Any] | None:
+def decode_cursor(
+    cursor: str | None, *, row_id: Callable[[str], Any] = str, sort: str = ""
+) -> tuple[datetime, Any] | None:
     """The (created_at, id) a cursor names, or None when there is no cursor.
 
     Args:
         row_id: turns the id back into the list's key (``uuid.UUID`` for intents, ``int`` for
             audit events); what it refuses is a malformed cursor.
+        sort: the sort the list is read in (blank: its default); a cursor written under
+            another sort is refused (``InvalidCursor``), since its position means another row.
 
     Raises:
         InvalidCursor: a cursor that is not one ``encode_cursor`` wrote (bad base64 or JSON,
             nesting too deep, a time without a zone or outside the calendar, an id of the wrong
-            kind).
+            kind), or one written under another sort.
     """
     if not cursor:
         return None
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created_raw, row_raw = json.loads(raw)
+        created_raw, row_raw, *rest = json.loads(raw)
         key = row_id(str(row_raw))
     except (binascii.Error, ValueError, TypeError, AttributeError, RecursionError) as exc:
         raise InvalidCursor("malformed cursor") from exc
+    if rest != ([sort] if sort else []):
+        raise InvalidCursor("a cursor of another sort")
     return cursor_time(created_raw), key
 
 

@@ -47,6 +47,7 @@ GENERIC_HTTP = {
     "acme.transfer": {
         "url": "http://127.0.0.1:9/v1/transfers",
         "lookup_url": "http://127.0.0.1:9/v1/transfers?idempotency_key={idempotency_key}",
+        "target_field": "account",
     },
     "acme.notify": {"url": "http://127.0.0.1:9/v1/notifications"},
 }
@@ -415,3 +416,57 @@ def test_i16_2_duplicate_risk_for_every_action_kind(
     assert approved.status_code == 302
     second.refresh_from_db()
     assert second.status == S.READY
+
+
+#: kind -> what its lists show as "customer / target" (declared by its adapter: a charge's
+#: customer, a refund's charge, an email's recipient, the reserved resource, the cancelled
+#: reservation, a generic action's ``target_field``, or else the host it is sent to).
+TARGETS = {
+    "payments.charge": "cus_42",
+    "payments.refund": "ch_1",
+    "email.send": "ana@example.test",
+    "reservations.create": "room-101",
+    "reservations.cancel": "res_1",
+    "generic-with-lookup": "acc_9",
+    "generic-without-lookup": "127.0.0.1:9",
+}
+#: kind -> its amount column (an email, a reservation and a count without currency: none).
+AMOUNTS = {"payments.charge": "49.90", "payments.refund": "15.00", "generic-with-lookup": "12.50"}
+
+
+def row_of(body: str, intent: Intent) -> str:
+    """The table row of ``body`` that names ``intent``."""
+    rows = [row for row in body.split("<tr>") if str(intent.id)[:13] in row]
+    assert len(rows) == 1, (str(intent.id), body)
+    return rows[0].split("</tr>")[0]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize(("state", "list_name"), [(S.AWAITING_APPROVAL, "approvals"), (S.UNKNOWN, "unknown")])
+def test_i16_3_lists_show_reference_target_and_amount_for_every_kind(
+    kind: str,
+    state: str,
+    list_name: str,
+    every_kind: None,
+    settings: Any,
+    approver: Any,
+    viewer_client: Client,
+) -> None:
+    # given: an intent of this kind in the list's state
+    intent = build(kind, state, settings=settings, approver=approver)
+    # when: its list (the page and the htmx refresh) and the intents search are opened
+    bodies = [
+        page(viewer_client, reverse(list_name)),
+        page(viewer_client, reverse(list_name), **HTMX),
+        page(viewer_client, reverse("intents")),
+    ]
+    # then: its row names its reference, who or what it affects, and its amount
+    for body in bodies:
+        assert "Customer / target" in body
+        row = row_of(body, intent)
+        assert f"ref-{kind}-{state}" in row
+        assert TARGETS[kind] in row
+        if kind in AMOUNTS:
+            assert AMOUNTS[kind] in row
+        else:
+            assert '<td class="num">—</td>' in row

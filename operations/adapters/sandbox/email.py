@@ -38,6 +38,8 @@ class SandboxEmailAdapter(Adapter):
     #: The action versions served (issue 21: declared by the adapter, not a constant).
     versions: ClassVar[dict[str, tuple[int, ...]]] = {"email.send": (1,)}
     argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {"email.send": EMAIL_SCHEMA}
+    #: An email affects its recipient.
+    target_fields: ClassVar[dict[str, str]] = {"email.send": "to"}
     money_fields: ClassVar[tuple[str, ...]] = ()
 
     def capabilities_for(self, action: str) -> Capabilities:

@@ -46,6 +46,8 @@ class SandboxPaymentsAdapter(Adapter):
         "payments.charge": CHARGE_SCHEMA,
         "payments.refund": REFUND_SCHEMA,
     }
+    #: A charge affects its customer; a refund, the charge it refunds.
+    target_fields: ClassVar[dict[str, str]] = {"payments.charge": "customer", "payments.refund": "charge"}
 
     def capabilities_for(self, action: str) -> Capabilities:
         """A charge is compensated by a refund; a refund has no compensation of its own."""

@@ -54,6 +54,11 @@ class SandboxReservationsAdapter(Adapter):
         "reservations.create": RESERVATION_SCHEMA,
         "reservations.cancel": CANCEL_RESERVATION_SCHEMA,
     }
+    #: A booking affects the resource it reserves; a cancellation, the reservation it cancels.
+    target_fields: ClassVar[dict[str, str]] = {
+        "reservations.create": "resource",
+        "reservations.cancel": "reservation",
+    }
     money_fields: ClassVar[tuple[str, ...]] = ()
 
     def capabilities_for(self, action: str) -> Capabilities:
