@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django import forms
@@ -43,6 +44,21 @@ class ApproveForm(DecisionForm):
     accept_duplicate_risk = forms.BooleanField(
         required=False, widget=Acknowledgement, label=DUPLICATE_RISK_CONFIRMATION
     )
+    # The other intents the page listed (comma-separated ids): the confirmation accepts exactly
+    # these; ``intent_approve`` refuses when another one appeared since.
+    duplicate_risk_seen = forms.CharField(required=False, max_length=20_000, widget=forms.HiddenInput)
+
+    def clean_duplicate_risk_seen(self) -> list[uuid.UUID]:
+        raw: str = self.cleaned_data["duplicate_risk_seen"]
+        try:
+            return [uuid.UUID(part) for part in raw.split(",") if part.strip()]
+        except ValueError as exc:
+            raise forms.ValidationError("the list of intents the page showed is not a list of ids") from exc
+
+    def accepted_duplicates(self) -> list[uuid.UUID]:
+        """The intents the approver accepts a second effect beside: the ones the page listed,
+        when the box is ticked; none otherwise."""
+        return self.cleaned_data["duplicate_risk_seen"] if self.cleaned_data["accept_duplicate_risk"] else []
 
 
 class RejectForm(DecisionForm):

@@ -118,13 +118,13 @@ def _decide(request: HtmxHttpRequest, intent_id: uuid.UUID, *, approve: bool) ->
         context = detail_context(request, intent, error=first_error(form), stale=stale)
         return page_or_partial(request, DETAIL, "decision", context, status=422)
     try:
-        if approve:
+        if isinstance(form, ApproveForm):
             decided = intent_approve(
                 intent_id=intent.id,
                 user=request.user,  # type: ignore[arg-type]
                 request_hash=form.cleaned_data["request_hash"],
                 reason=form.cleaned_data["reason"],
-                accept_duplicate_risk=form.cleaned_data["accept_duplicate_risk"],
+                accepted_duplicates=form.accepted_duplicates(),
             )
         else:
             decided = intent_reject(

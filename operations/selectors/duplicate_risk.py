@@ -42,7 +42,9 @@ DUPLICATE_RISK_STATUSES = frozenset(
 RISK_LIMIT = 5
 
 
-def duplicate_risks(intents: Sequence[Intent], *, limit: int = RISK_LIMIT) -> dict[uuid.UUID, list[Intent]]:
+def duplicate_risks(
+    intents: Sequence[Intent], *, limit: int | None = RISK_LIMIT
+) -> dict[uuid.UUID, list[Intent]]:
     """For each of ``intents`` that has a reference, the other intents of its tenant with the same
     action and reference in ``DUPLICATE_RISK_STATUSES``, newest first (at most ``limit`` each).
 
@@ -50,6 +52,9 @@ def duplicate_risks(intents: Sequence[Intent], *, limit: int = RISK_LIMIT) -> di
     ``(tenant, action, reference)`` triples are OR-ed and each triple's newest ``limit + 1`` rows
     are kept by a window in the database, served by the ``intent_reference`` index
     (``tenant, reference``). No query at all when no intent has a reference.
+
+    ``limit=None`` names every one (the approval page and the approval service: an approver
+    accepts exactly the intents the page listed).
 
     Returns:
         ``{intent.id: [other intents]}``, only for intents with at least one risk. The other
@@ -62,19 +67,18 @@ def duplicate_risks(intents: Sequence[Intent], *, limit: int = RISK_LIMIT) -> di
     for tenant, action, reference in sorted(keys):
         match |= Q(tenant=tenant, action=action, reference=reference)
     # limit + 1: an awaiting intent is itself in DUPLICATE_RISK_STATUSES and is dropped below.
-    rows = (
-        Intent.objects.filter(match, status__in=DUPLICATE_RISK_STATUSES)
-        .only("id", "tenant", "action", "reference", "status", "created_at")
-        .annotate(
+    rows = Intent.objects.filter(match, status__in=DUPLICATE_RISK_STATUSES).only(
+        "id", "tenant", "action", "reference", "status", "created_at"
+    )
+    if limit is not None:
+        rows = rows.annotate(
             rank=Window(
                 RowNumber(),
                 partition_by=[F("tenant"), F("action"), F("reference")],
                 order_by=[F("created_at").desc(), F("id").desc()],
             )
-        )
-        .filter(rank__lte=limit + 1)
-        .order_by("-created_at", "-id")
-    )
+        ).filter(rank__lte=limit + 1)
+    rows = rows.order_by("-created_at", "-id")
     by_key: dict[tuple[str, str, str], list[Intent]] = {}
     for row in rows:
         by_key.setdefault((row.tenant, row.action, row.reference), []).append(row)
@@ -86,10 +90,10 @@ def duplicate_risks(intents: Sequence[Intent], *, limit: int = RISK_LIMIT) -> di
             o for o in by_key.get((intent.tenant, intent.action, intent.reference), []) if o.id != intent.id
         ]
         if others:
-            risks[intent.id] = others[:limit]
+            risks[intent.id] = others if limit is None else others[:limit]
     return risks
 
 
 def duplicate_risk_of(intent: Intent) -> list[Intent]:
-    """``duplicate_risks`` for one intent: the other intents approving it might duplicate."""
-    return duplicate_risks([intent]).get(intent.id, [])
+    """Every other intent approving ``intent`` might duplicate (``duplicate_risks``, no limit)."""
+    return duplicate_risks([intent], limit=None).get(intent.id, [])

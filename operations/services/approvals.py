@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from datetime import timedelta
 
 from django.contrib.auth.models import User
@@ -48,9 +49,15 @@ def _check_decision(*, intent: Intent, user: User, shown_hash: str, approving: b
 DUPLICATE_RISK_CONFIRMATION = "I have seen the other intents for this reference and approve a second effect"
 
 
-def duplicate_risk_refusal(intent: Intent, others: list[Intent]) -> str:
-    """The refusal of an approval that did not accept the duplicate risk ``others`` pose."""
+def duplicate_risk_refusal(intent: Intent, others: list[Intent], *, shown: bool = False) -> str:
+    """The refusal of an approval that did not accept the duplicate risk ``others`` pose;
+    ``shown``: the approver accepted a list, and ``others`` were not on it (they appeared since)."""
     named = ", ".join(f"{other.id} ({other.status})" for other in others)
+    if shown:
+        return (
+            f"since the page loaded, another {intent.action} for reference {intent.reference!r} "
+            f"succeeded or came in flight: {named}. Reload the page and look at it before approving."
+        )
     return (
         f"another {intent.action} for reference {intent.reference!r} already succeeded or is in flight: "
         f"{named}. Approving this one may apply the effect a second time. Tick "
@@ -65,7 +72,7 @@ def intent_approve(
     user: User,
     request_hash: str,
     reason: str = "",
-    accept_duplicate_risk: bool = False,
+    accepted_duplicates: Collection[uuid.UUID] = (),
 ) -> Intent:
     """Record ``user``'s approval of the exact payload ``request_hash``; when enough approvers
     have approved (two for the critical tier), move the intent to READY and write its outbox
@@ -73,11 +80,13 @@ def intent_approve(
 
     Args:
         request_hash: the hash the approver was shown; anything else is refused (C10).
-        accept_duplicate_risk: the approver confirmed they saw the other intents of this
-            tenant, action and reference that already had their effect or may still have it
-            (``operations.selectors.duplicate_risk``) and approves a second effect. Required
-            when such intents exist (judged under the row lock, now, not when the page loaded);
-            recorded in the audit event.
+        accepted_duplicates: the other intents of this tenant, action and reference that
+            already had their effect or may still have it (``operations.selectors.duplicate_risk``)
+            which the approver was shown and accepts a second effect beside (the page's ticked
+            confirmation sends the ids it listed). Judged under the row lock, now: every such
+            intent must be among them, so one that appeared after the page loaded (a succeeded
+            charge, a released held intent) is refused like a changed payload (C10), not
+            approved unseen. Recorded in the audit event.
 
     Raises:
         ApprovalRefused: wrong hash, expired request, missing permission, own request, this
@@ -92,8 +101,9 @@ def intent_approve(
         _check_decision(intent=intent, user=user, shown_hash=request_hash, approving=True)
         # Read under the lock: an earlier intent that succeeded while the page was open counts.
         others = duplicate_risk_of(intent)
-        if others and not accept_duplicate_risk:
-            raise ApprovalRefused(duplicate_risk_refusal(intent, others))
+        unseen = [other for other in others if other.id not in set(accepted_duplicates)]
+        if unseen:
+            raise ApprovalRefused(duplicate_risk_refusal(intent, unseen, shown=bool(accepted_duplicates)))
         accepted = {"duplicate_risk_accepted": [str(other.id) for other in others]} if others else {}
         ttl = timedelta(seconds=Policy.from_snapshot(intent.policy).approval_ttl_seconds)
         Approval.objects.create(

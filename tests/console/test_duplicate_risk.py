@@ -197,7 +197,9 @@ def test_i16_2_approve_with_the_confirmation_is_approved_and_audited(approver_cl
     earlier = succeeded("order-6")
     intent = gated(25_000, reference="order-6")
     # when
-    response = approve(approver_client, intent, accept_duplicate_risk="on")
+    response = approve(
+        approver_client, intent, accept_duplicate_risk="on", duplicate_risk_seen=str(earlier.id)
+    )
     # then
     assert response.status_code == 302
     intent.refresh_from_db()
@@ -208,16 +210,86 @@ def test_i16_2_approve_with_the_confirmation_is_approved_and_audited(approver_cl
 
 def test_i16_2_the_service_refuses_whoever_calls_it(approver: Any) -> None:
     # given: an in-flight charge for order-7 and a second one awaiting approval
-    _, intent = in_flight_pair("order-7")
+    earlier, intent = in_flight_pair("order-7")
     # when / then: the service itself refuses, whatever the caller
     with pytest.raises(ApprovalRefused, match="already succeeded or is in flight"):
         intent_approve(intent_id=intent.id, user=approver, request_hash=intent.request_hash)
     intent.refresh_from_db()
     assert intent.status == S.AWAITING_APPROVAL and not intent.approvals.exists()
     approved = intent_approve(
-        intent_id=intent.id, user=approver, request_hash=intent.request_hash, accept_duplicate_risk=True
+        intent_id=intent.id, user=approver, request_hash=intent.request_hash, accepted_duplicates=[earlier.id]
     )
     assert approved.status == S.READY
+
+
+def test_i16_2_a_risk_that_appeared_after_the_page_loaded_is_refused_not_approved_unseen(
+    approver_client: Client,
+) -> None:
+    # given: order-8 was charged; the approver opens the second charge's page, which lists it
+    earlier = succeeded("order-8")
+    intent = gated(25_000, reference="order-8")
+    page = approval_page(approver_client, intent)
+    listed = page.split('name="duplicate_risk_seen" value="', 1)[1].split('"', 1)[0]
+    assert listed == str(earlier.id)
+    # and, while the page is open, a third charge for order-8 is held behind it, then released
+    # by an operator: it now awaits approval too (the reviewer's case)
+    third = submit(arguments=charge_arguments(26_000), reference="order-8")
+    assert third.status == S.HELD
+    intent_release_held(
+        intent_id=third.id, actor="user:otto", reason="asked twice", duplicate_risk_accepted=True
+    )
+    before = (Approval.objects.count(), OutboxMessage.objects.count())
+    # when: the approver ticks the box on the page as it was
+    response = approve(approver_client, intent, accept_duplicate_risk="on", duplicate_risk_seen=listed)
+    # then: refused in place, naming the one not shown; nothing changed
+    body = response.content.decode()
+    assert response.status_code in {403, 409, 422}
+    assert "since the page loaded" in body and str(third.id) in body
+    intent.refresh_from_db()
+    assert intent.status == S.AWAITING_APPROVAL
+    assert (Approval.objects.count(), OutboxMessage.objects.count()) == before
+    # and after a reload that lists both, the approval goes through and records both
+    reloaded = approval_page(approver_client, intent)
+    both = reloaded.split('name="duplicate_risk_seen" value="', 1)[1].split('"', 1)[0]
+    assert set(both.split(",")) == {str(earlier.id), str(third.id)}
+    assert (
+        approve(approver_client, intent, accept_duplicate_risk="on", duplicate_risk_seen=both).status_code
+        == 302
+    )
+    approved = AuditEvent.objects.get(intent=intent, event="approved")
+    assert set(approved.data["duplicate_risk_accepted"]) == {str(earlier.id), str(third.id)}
+
+
+def test_i16_2_every_risk_is_listed_and_recorded_beyond_the_inbox_badge_limit(
+    approver_client: Client,
+) -> None:
+    # given: seven earlier intents for order-9 that succeeded (more than the badge names)
+    earlier = {str(succeeded("order-9").id) for _ in range(7)}
+    intent = gated(25_000, reference="order-9")
+    # when: the page lists them and the approver accepts what it listed
+    page = approval_page(approver_client, intent)
+    listed = page.split('name="duplicate_risk_seen" value="', 1)[1].split('"', 1)[0]
+    response = approve(approver_client, intent, accept_duplicate_risk="on", duplicate_risk_seen=listed)
+    # then: all seven were listed, accepted and recorded
+    assert set(listed.split(",")) == earlier
+    assert response.status_code == 302
+    approved = AuditEvent.objects.get(intent=intent, event="approved")
+    assert set(approved.data["duplicate_risk_accepted"]) == earlier
+
+
+def test_i16_2_a_crafted_list_of_seen_intents_is_a_clear_error_not_a_500(approver_client: Client) -> None:
+    # given
+    succeeded("order-10")
+    intent = gated(25_000, reference="order-10")
+    # when
+    response = approve(
+        approver_client, intent, accept_duplicate_risk="on", duplicate_risk_seen="not-an-id,42"
+    )
+    # then
+    assert response.status_code == 422
+    assert "not a list of ids" in response.content.decode()
+    intent.refresh_from_db()
+    assert intent.status == S.AWAITING_APPROVAL
 
 
 def test_i16_2_inbox_badge_links_the_other_intents_in_one_query(approver_client: Client) -> None:

@@ -412,7 +412,14 @@ def test_i16_2_duplicate_risk_for_every_action_kind(
     assert "already succeeded or is in flight" in refused.content.decode()
     second.refresh_from_db()
     assert second.status == S.AWAITING_APPROVAL
-    approved = approver_client.post(url, {"request_hash": second.request_hash, "accept_duplicate_risk": "on"})
+    approved = approver_client.post(
+        url,
+        {
+            "request_hash": second.request_hash,
+            "accept_duplicate_risk": "on",
+            "duplicate_risk_seen": str(earlier.id),
+        },
+    )
     assert approved.status_code == 302
     second.refresh_from_db()
     assert second.status == S.READY
