@@ -28,7 +28,7 @@ from tests.console.browser_support import (
     sign_in,
 )
 from tests.console.conftest import make_unknown
-from tests.factories import UserFactory, charge_arguments, submit
+from tests.factories import UserFactory, charge_arguments, submit, user_named
 
 pytestmark = pytestmark_browser
 
@@ -209,3 +209,26 @@ def test_i16_9_every_page_fits_1366_with_long_values(page: Any) -> None:
         assert_no_horizontal_overflow(page)
         if name == "unknown-detail":
             shot(page, "unknown-detail-long-values.png")
+
+
+def test_i16_9_a_150_character_username_wraps_instead_of_widening_the_pages(page: Any) -> None:
+    # given: an operator whose name is as long as Django allows (150 characters, no space) is on
+    # an UNKNOWN charge and a held one (the reviewer's case), and a colleague
+    long_name = "o" * 150
+    UserFactory(username=long_name, groups=["operator"])
+    UserFactory(username="otto", groups=["operator"])
+    unknown = make_unknown(reference="order-4004")
+    earlier = submit(arguments=charge_arguments(), reference="order-4005")
+    held = submit(arguments=charge_arguments(5_990), reference="order-4005")
+    assert held.status == S.HELD and earlier.status == S.READY
+    for intent in (unknown, held):
+        intent_assign(intent_id=intent.id, user=user_named(long_name))
+    # when / then: the queue and both pages (with the take-over form naming them) fit 1366 px,
+    # for the colleague and for the long-named operator (whose name is in the header)
+    for who in ("otto", long_name):
+        page.context.clear_cookies()
+        sign_in(page, who)
+        for path in ("/unknown/", f"/unknown/{unknown.id}/", f"/held/{held.id}/"):
+            page.goto(path)
+            expect(page.get_by_text(long_name).first).to_be_visible()
+            assert_no_horizontal_overflow(page)
