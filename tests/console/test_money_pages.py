@@ -59,3 +59,19 @@ def test_i16_1_money_follows_the_browser_locale(approver_client: Client) -> None
     assert "49,90 EUR" in inbox.content.decode() and "125.000 JPY" in inbox.content.decode()
     assert '<dd id="intent-amount">49,90 EUR</dd>' in page.content.decode()
     assert '<dd id="intent-amount">49.90 EUR</dd>' in english.content.decode()
+
+
+def test_i16_1_the_preview_sentence_and_the_amount_agree_in_every_locale(approver_client: Client) -> None:
+    # given: a 1.234 KWD charge waiting for approval (three decimals: read wrongly, 1,000 times off)
+    kwd = submit(arguments=charge_arguments(1234, currency="KWD"), reference="order-kw-1")
+    Intent.objects.filter(id=kwd.id).update(status=Intent.Status.AWAITING_APPROVAL)
+    for language, shown in (("de-DE", "1,234 KWD"), ("en-US", "1.234 KWD")):
+        # when: the approver's browser asks for the page in that language
+        body = approver_client.get(
+            reverse("approval-detail", args=[kwd.id]), HTTP_ACCEPT_LANGUAGE=language
+        ).content.decode()
+        # then: the adapter's sentence uses the same separators as the amount (the reviewer saw
+        # "Charge 1.234 KWD" above "Amount 1,234 KWD" for a German reader)
+        assert f"Charge {shown} to" in body, language
+        other = "1.234 KWD" if shown == "1,234 KWD" else "1,234 KWD"
+        assert other not in body, language

@@ -8,7 +8,7 @@ from typing import Any
 from django.conf import settings
 
 from operations.adapters.base import AdapterError, AmbiguousOutcome, ExecutionCall, LookupResult, LookupStatus
-from operations.money import format_plain
+from operations.money import format_money
 
 CURRENCY = {"type": "string", "pattern": "^[A-Z]{3}$", "description": "ISO 4217 code, upper case"}
 REFERENCE = {"type": "string", "minLength": 1, "maxLength": 200}
@@ -76,10 +76,12 @@ CANCEL_RESERVATION_SCHEMA: dict[str, Any] = {
 
 
 def format_minor(amount: int, currency: str) -> str:
-    """Render minor units for a stored sentence by the currency's ISO 4217 exponent:
-    ``(12000, "EUR") -> "120.00 EUR"``, ``(125000, "JPY") -> "125,000 JPY"``,
-    ``(1234, "KWD") -> "1.234 KWD"`` (``operations.money.format_plain``: the same in every locale)."""
-    return format_plain(amount, currency)
+    """Render minor units for a preview sentence by the currency's ISO 4217 exponent, in the
+    reader's locale (``operations.money.format_money``; en_US unless the request negotiated
+    another): ``(12000, "EUR") -> "120.00 EUR"``, ``(125000, "JPY") -> "125,000 JPY"``,
+    ``(1234, "KWD") -> "1.234 KWD"``, and ``"1,234 KWD"`` for a German reader. Previews are
+    computed when shown, never stored, so the sentence and the page's Amount always agree."""
+    return format_money(amount, currency)
 
 
 #: Seconds a read (``list_by_reference``) may take when no call deadline applies.
