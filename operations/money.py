@@ -29,11 +29,18 @@ import functools
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from babel import Locale, UnknownLocaleError
-from babel.numbers import format_currency, get_currency_precision, list_currencies
+from babel.core import get_global
+from babel.numbers import (
+    format_currency,
+    get_currency_precision,
+    get_territory_currencies,
+    list_currencies,
+)
 
 #: The locale money is shown in when the request names none we offer.
 DEFAULT_LOCALE = "en_US"
@@ -50,6 +57,26 @@ def iso_4217_codes() -> frozenset[str]:
 def is_currency(code: Any) -> bool:
     """Whether ``code`` is an ISO 4217 code Babel knows, exactly as written (``"eur"`` is not)."""
     return isinstance(code, str) and code in iso_4217_codes()
+
+
+@functools.cache
+def tender_codes() -> frozenset[str]:
+    """The currencies legal tender somewhere today, by CLDR's territory data in Babel
+    (``get_territory_currencies(..., tender=True)``): EUR, JPY, KWD, XAF… but not the codes ISO
+    4217 gives no minor unit (XAU gold, XDR, XTS for tests, XXX for "no currency"), funds codes
+    (CLF) or withdrawn currencies (DEM, VEF, HRK), for which Babel would guess 2 decimals. Read
+    once per process (a currency withdrawn while a process runs stays accepted until restart)."""
+    today = datetime.now(UTC).date()
+    codes: set[str] = set()
+    for territory in get_global("territory_currencies"):
+        codes.update(get_territory_currencies(territory, today, tender=True))
+    return frozenset(codes)
+
+
+def is_accepted_currency(code: Any) -> bool:
+    """Whether an intent may move money in ``code``: upper case and legal tender today
+    (``tender_codes``). Stored intents in other codes still render (``is_currency``)."""
+    return isinstance(code, str) and code in tender_codes()
 
 
 @dataclass(frozen=True)
@@ -72,17 +99,33 @@ class Money:
         return cls(amount, currency)
 
 
-def currency_problem(arguments: Any) -> str | None:
-    """Why the money in ``arguments`` cannot be accepted, or None when it can (or moves no money).
+def currency_problem(arguments: Any) -> tuple[str, str] | None:
+    """Why the money in ``arguments`` cannot be accepted, as ``(field, message)``, or None when it
+    can (or moves no money).
 
     The one rule for every action (sandbox adapters and generic HTTP actions alike): arguments
-    that move money (``Money.of``: an integer ``amount`` with a string ``currency``) must name a
-    currency Babel knows, upper case, because its exponent decides what the amount means.
+    with both an ``amount`` and a ``currency`` move money; the amount must be an integer (minor
+    units, not a bool) and the currency upper case and legal tender today
+    (``is_accepted_currency``), because its ISO 4217 exponent decides what the amount means.
     """
-    money = Money.of(arguments)
-    if money is None or is_currency(money.currency):
+    if not isinstance(arguments, Mapping) or "amount" not in arguments or "currency" not in arguments:
         return None
-    return f"{money.currency!r} is not an ISO 4217 currency code (upper case, e.g. EUR, JPY, KWD)"
+    money = Money.of(arguments)
+    if money is None:
+        # A currency beside an amount that is not integer minor units (a string, a float, a
+        # bool, an object), or a currency that is not a string: refused, not read as "no money"
+        # (the reviewer's generic-action bypass).
+        if isinstance(arguments["currency"], str):
+            return "amount", "with a currency, the amount must be an integer number of minor units (cents)"
+        return "currency", "with an amount, the currency must be an ISO 4217 code such as EUR"
+    if is_accepted_currency(money.currency):
+        return None
+    if is_currency(money.currency):
+        return "currency", (
+            f"{money.currency!r} is not a currency in use (a withdrawn currency, a metal, a fund or "
+            "test code has no minor unit to read the amount by)"
+        )
+    return "currency", f"{money.currency!r} is not an ISO 4217 currency code (upper case, e.g. EUR, JPY, KWD)"
 
 
 def exponent(currency: str) -> int:

@@ -68,10 +68,10 @@ def validate_arguments(schema: dict[str, Any], arguments: Any, *, money_fields: 
     ``StrictValidator``).
 
     Money fields must be integers in minor units: a float there is refused even when it is
-    integral (``4990.0``), because binary floats cannot carry money exactly. Arguments that move
-    money (an integer ``amount`` with a string ``currency``) must name an ISO 4217 currency Babel
-    knows (``operations.money.currency_problem``: its exponent says what the amount means), for
-    every action, whatever its schema says.
+    integral (``4990.0``), because binary floats cannot carry money exactly. Arguments with an
+    ``amount`` and a ``currency`` must give integer minor units in a currency legal tender today
+    (``operations.money.currency_problem``: its exponent says what the amount means), for every
+    action, whatever its schema says.
 
     Raises:
         ArgumentsInvalid: with one ``{"field", "message"}`` per failure, sorted by field.
@@ -82,8 +82,8 @@ def validate_arguments(schema: dict[str, Any], arguments: Any, *, money_fields: 
             if isinstance(arguments.get(name), float):
                 errors.append({"field": name, "message": "money must be an integer in minor units (cents)"})
         problem = currency_problem(arguments)
-        if problem:
-            errors.append({"field": "currency", "message": problem})
+        if problem and not any(e["field"] == problem[0] for e in errors):
+            errors.append({"field": problem[0], "message": problem[1]})
     validator = _validator(json.dumps(schema, sort_keys=True))
     for error in validator.iter_errors(arguments):
         path = ".".join(str(p) for p in error.absolute_path) or "arguments"

@@ -408,6 +408,54 @@ def test_i12_6_an_empty_cancel_body_is_a_cancel_without_reason(api: APIClient) -
     assert response.status_code == 200 and response.json()["status"] == "CANCELLED"
 
 
+@pytest.mark.parametrize("currency", ["XTS", "XXX", "XAU", "XDR", "CLF", "DEM", "VEF", "HRK"])
+def test_i16_1_a_code_without_minor_unit_or_out_of_use_is_refused_with_nothing_stored(
+    api: APIClient, currency: str
+) -> None:
+    # when: a charge in a code Babel knows but that is no currency in use (it would guess 2
+    # decimals: the reviewer saw "1.00 XTS" accepted)
+    response = post(
+        api, {"action": "payments.charge", "arguments": charge_arguments(4990, currency=currency)}
+    )
+    # then
+    body = assert_problem(response, 422)
+    (error,) = [e for e in body["errors"] if e["field"] == "currency"]
+    assert "not a currency in use" in error["message"]
+    assert counts() == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "field"),
+    [
+        ({"amount": "4990", "currency": "xyz"}, "amount"),
+        ({"amount": True, "currency": "EUR"}, "amount"),
+        ({"amount": 4990, "currency": ["EUR"]}, "currency"),
+        ({"amount": {"value": 5}, "currency": "EUR"}, "amount"),
+        ({"amount": 4990, "currency": "XTS"}, "currency"),
+    ],
+)
+def test_i16_1_a_generic_action_without_schema_cannot_slip_money_past_the_rule(
+    api: APIClient, settings: Any, arguments: dict[str, Any], field: str
+) -> None:
+    # given: a generic HTTP action with no argument schema (the reviewer's bypass)
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {"acme.transfer": {"url": "http://127.0.0.1:9/v1/transfers"}}
+    for path in (URL, f"{URL}/preview"):
+        # when
+        response = api.post(
+            path,
+            {"action": "acme.transfer", "arguments": arguments},
+            format="json",
+            HTTP_IDEMPOTENCY_KEY="g-1",
+        )
+        # then: a 422 naming the field, nothing stored
+        body = assert_problem(response, 422)
+        assert field in {e["field"] for e in body["errors"]}, body
+        assert counts() == (0, 0, 0)
+    # and a generic action whose amount is a count with no currency is not money: accepted
+    fine = api.post(f"{URL}/preview", {"action": "acme.transfer", "arguments": {"amount": 3}}, format="json")
+    assert fine.status_code == 200, fine.content
+
+
 @pytest.mark.parametrize("currency", ["XYZ", "eur", "ZZZ"])
 def test_i16_1_an_unknown_currency_is_refused_at_submit_with_nothing_stored(
     api: APIClient, currency: str
