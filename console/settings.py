@@ -406,8 +406,8 @@ EFFECT_LEDGER: dict[str, Any] = {
     # A periodic job (relay, reconciler) is late after this many of its periods without a run.
     "HEALTH_JOB_AMBER_PERIODS": env_float("EFFECT_LEDGER_HEALTH_JOB_AMBER_PERIODS", 5.0),
     "HEALTH_JOB_RED_PERIODS": env_float("EFFECT_LEDGER_HEALTH_JOB_RED_PERIODS", 30.0),
-    # Provider calls of the last hour, per action: the share that failed (failed, unknown, retry,
-    # abandoned), and the 95th percentile of the time from claim to record, in seconds.
+    # Provider calls of the last hour, per action: the share with no definite answer (unknown,
+    # retry, abandoned; a definite refusal is not one), and the p95 from claim to record, in seconds.
     "HEALTH_PROVIDER_FAILURE_AMBER": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_FAILURE_AMBER", 0.05),
     "HEALTH_PROVIDER_FAILURE_RED": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_FAILURE_RED", 0.25),
     "HEALTH_PROVIDER_P95_AMBER_SECONDS": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_P95_AMBER_SECONDS", 2.0),

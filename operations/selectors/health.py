@@ -33,9 +33,12 @@ PERIODIC_JOBS: tuple[tuple[str, str, str], ...] = (
     ("reconciliation.reconcile", "Reconciler", "RECONCILE_PERIOD_SECONDS"),
 )
 
-#: Attempt results counted as a provider failure (the call failed, or its outcome is not known).
+#: Attempt results counted as provider trouble: no definite answer (a timeout, a 5xx or 429 that
+#: is retried, an ambiguous call, a lease that expired mid-call). ``failed`` is not one: it is
+#: the provider's definite refusal (a card declined, a reservation not found), a working
+#: provider doing its job, and a shop that declines many cards must not see its provider red
+#: (reviewer's finding). It is still shown among the outcomes.
 FAILURE_RESULTS = (
-    Attempt.Result.FAILED,
     Attempt.Result.UNKNOWN,
     Attempt.Result.RETRY,
     Attempt.Result.ABANDONED,
@@ -445,7 +448,9 @@ def providers_signal(stats: list[dict[str, Any]]) -> Signal:
     calls = sum(s["calls"] for s in stats)
     failures = sum(s["failures"] for s in stats)
     bad = [s["action"] for s in stats if s["level"] != GREEN]
-    summary = f"{calls} calls, {failures} failed or unknown" + (f"; look at {', '.join(bad)}" if bad else "")
+    summary = f"{calls} calls, {failures} without a definite answer" + (
+        f"; look at {', '.join(bad)}" if bad else ""
+    )
     return Signal("providers", "Provider calls (last hour)", worst(*(s["level"] for s in stats)), summary)
 
 
@@ -459,9 +464,11 @@ def system_health(*, scope: TenantScope, system_wide: bool) -> dict[str, Any]:
             counters (they describe the machinery every tenant shares, and name hosts).
 
     Returns:
-        ``signals`` (list of ``Signal``, the summary), ``overall`` (the worst level), and the
-        details: ``workers``, ``broker``, ``outbox``, ``jobs``, ``providers``; those of no
-        tenant are None when ``system_wide`` is false.
+        ``signals`` (list of ``Signal``, the summary), ``overall`` (the worst level), ``partial``
+        (true when the signals of no tenant were not read, so ``overall`` speaks for the
+        reader's provider calls only and must not be shown as the system's), and the details:
+        ``workers``, ``broker``, ``outbox``, ``jobs``, ``providers``; those of no tenant are
+        None when ``system_wide`` is false.
     """
     providers = provider_call_stats(scope=scope)
     signals = []
@@ -485,6 +492,7 @@ def system_health(*, scope: TenantScope, system_wide: bool) -> dict[str, Any]:
     return {
         "signals": signals,
         "overall": worst(*(s.level for s in signals)),
+        "partial": not system_wide,
         "workers": workers,
         "broker": broker,
         "outbox": outbox,
