@@ -29,7 +29,7 @@ def assignment_context(intent: Intent) -> dict[str, Any]:
     whether it is in the operators' queue at all, and how long an assignment lasts."""
     return {
         "in_queue": Intent.objects.filter(services.ASSIGNABLE, id=intent.id).exists(),
-        "assignment_minutes": services.assignment_seconds() // 60,
+        "assignment_seconds": services.assignment_seconds(),
     }
 
 
@@ -63,7 +63,9 @@ def intent_assign_view(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpRe
         )
     except (ResolutionRefused, IntentMoved) as exc:
         if not can_resolve(request.user, intent.tenant):  # a reader of the tenant, not an operator there
-            return render(request, "console/forbidden.html", {"message": f"Refused: {exc.detail}."}, status=403)
+            return render(
+                request, "console/forbidden.html", {"message": f"Refused: {exc.detail}."}, status=403
+            )
         messages.error(request, f"Refused: {exc.detail}.")
         return _item_page(intent)
     since = f"{assignment.since:%H:%M:%S} UTC"

@@ -206,11 +206,13 @@ def _why_not(intent_id: uuid.UUID, username: str, take_over_from: str) -> str:
         return f"this intent is {intent.status} now, not in the operators' queue: nothing to be on"
     current = assignment_active(intent)
     if take_over_from:
-        if intent.assigned_to == username:
+        if intent.assigned_to == username and current is not None:
             return "you are on it already"
+        if take_over_from == username:
+            return "you cannot take it over from yourself"
         if current is None:
-            return f'{take_over_from} is no longer on it: nobody is; press "I\'m on it" instead'
-        return f"it is no longer {take_over_from}'s: {_on_it(current)}; reload the page"
+            return f'{take_over_from} is not on it: nobody is; press "I\'m on it" instead'
+        return f"it is not {take_over_from}'s: {_on_it(current)}; reload the page"
     if current is not None:
         return f"{_on_it(current)}; take it over first"
     return "it changed meanwhile: reload the page"

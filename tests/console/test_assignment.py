@@ -208,10 +208,33 @@ def test_i16_4_a_take_over_from_an_out_of_date_page_changes_nothing(otto: Any, a
     intent_assign(intent_id=intent.id, user=otto)
     intent_assign(intent_id=intent.id, user=vera, take_over_from="otto")
     # when: anna takes over "from otto"
-    with pytest.raises(AssignmentRefused, match="no longer otto's: vera is on it"):
+    with pytest.raises(AssignmentRefused, match="it is not otto's: vera is on it"):
         intent_assign(intent_id=intent.id, user=anna, take_over_from="otto")
     # then
     assert Intent.objects.get(id=intent.id).assigned_to == "vera"
+
+
+def test_i16_4_a_crafted_take_over_names_what_is_true(otto: Any, anna: Any) -> None:
+    # given: otto is on it
+    intent = make_unknown(reference="order-1")
+    intent_assign(intent_id=intent.id, user=otto)
+    # when / then: anna "takes over from herself", or from someone who never held it
+    with pytest.raises(AssignmentRefused, match="you cannot take it over from yourself"):
+        intent_assign(intent_id=intent.id, user=anna, take_over_from="anna")
+    with pytest.raises(AssignmentRefused, match="it is not nobody's: otto is on it"):
+        intent_assign(intent_id=intent.id, user=anna, take_over_from="nobody")
+    assert Intent.objects.get(id=intent.id).assigned_to == "otto"
+
+
+def test_i16_4_the_page_says_how_long_an_assignment_lasts(otto: Any, settings: Any) -> None:
+    # given: assignments of 90 s (the old text said "1 minutes"; 5 s said "0 minutes")
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "ASSIGNMENT_SECONDS": 90}
+    intent = make_unknown(reference="order-1")
+    intent_assign(intent_id=intent.id, user=otto)
+    # when
+    body = signed_in(otto).get(reverse("unknown-detail", args=[intent.id])).content.decode()
+    # then
+    assert "An assignment lapses 1 min 30 s after it was taken" in body
 
 
 def test_i16_4_assigning_does_not_make_a_colleagues_page_out_of_date(otto: Any, anna: Any) -> None:
