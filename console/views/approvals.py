@@ -16,6 +16,7 @@ from console.permissions import console_role_required, reader_scope
 from console.presentation import payload_diff
 from console.views.common import (
     HtmxHttpRequest,
+    capped,
     list_query,
     page_or_partial,
     record_refusal,
@@ -44,13 +45,14 @@ def approvals_inbox(request: HtmxHttpRequest) -> HttpResponse:
     form = ApprovalsFilterForm(request.GET or None)
     filters = selectors.ListFilters(**filters_of(form))
     inbox = selectors.approvals_inbox(scope=reader_scope(request.user), filters=filters)
-    intents = list(inbox[:INBOX_LIMIT])
+    intents, more = capped(inbox, INBOX_LIMIT)
     context = {
         "intents": intents,
         # One query for every row's duplicate risk (a badge linking the other intents).
         "duplicate_risks": duplicate_risks(intents),
         "form": form,
         "query": list_query(request),
+        "capped": {"limit": INBOX_LIMIT, "sections": ["intents awaiting a decision"] if more else []},
         "section": "approvals",
     }
     status = 422 if form.is_bound and not form.is_valid() else 200

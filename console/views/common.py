@@ -91,3 +91,11 @@ def keyset_page(request: HttpRequest, search: Callable[..., Page], filters: Any)
     except InvalidCursor:
         messages.warning(request, "That page link is malformed or out of date: showing the first page.")
         return search(filters, scope=scope, cursor=None, limit=selectors.PAGE_SIZE)
+
+
+def capped(rows: Any, limit: int) -> tuple[list[Any], bool]:
+    """The first ``limit`` of ``rows`` (a queryset, in its order) and whether more exist: one
+    row more is read, so a list that shows ``limit`` rows can say that others wait rather than
+    hide them silently (``_capped_notice.html``)."""
+    found = list(rows[: limit + 1])
+    return found[:limit], len(found) > limit

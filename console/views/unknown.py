@@ -27,6 +27,7 @@ from console.permissions import can_resolve, console_role_required, reader_scope
 from console.views.assignment import assignment_context
 from console.views.common import (
     HtmxHttpRequest,
+    capped,
     list_query,
     page_or_partial,
     record_refusal,
@@ -93,16 +94,20 @@ def unknown_queue(request: HtmxHttpRequest) -> HttpResponse:
     scope = reader_scope(request.user)
     form = UnknownFilterForm(request.GET or None)  # the UNKNOWN section's filters and sort
     filters = selectors.ListFilters(**filters_of(form))
-    context = {
-        "intents": list(queue.unknown_queue(scope=scope, filters=filters)[:QUEUE_LIMIT]),
-        "form": form,
-        "query": list_query(request),
-        "held": list(queue.held_queue(scope=scope)[:QUEUE_LIMIT]),
-        "compensations": list(queue.escalated_compensations(scope=scope)[:QUEUE_LIMIT]),
-        "findings": list(queue.open_duplicate_findings(scope=scope)[:QUEUE_LIMIT]),
-        "unverified": list(queue.recently_unverified(scope=scope)[:QUEUE_LIMIT]),
-        "section": "unknown",
+    sections = {
+        "intents": ("UNKNOWN intents", queue.unknown_queue(scope=scope, filters=filters)),
+        "held": ("held intents", queue.held_queue(scope=scope)),
+        "compensations": ("compensations", queue.escalated_compensations(scope=scope)),
+        "findings": ("duplicate findings", queue.open_duplicate_findings(scope=scope)),
+        "unverified": ("unverified confirmations", queue.recently_unverified(scope=scope)),
     }
+    context: dict[str, Any] = {"form": form, "query": list_query(request), "section": "unknown"}
+    capped_sections = []
+    for key, (label, rows) in sections.items():
+        context[key], more = capped(rows, QUEUE_LIMIT)
+        if more:
+            capped_sections.append(label)
+    context["capped"] = {"limit": QUEUE_LIMIT, "sections": capped_sections}
     status = 422 if form.is_bound and not form.is_valid() else 200
     return page_or_partial(request, "console/unknown.html", "rows", context, status=status)
 

@@ -101,7 +101,9 @@ class GenericHttpAdapter(Adapter):
         if isinstance(name, str) and name:
             value = arguments.get(name) if isinstance(arguments, dict) else None
             return "" if isinstance(value, bool) or not isinstance(value, str | int) else str(value)
-        return urlsplit(str(self.config["url"])).netloc
+        # The host and port only: a URL's user:password@ must never reach a page.
+        parts = urlsplit(str(self.config["url"]))
+        return f"{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
 
     def execute(self, call: ExecutionCall) -> ExecutionResult:
         """Send the arguments as JSON with ``Idempotency-Key: call.idempotency_key``, the whole

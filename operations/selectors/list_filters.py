@@ -20,7 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Value
 from django.db.models.functions import Upper
 
 from operations.adapters.registry import get_adapter
@@ -77,9 +77,12 @@ def reference_filter(queryset: QuerySet[Any], text: str, field: str = "reference
     (Django escapes them in ``startswith``)."""
     text = text.strip()
     queryset = queryset.alias(reference_upper=Upper(field))
+    # Upper-cased by PostgreSQL on both sides: Python's upper() differs for some letters
+    # ("ß" -> "SS", "ﬁ" -> "FI") and then found nothing (reviewer). UPPER of a constant is folded
+    # at plan time, so the comparison is still a range of intent_reference_upper.
     if text.endswith(PREFIX_MARK) and len(text) > 1:
-        return queryset.filter(reference_upper__startswith=text[:-1].upper())
-    return queryset.filter(reference_upper=text.upper())
+        return queryset.filter(reference_upper__startswith=Upper(Value(text[:-1])))
+    return queryset.filter(reference_upper=Upper(Value(text)))
 
 
 @dataclass(frozen=True)

@@ -328,3 +328,70 @@ def test_i16_3_the_filters_and_sort_survive_the_htmx_refresh(list_name: str, vie
     if list_name != "intents":
         again = re.search(r'hx-get="([^"]+)"', partial)
         assert again and html.unescape(again.group(1)) == url
+
+
+@pytest.mark.parametrize("list_name", LISTS)
+def test_i16_3_a_reference_whose_upper_case_changes_length_is_found(
+    list_name: str, viewer_client: Client
+) -> None:
+    # given: references with letters Python and PostgreSQL upper-case differently ("ß" -> "SS"
+    # in Python, kept by PostgreSQL; the "fi" ligature likewise): the reviewer found them by
+    # their own reference nowhere
+    strasse = in_list(list_name, reference="Straße-1")
+    fish = in_list(list_name, reference="ﬁsh-1")
+    # when / then: typed as stored, in another case, and by their start
+    for typed, intent in (
+        ("Straße-1", strasse),
+        ("STRAßE-1", strasse),
+        ("straße*", strasse),
+        ("ﬁsh-1", fish),
+    ):
+        body = get(viewer_client, list_name, reference=typed)
+        assert shown(body, intent), typed
+    body = get(viewer_client, list_name, reference="Straße-1")
+    assert not shown(body, fish)
+
+
+@pytest.mark.parametrize("list_name", ["approvals", "unknown"])
+def test_i16_3_a_list_longer_than_its_limit_says_more_wait(
+    list_name: str, viewer_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: three items where the list shows two (200 in production; the reviewer had 223
+    # intents awaiting approval and 23 were hidden without a word)
+    from console.views import approvals, unknown
+
+    monkeypatch.setattr(approvals, "INBOX_LIMIT", 2)
+    monkeypatch.setattr(unknown, "QUEUE_LIMIT", 2)
+    items = [in_list(list_name, reference=f"order-{n}") for n in range(3)]
+    # when
+    body = get(viewer_client, list_name)
+    # then: two rows and a notice that more wait, kept by the htmx refresh
+    assert sum(shown(body, intent) for intent in items) == 2
+    assert 'id="capped-notice"' in body and "Only the first 2 are shown" in body
+    refreshed = viewer_client.get(reverse(list_name), **HTMX).content.decode()
+    assert 'id="capped-notice"' in refreshed
+    # and no notice when everything fits
+    monkeypatch.setattr(approvals, "INBOX_LIMIT", 3)
+    monkeypatch.setattr(unknown, "QUEUE_LIMIT", 3)
+    assert 'id="capped-notice"' not in get(viewer_client, list_name)
+
+
+def test_i16_3_every_refused_filter_is_named_apart(viewer_client: Client) -> None:
+    # when: two fields fail at once (the reviewer saw their messages run together)
+    body = html.unescape(get(viewer_client, "approvals", 422, sort="bogus", intent_id="xyz"))
+    # then: one message per field, separated
+    notice = body[body.index("Not applied:") :].split("</p>", 1)[0]
+    assert notice.count("; ") >= 1 and "intent_id:" in notice and "sort:" in notice
+
+
+def test_i16_3_a_generic_actions_target_never_shows_credentials_of_its_url(settings: Any) -> None:
+    # given: a generic action whose URL carries a user and password, and no target_field
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {
+        "acme.transfer": {"url": "https://svc-user:S3cr3tP4ss@api.acme.example:8443/v1/transfers"},
+        "acme.notify": {"url": "https://api.acme.example/v1/notify"},
+    }
+    # when / then: the host and port only (the reviewer saw "svc-user:S3cr3tP4ss@...")
+    assert (
+        selectors.intent_target("acme.transfer", {"amount": 5, "currency": "EUR"}) == "api.acme.example:8443"
+    )
+    assert selectors.intent_target("acme.notify", {}) == "api.acme.example"
