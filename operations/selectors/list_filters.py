@@ -16,15 +16,17 @@ migration 0023), checked by ``tests/console/test_list_plans.py`` against 100,000
 from __future__ import annotations
 
 import re
+import unicodedata
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db.models import QuerySet, Value
 from django.db.models.functions import Upper
 
 from operations.adapters.registry import get_adapter
-from operations.models import Intent
+from operations.models import Agent, Intent
 
 #: An intent id is 32 hex digits; people paste it with or without the dashes of its text form.
 HEX_PREFIX = re.compile(r"^[0-9a-f]{1,32}$")
@@ -62,12 +64,22 @@ def intent_id_range(text: str) -> tuple[uuid.UUID, uuid.UUID]:
 
 def principal_names(name: str) -> list[str]:
     """The principals (and audit actors) a name people know can mean: ``"otto"`` ->
-    ``["otto", "user:otto", "agent:otto"]``; a name with its kind (``"user:otto"``) means only
-    itself. Principals are ``agent:<name>`` or ``user:<username>`` (``Intent.principal``)."""
-    name = name.strip()
-    if ":" in name:
-        return [name]
-    return [name, f"user:{name}", f"agent:{name}"]
+    ``["otto", "user:otto", "agent:otto"]``; a name with its kind (``"user:otto"``) means that
+    kind only. Principals are ``agent:<name>`` or ``user:<username>`` (``Intent.principal``).
+
+    Names are matched as sign-in matches them (NFKC, any case): ``"OTTO"`` or ``"ｏｔｔｏ"``
+    also mean the account stored as ``otto``, read from the users' and agents' tables (small),
+    so the filter stays an ``IN`` of exact values on the ``audit_actor`` / principal index."""
+    name = unicodedata.normalize("NFKC", name.strip())
+    kind, _, bare = name.rpartition(":") if ":" in name else ("", "", name)
+    names = {name} if kind else {name, f"user:{name}", f"agent:{name}"}
+    if bare and kind in ("", "user"):
+        users = get_user_model().objects.filter(username__iexact=bare).values_list("username", flat=True)
+        names.update(f"user:{username}" for username in users[:10])
+    if bare and kind in ("", "agent"):
+        agents = Agent.objects.filter(name__iexact=bare).values_list("name", flat=True)
+        names.update(f"agent:{agent}" for agent in agents[:10])
+    return sorted(names)
 
 
 def reference_filter(queryset: QuerySet[Any], text: str, field: str = "reference") -> QuerySet[Any]:

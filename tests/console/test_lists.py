@@ -20,7 +20,7 @@ from operations.models import Intent
 from operations.selectors import InvalidCursor
 from operations.tenant_access import EVERY_TENANT
 from tests.console.conftest import gated, make_unknown, signed_in
-from tests.factories import UserFactory, submit
+from tests.factories import UserFactory, make_agent, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -395,3 +395,17 @@ def test_i16_3_a_generic_actions_target_never_shows_credentials_of_its_url(setti
         selectors.intent_target("acme.transfer", {"amount": 5, "currency": "EUR"}) == "api.acme.example:8443"
     )
     assert selectors.intent_target("acme.notify", {}) == "api.acme.example"
+
+
+def test_i16_3_a_plain_name_matches_the_account_in_any_case_as_sign_in_does(viewer_client: Client) -> None:
+    # given: intents by the account "nora" and the agent "bot2" (the reviewer typed OPALL, BOT2)
+    UserFactory(username="nora", groups=["operator"])
+    make_agent("agent-1")
+    by_nora = submit(principal="user:nora")
+    by_agent = submit(principal="agent:agent-1")
+    # when / then: any case, fullwidth letters (NFKC), with or without the kind
+    for typed in ("NORA", "Nora", "ｎｏｒａ", "user:NORA"):
+        body = get(viewer_client, "audit", actor=typed)
+        assert str(by_nora.id)[:13] in body and str(by_agent.id)[:13] not in body, typed
+    body = get(viewer_client, "intents", principal="AGENT-1")
+    assert shown(body, by_agent) and not shown(body, by_nora)
