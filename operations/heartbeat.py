@@ -47,9 +47,12 @@ class WorkerHeartbeatStep(bootsteps.StartStopStep):
         self.quiet_until = 0.0  # time.monotonic() before which no beat is tried
 
     def start(self, worker: Any) -> None:
+        # No database call here: the first beat runs on the timer once the worker is up, so a
+        # database that is slow or locked never keeps a worker from starting (a restore drill's
+        # worker once waited past its 60 s start-up bound).
         self.started_at = timezone.now()
-        self.beat(worker)
         period = float(settings.EFFECT_LEDGER["WORKER_HEARTBEAT_SECONDS"])
+        worker.timer.call_after(0.5, self.beat, (worker,), priority=10)
         self.entry = worker.timer.call_repeatedly(period, self.beat, (worker,), priority=10)
 
     def stop(self, worker: Any) -> None:

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from django.db import Error as DatabaseLibraryError
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -39,7 +39,11 @@ def worker_heartbeat_record(
         started_at: when the worker started (aware datetime).
     """
     table = WorkerHeartbeat._meta.db_table
-    with connection.cursor() as cursor:
+    # Bounded: the beat runs in the worker's own loop, so it may never wait long on a lock or a
+    # slow statement (it is retried next period anyway).
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL lock_timeout = '1s'")
+        cursor.execute("SET LOCAL statement_timeout = '2s'")
         cursor.execute(
             f"""
             INSERT INTO {table} (hostname, pid, queues, concurrency, started_at, beat_at, stopped_at)
