@@ -1,10 +1,14 @@
 """A LangGraph agent whose ``charge`` tool goes through Effect Ledger instead of calling the
 payment provider itself.
 
-The idempotency key is the tool call's id. LangGraph checkpoints the model's message (with its
-tool calls) before the tool node runs, so a graph resumed from its checkpoint after a crash
-(``graph.invoke(None, config)`` with the same ``thread_id``) calls the tool again with the same id:
-the ledger answers the intent the first try created, and the provider is charged at most once.
+The idempotency key is the tool call's id. With ``durability="sync"`` LangGraph saves the
+model's message (with its tool calls) in the checkpoint before the tool node runs, so a graph
+resumed from its checkpoint after a crash (``graph.invoke(None, config)`` with the same
+``thread_id``) calls the tool again with the same id: the ledger answers the intent the first try
+created, and the provider is charged at most once. (With the default ``"async"`` durability a
+crash during the tool call can lose that checkpoint; the resume then asks the model again, which
+names a new call id, and the ledger gets a second intent for the same ``reference``, which it
+holds behind the first for the business-action rule rather than sending it.)
 
 A charge the policy holds for a human (AWAITING_APPROVAL) is waited for in the tool, up to
 ``wait_seconds``; past that the model is told the status and the approval page, and a later
@@ -25,6 +29,7 @@ import time
 from typing import Annotated, Any
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import InjectedToolCallId, tool
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
@@ -98,12 +103,14 @@ def build_graph(
 if __name__ == "__main__":
     from scripted_models import ScriptedChatModel
 
-    arguments = {"amount": 4990, "currency": "EUR", "customer": "cus_42", "reference": "order-1001"}
+    order, amount = os.environ.get("ORDER", "order-1001"), int(os.environ.get("AMOUNT", "4990"))
+    arguments = {"amount": amount, "currency": "EUR", "customer": "cus_42", "reference": order}
     graph = build_graph(
-        ScriptedChatModel(tool="charge", arguments=arguments, call_id="call_order_1001"),
+        ScriptedChatModel(tool="charge", arguments=arguments, call_id=f"call_{order}"),
         base_url=os.environ.get("EFFECT_LEDGER_URL", "http://127.0.0.1:8000"),
         token=os.environ["EFFECT_LEDGER_TOKEN"],
     )
-    config = {"configurable": {"thread_id": "order-1001"}}
-    result = graph.invoke({"messages": [("user", "Charge cus_42 49.90 EUR for order-1001")]}, config)
+    config: RunnableConfig = {"configurable": {"thread_id": order}}
+    prompt = {"messages": [("user", f"Charge cus_42 {amount} cents (EUR) for {order}")]}
+    result = graph.invoke(prompt, config, durability="sync")
     print(result["messages"][-1].content)

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from agents import Agent, Model, RunContextWrapper, Runner, function_tool
+from agents import Agent, Model, RunContextWrapper, Runner, function_tool, set_tracing_disabled
 
 from console.agents.client import EffectLedgerClient, Intent, derive_idempotency_key
 
@@ -90,15 +90,17 @@ def build_agent(model: str | Model) -> Agent[LedgerContext]:
 if __name__ == "__main__":
     from scripted_models import ScriptedModel
 
-    arguments = {"amount": 4990, "currency": "EUR", "customer": "cus_42", "reference": "order-1001"}
+    order, amount = os.environ.get("ORDER", "order-2001"), int(os.environ.get("AMOUNT", "4990"))
+    arguments = {"amount": amount, "currency": "EUR", "customer": "cus_42", "reference": order}
     model = os.environ.get("OPENAI_MODEL") or ScriptedModel(
-        tool="charge", arguments=arguments, call_id="call_1"
+        tool="charge", arguments=arguments, call_id=f"call_{order}"
     )
+    set_tracing_disabled(not os.environ.get("OPENAI_MODEL"))  # the SDK sends traces to OpenAI by default
     context = LedgerContext(
         base_url=os.environ.get("EFFECT_LEDGER_URL", "http://127.0.0.1:8000"),
         token=os.environ["EFFECT_LEDGER_TOKEN"],
-        run_id="order-1001",
+        run_id=order,
     )
-    prompt = "Charge cus_42 49.90 EUR for order-1001"
+    prompt = f"Charge cus_42 {amount} cents (EUR) for {order}"
     result = asyncio.run(Runner.run(build_agent(model), prompt, context=context))
     print(result.final_output)
