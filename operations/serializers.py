@@ -139,6 +139,7 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
             "run it (its action or version is not served here); empty otherwise. Nothing was sent."
         ),
     )
+    links = serializers.SerializerMethodField()
 
     def to_representation(self, instance: Intent) -> dict[str, Any]:
         """The intent as JSON. With an ``agent`` in the context, ``held_behind`` names the

@@ -121,7 +121,8 @@ def problem_message(exc: EffectLedgerError) -> str:
                 f"The ledger refused the agent token (401 {exc.title}): {exc.detail}. Check the token "
                 "(EFFECT_LEDGER_TOKEN, or the Authorization header sent to this MCP endpoint)."
             )
-        fields = "".join(f"\n- {e.get('field')}: {e.get('message')}" for e in exc.errors)
+        listed = (f"{e.get('field')}: {e.get('message')}" for e in exc.errors)
+        fields = "".join(f"\n- {item}" for item in listed if item not in exc.detail)
         stored = " Nothing was stored." if exc.status < 500 and exc.status != 409 else ""
         retry = " Send the same call again later; it is safe." if exc.status in (429, 503) else ""
         return f"{exc.title} ({exc.status}, {exc.code or exc.type}): {exc.detail}{fields}{stored}{retry}"
