@@ -129,7 +129,9 @@ def approve_when_waiting(ledger: Ledger, approver: Any, delay: float) -> tuple[t
 
 
 def assert_one_intent_one_effect(ledger: Ledger, sandbox: Any, *, client_key: str) -> IntentRow:
-    (intent,) = ledger.intents()
+    intents = ledger.intents()
+    assert len(intents) == 1, f"{len(intents)} intents: {[(i.client_key, i.status) for i in intents]}"
+    intent = intents[0]
     assert intent.client_key == client_key
     assert intent.status == "SUCCEEDED"
     effects = sandbox.ledger("payments")
@@ -138,6 +140,7 @@ def assert_one_intent_one_effect(ledger: Ledger, sandbox: Any, *, client_key: st
 
 
 def timed(run: Callable[[], Any]) -> tuple[Any, float]:
+    """``run()``'s result and the monotonic time it returned at."""
     result = run()
     return result, time.monotonic()
 
