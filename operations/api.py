@@ -21,8 +21,10 @@ from operations.money import money_json
 from operations.scopes import action_allowed, agent_sees_principal
 from operations.selectors.pagination import InvalidCursor, cursor_time
 from operations.serializers import (
+    ActionListSerializer,
     IntentCancelSerializer,
     IntentCreateSerializer,
+    IntentDetailSerializer,
     IntentListQuerySerializer,
     IntentPreviewSerializer,
     IntentSerializer,
@@ -65,6 +67,11 @@ def _agent(request: Request) -> Agent:
     agent = request.user
     assert isinstance(agent, Agent)
     return agent
+
+
+def _context(request: Request) -> dict[str, Any]:
+    """The serializers' context: the agent (what it may see) and the request (absolute links)."""
+    return {"agent": _agent(request), "request": request}
 
 
 def _intent_or_404(request: Request, intent_id: uuid.UUID, *, decision: str = "") -> Intent:
@@ -174,7 +181,7 @@ class IntentCollectionView(FirstRefusalThrottling, APIView):
         if not result.created:
             headers["Idempotent-Replayed"] = "true"
         return Response(
-            IntentSerializer(result.intent, context={"agent": _agent(request)}).data,
+            IntentSerializer(result.intent, context=_context(request)).data,
             status=status.HTTP_201_CREATED,
             headers=headers,
         )
@@ -198,17 +205,19 @@ class IntentCollectionView(FirstRefusalThrottling, APIView):
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(queryset, request, view=self)
         return paginator.get_paginated_response(
-            IntentSerializer(page, many=True, context={"agent": _agent(request)}).data
+            IntentSerializer(page, many=True, context=_context(request)).data
         )
 
 
 class IntentDetailView(FirstRefusalThrottling, APIView):
     """``GET`` one intent the agent may see (its tenant's, or only its own: ``Agent.scope``)."""
 
-    @extend_schema(responses={200: IntentSerializer, **problem_responses(404)}, parameters=PROBLEM_HEADERS)
+    @extend_schema(
+        responses={200: IntentDetailSerializer, **problem_responses(404)}, parameters=PROBLEM_HEADERS
+    )
     def get(self, request: Request, intent_id: uuid.UUID) -> Response:
         return Response(
-            IntentSerializer(_intent_or_404(request, intent_id), context={"agent": _agent(request)}).data
+            IntentDetailSerializer(_intent_or_404(request, intent_id), context=_context(request)).data
         )
 
 
@@ -229,7 +238,7 @@ class IntentCancelView(FirstRefusalThrottling, APIView):
         intent = services.intent_cancel(
             intent_id=intent.id, actor=_agent(request).principal, reason=body.validated_data["reason"]
         )
-        return Response(IntentSerializer(intent, context={"agent": _agent(request)}).data)
+        return Response(IntentSerializer(intent, context=_context(request)).data)
 
 
 class IntentPreviewView(FirstRefusalThrottling, APIView):
@@ -261,3 +270,17 @@ class IntentPreviewView(FirstRefusalThrottling, APIView):
             "money": money_json(result.preview.amount_minor, result.preview.currency),
         }
         return Response(PreviewResponseSerializer(payload).data)
+
+
+class ActionListView(FirstRefusalThrottling, APIView):
+    """``GET`` the actions this agent may submit (``selectors.agent_actions``): each with its
+    versions and their argument JSON schemas, its risk tier and whether it needs approval."""
+
+    @extend_schema(
+        summary="List the actions this agent may submit, with their argument schemas and approval rules",
+        responses={200: ActionListSerializer, **problem_responses()},
+        parameters=PROBLEM_HEADERS,
+    )
+    def get(self, request: Request) -> Response:
+        actions = selectors.agent_actions(_agent(request))
+        return Response(ActionListSerializer({"results": actions}).data)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.urls import NoReverseMatch, reverse
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from operations.models import Intent, Outcome
+from operations.models import AuditEvent, Intent, Outcome
+from operations.policies import APPROVAL_RULES, RISK_TIERS
 from operations.scopes import agent_sees_principal
-from operations.selectors import intent_latest_outcome
+from operations.selectors import intent_latest_decision, intent_latest_outcome
 
 
 class StrictSerializer(serializers.Serializer[Any]):
@@ -81,6 +84,38 @@ class OutcomeSerializer(serializers.ModelSerializer[Outcome]):
 
 OUTCOME_STATUSES = frozenset({"SUCCEEDED", "COMPENSATING", "COMPENSATED"})
 
+#: The console page a person opens for an intent, by status (URL names of ``console.urls``):
+#: the approval page while it waits for one, the operators' pages while it waits for them.
+CONSOLE_PAGES = {
+    "AWAITING_APPROVAL": "approval-detail",
+    "UNKNOWN": "unknown-detail",
+    "HELD": "held-detail",
+}
+CONSOLE_DEFAULT_PAGE = "intent-detail"
+
+
+class IntentLinksSerializer(serializers.Serializer[Any]):
+    """``links`` of an intent: absolute URLs (RFC 3986), present when the request is known."""
+
+    self = serializers.URLField(help_text="this intent in the API")
+    console = serializers.URLField(
+        allow_null=True,
+        help_text="the console page a person opens for it: the approval page (/approvals/<id>/) "
+        "while AWAITING_APPROVAL, the operators' page while UNKNOWN or HELD, its detail page "
+        "otherwise; null when this deployment serves no console",
+    )
+
+
+class ResolutionSerializer(serializers.ModelSerializer[AuditEvent]):
+    """The newest decision a person made that moved the intent (its audit event)."""
+
+    at = serializers.DateTimeField(source="created_at", read_only=True)
+
+    class Meta:
+        model = AuditEvent
+        fields = ["event", "actor", "from_status", "to_status", "reason", "at"]
+        read_only_fields = fields
+
 
 class IntentSerializer(serializers.ModelSerializer[Intent]):
     """The representation of an intent returned by every endpoint."""
@@ -104,6 +139,7 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
             "run it (its action or version is not served here); empty otherwise. Nothing was sent."
         ),
     )
+    links = serializers.SerializerMethodField()
 
     def to_representation(self, instance: Intent) -> dict[str, Any]:
         """The intent as JSON. With an ``agent`` in the context, ``held_behind`` names the
@@ -141,6 +177,7 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
             "approval_expires_at",
             "last_error",
             "outcome",
+            "links",
             "created_at",
             "updated_at",
         ]
@@ -151,6 +188,78 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
             return None
         outcome = intent_latest_outcome(intent)
         return OutcomeSerializer(outcome).data if outcome else None
+
+    @extend_schema_field(IntentLinksSerializer)
+    def get_links(self, intent: Intent) -> dict[str, str | None]:
+        """Absolute URLs of the intent in the API and in the console (``CONSOLE_PAGES``), built
+        from the request (its scheme and ``Host``, checked against ``ALLOWED_HOSTS``)."""
+        request = self.context.get("request")
+        api_path = f"/api/v1/intents/{intent.id}"
+        try:
+            console_path: str | None = reverse(
+                CONSOLE_PAGES.get(intent.status, CONSOLE_DEFAULT_PAGE), args=[intent.id]
+            )
+        except NoReverseMatch:
+            console_path = None
+        if request is None:
+            return {"self": api_path, "console": console_path}
+        return {
+            "self": request.build_absolute_uri(api_path),
+            "console": request.build_absolute_uri(console_path) if console_path else None,
+        }
+
+
+class IntentDetailSerializer(IntentSerializer):
+    """One intent read by itself (``GET /api/v1/intents/{id}``): the representation of every
+    endpoint plus ``resolution``, the newest decision a person made that moved it."""
+
+    resolution = serializers.SerializerMethodField()
+
+    class Meta(IntentSerializer.Meta):
+        fields = [*IntentSerializer.Meta.fields, "resolution"]
+        read_only_fields = fields
+
+    @extend_schema_field(ResolutionSerializer(allow_null=True))
+    def get_resolution(self, intent: Intent) -> dict[str, Any] | None:
+        """The newest approval, rejection, operator resolution, release or cancel by a person
+        (``intent_latest_decision``); null when no person decided anything on it."""
+        event = intent_latest_decision(intent)
+        return ResolutionSerializer(event).data if event else None
+
+
+class ActionVersionSerializer(serializers.Serializer[Any]):
+    """One served version of an action."""
+
+    action_version = serializers.IntegerField(min_value=1)
+    arguments_schema = serializers.DictField(
+        help_text="JSON Schema (draft 2020-12) of the arguments: what a submission is validated against"
+    )
+
+
+class ActionSerializer(serializers.Serializer[Any]):
+    """One action the agent may submit (``operations.selectors.actions.ActionDescription``)."""
+
+    action = serializers.CharField()
+    versions = ActionVersionSerializer(many=True)
+    risk_tier = serializers.ChoiceField(choices=list(RISK_TIERS))
+    needs_approval = serializers.ChoiceField(
+        choices=["always", "never", "depends_on_arguments"],
+        help_text="whether an intent waits for a person's approval; depends_on_arguments: an amount "
+        "above approval_threshold_minor, or in a currency it does not name (the preview says exactly)",
+    )
+    approval = serializers.ChoiceField(choices=list(APPROVAL_RULES))
+    approval_threshold_minor = serializers.DictField(
+        child=serializers.IntegerField(),
+        allow_null=True,
+        help_text="above_amount: the threshold per ISO 4217 currency, in minor units",
+    )
+    approvals_required = serializers.IntegerField(min_value=1)
+
+
+class ActionListSerializer(serializers.Serializer[Any]):
+    """``GET /api/v1/actions``: ``{"results": [action, ...]}``, sorted by name."""
+
+    results = ActionSerializer(many=True)
 
 
 class MoneySerializer(serializers.Serializer[Any]):

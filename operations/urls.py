@@ -9,6 +9,7 @@ from operations import api
 app_name = "api"
 
 urlpatterns = [
+    path("actions", api.ActionListView.as_view(), name="actions"),
     path("intents", api.IntentCollectionView.as_view(), name="intents"),
     path("intents/preview", api.IntentPreviewView.as_view(), name="intent-preview"),
     path("intents/<uuid:intent_id>", api.IntentDetailView.as_view(), name="intent-detail"),

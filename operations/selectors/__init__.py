@@ -4,6 +4,7 @@ pagination and the gauges ``/metrics`` and the dashboard share. Reconciliation's
 
 from __future__ import annotations
 
+from operations.selectors.actions import ActionDescription, ActionVersion, agent_actions
 from operations.selectors.audit import (
     AuditFilters,
     audit_queryset,
@@ -25,6 +26,7 @@ from operations.selectors.intents import (
     approvals_waiting,
     attempts_with_timings,
     intent_get,
+    intent_latest_decision,
     intent_latest_outcome,
     intent_list,
     intent_outcomes,
@@ -54,6 +56,9 @@ from operations.selectors.pagination import PAGE_SIZE, InvalidCursor, Page, deco
 from operations.selectors.status_counts import StatusCount, StatusCounts, intent_status_counts
 
 __all__ = [
+    "ActionDescription",
+    "ActionVersion",
+    "agent_actions",
     "APPROVAL_DEFAULT_SORT",
     "APPROVAL_SORTS",
     "INTENT_DEFAULT_SORT",
@@ -87,6 +92,7 @@ __all__ = [
     "encode_cursor",
     "held_age_buckets",
     "intent_get",
+    "intent_latest_decision",
     "intent_latest_outcome",
     "intent_list",
     "intent_outcomes",

@@ -74,6 +74,15 @@ def intent_latest_outcome(intent: Intent) -> Outcome | None:
     return intent.outcomes.order_by("-created_at", "-id").first()
 
 
+def intent_latest_decision(intent: Intent) -> AuditEvent | None:
+    """The newest decision a person (``user:<name>``) made that moved ``intent`` (an approval,
+    a rejection, an operator's "found" or "absent", a release, a cancel), or None: one read of
+    its audit chain, newest first. What the API reports as the intent's ``resolution``."""
+    return (
+        intent.audit_events.filter(actor__startswith="user:").exclude(to_status="").order_by("-seq").first()
+    )
+
+
 def approvals_inbox(*, scope: TenantScope, filters: ListFilters | None = None) -> QuerySet[Intent]:
     """Intents of ``scope``'s tenants awaiting a decision, narrowed by ``filters``: by default
     highest risk tier first, then newest first (a top-N scan of the partial index

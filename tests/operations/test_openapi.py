@@ -24,6 +24,7 @@ pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/intents"
 OPERATIONS = [
+    ("/api/v1/actions", "get"),
     ("/api/v1/intents", "get"),
     ("/api/v1/intents", "post"),
     ("/api/v1/intents/{intent_id}", "get"),

@@ -4,8 +4,9 @@ Starts (or reuses) the embedded PostgreSQL under ``./.data/pg`` when ``DATABASE_
 migrates, creates the console account ``operator`` (operator and approver), a separate ``admin``
 for the Django admin site and a demo agent token on the first run (printing each secret
 once) and the sandbox provider's own database (``effect_ledger_sandbox``), then runs the web
-server, a Celery worker, Celery beat and the sandbox provider under supervisord, which restarts
-any of them that exits. Ctrl-C stops them all; a second run reuses the data.
+server, a Celery worker, Celery beat, the sandbox provider and, with the ``agents`` extra
+installed, the MCP server for agents (streamable HTTP, ``--mcp-port``) under supervisord, which
+restarts any of them that exits. Ctrl-C stops them all; a second run reuses the data.
 
 It lives in the lab, not the product: it runs the lab's sandbox provider and a worker that also
 registers the lab's tasks (so the console's Drills page can start a drill); production runs
@@ -14,6 +15,7 @@ gunicorn, workers and beat itself, on the product's tasks only.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -29,6 +31,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
 from console.accounts import console_user_create
+from console.agents.cli import DEFAULT_HTTP_PORT
 from console.lab import LAB_TASK_MODULES
 from console.lab.sandbox_provider.store import (
     default_dsn,
@@ -48,6 +51,12 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000, help="console and API port (default 8000)")
         parser.add_argument("--sandbox-port", type=int, default=8765)
         parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+        parser.add_argument(
+            "--mcp-port",
+            type=int,
+            default=DEFAULT_HTTP_PORT,
+            help=f"the MCP server's streamable HTTP port (default {DEFAULT_HTTP_PORT}; needs the agents extra)",
+        )
         parser.add_argument("--no-run", action="store_true", help="set up only; do not start the processes")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -125,6 +134,13 @@ class Command(BaseCommand):
             self.style.SUCCESS(f"console: http://127.0.0.1:{options['port']}/  (Ctrl-C stops everything)")
         )
         self.stdout.write(f"API: http://127.0.0.1:{options['port']}/api/v1/intents  docs: /api/docs/")
+        if mcp_available():
+            self.stdout.write(
+                f"MCP (streamable HTTP): http://127.0.0.1:{options['mcp_port']}/mcp  "
+                "(send Authorization: Bearer <agent token>)"
+            )
+        else:
+            self.stdout.write("MCP server not started: pip install -e '.[agents]' to add it")
         supervisor = subprocess.Popen(
             [sys.executable, "-m", "supervisor.supervisord", "-n", "-c", str(config)], env=env
         )
@@ -155,7 +171,22 @@ class Command(BaseCommand):
             f" -n worker@%%h --include {','.join(LAB_TASK_MODULES)}",
             "beat": f"{python} -m celery -A console beat -l INFO -s {data_dir / 'celerybeat-schedule'}",
             "sandbox": f"{python} {manage} sandbox_provider --port {options['sandbox_port']}",
+            # The MCP server for agents, on the public API like an agent's machine; it holds no
+            # token (each MCP request's Authorization header is forwarded).
+            **(
+                {
+                    "mcp": f"{python} -m console.agents.mcp_server --transport http "
+                    f"--port {options['mcp_port']} --url http://127.0.0.1:{options['port']}"
+                }
+                if mcp_available()
+                else {}
+            ),
         }
+
+
+def mcp_available() -> bool:
+    """Whether the ``mcp`` SDK (the ``agents`` extra) is installed."""
+    return importlib.util.find_spec("mcp") is not None
 
 
 def _running_supervisor(data_dir: Path) -> int | None:
