@@ -36,7 +36,7 @@ from operations.services import (
 )
 from operations.webhook_sender import new_secret
 from tests.factories import charge_arguments, make_agent, submit
-from tests.support.webhook_receiver import Receiver, receiver  # noqa: F401 (fixture)
+from tests.support.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.django_db
 
@@ -352,7 +352,9 @@ def test_callback_api_registers_shows_rotates_and_removes(api: APIClient) -> Non
     assert moved["secret"] is None and Agent.objects.get().callback_secret == secret
     rotated = api.put("/api/v1/callback", {"url": "https://hooks.example.test/v2", "rotate_secret": True},
                       format="json").json()  # fmt: skip
-    assert rotated["secret"] not in (None, secret) and Agent.objects.get().callback_secret == rotated["secret"]
+    assert (
+        rotated["secret"] not in (None, secret) and Agent.objects.get().callback_secret == rotated["secret"]
+    )
     # removed
     assert api.delete("/api/v1/callback").status_code == 204
     assert (Agent.objects.get().callback_url, Agent.objects.get().callback_secret) == ("", "")
@@ -391,7 +393,13 @@ def test_callback_api_refuses_bad_urls_and_stores_nothing(api: APIClient, url: s
 
 
 @pytest.mark.parametrize(
-    "body", [{}, {"url": 5}, {"url": "https://h.example.test/", "rotate_secret": "true"}, {"url": "https://h.example.test/", "x": 1}]
+    "body",
+    [
+        {},
+        {"url": 5},
+        {"url": "https://h.example.test/", "rotate_secret": "true"},
+        {"url": "https://h.example.test/", "x": 1},
+    ],
 )
 def test_callback_api_refuses_malformed_bodies(api: APIClient, body: dict[str, Any]) -> None:
     response = api.put("/api/v1/callback", body, format="json")
@@ -443,4 +451,36 @@ def test_message_ids_differ_between_deliveries(receiver: Receiver) -> None:
         intent_cancel(intent_id=submit().id, actor="agent:agent-1")
     ids = set(WebhookDelivery.objects.values_list("message_id", flat=True))
     assert len(ids) == 2
-    assert WebhookDelivery.objects.filter(next_attempt_at__lte=timezone.now() + timedelta(seconds=1)).count() == 2
+    assert (
+        WebhookDelivery.objects.filter(next_attempt_at__lte=timezone.now() + timedelta(seconds=1)).count()
+        == 2
+    )
+
+
+def test_callback_answers_match_the_openapi_document(api: APIClient) -> None:
+    from tests.operations.test_openapi import assert_matches_document, served_document
+
+    def send(method: str, body: Any = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else b""
+        response = getattr(api, method)("/api/v1/callback", data=data, content_type="application/json")
+        response.sent_body = data
+        return response
+
+    # given / when
+    answers = [
+        send("put", {"url": "https://hooks.example.test/ledger"}),
+        send("get"),
+        send("put", {"url": "https://hooks.example.test/ledger", "rotate_secret": True}),
+        send("put", {"url": "https://user:pw@hooks.example.test/"}),
+        send("put", {"url": 5}),
+        send("delete"),
+    ]
+    # then
+    assert [a.status_code for a in answers] == [200, 200, 200, 422, 422, 204]
+    for answer in answers:
+        assert_matches_document(answer)
+    operations = served_document()["paths"]["/api/v1/callback"]
+    assert set(operations) >= {"get", "put", "delete"}
+    assert all(
+        op["security"] == [{"AgentToken": []}] for op in (operations[m] for m in ("get", "put", "delete"))
+    )
