@@ -484,3 +484,32 @@ def test_callback_answers_match_the_openapi_document(api: APIClient) -> None:
     assert all(
         op["security"] == [{"AgentToken": []}] for op in (operations[m] for m in ("get", "put", "delete"))
     )
+
+
+def test_the_admin_sets_the_url_shows_the_secret_once_and_rotates_it(client: Any) -> None:
+    from django.contrib.auth import get_user_model
+
+    # given
+    admin = get_user_model().objects.create_superuser("root", "root@example.test", "correct horse battery")
+    client.force_login(admin)
+    agent, _ = make_agent()
+    url = f"/admin/operations/agent/{agent.id}/change/"
+    form = {"actions_text": "*", "scope": "own", "is_active": "on", "tokens-TOTAL_FORMS": "0",
+            "tokens-INITIAL_FORMS": "0"}  # fmt: skip
+    # when: a refused URL, then a good one
+    refused = client.post(url, {**form, "callback_url": "https://u:p@hooks.example.test/"})
+    saved = client.post(url, {**form, "callback_url": "https://hooks.example.test/a"}, follow=True)
+    # then
+    assert refused.status_code == 200 and b"credentials" in refused.content
+    agent.refresh_from_db()
+    assert agent.callback_url == "https://hooks.example.test/a"
+    assert agent.callback_secret.encode() in saved.content, "shown once, in a message"
+    again = client.get(url).content
+    assert agent.callback_secret.encode() not in again and agent.callback_secret[-4:].encode() in again
+    # when: rotated
+    old = agent.callback_secret
+    client.post(
+        "/admin/operations/agent/", {"action": "rotate_callback_secret", "_selected_action": [agent.id]}
+    )
+    agent.refresh_from_db()
+    assert agent.callback_secret not in ("", old)
