@@ -205,7 +205,10 @@ class Claimed:
 
 def _lease_seconds() -> float:
     conf = settings.EFFECT_LEDGER
-    return float(conf["WEBHOOK_CONNECT_TIMEOUT_SECONDS"] + conf["WEBHOOK_TIMEOUT_SECONDS"]) + LEASE_MARGIN_SECONDS
+    return (
+        float(conf["WEBHOOK_CONNECT_TIMEOUT_SECONDS"] + conf["WEBHOOK_TIMEOUT_SECONDS"])
+        + LEASE_MARGIN_SECONDS
+    )
 
 
 def webhooks_claim_due(*, batch: int | None = None, ids: list[int] | None = None) -> list[Claimed]:
