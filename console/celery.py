@@ -57,6 +57,11 @@ app.conf.beat_schedule = {
         "task": "operations.status_rollup",
         "schedule": settings.EFFECT_LEDGER["STATUS_ROLLUP_PERIOD_SECONDS"],
     },
+    # Signed webhooks to agents due now (first attempts a commit's kick missed, and retries).
+    "deliver-webhooks": {
+        "task": "operations.deliver_webhooks",
+        "schedule": settings.EFFECT_LEDGER["WEBHOOK_PERIOD_SECONDS"],
+    },
 }
 
 

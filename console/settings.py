@@ -415,6 +415,24 @@ EFFECT_LEDGER: dict[str, Any] = {
     # How long an operator's "I'm on it" on an item of the operators' queue lasts
     # (operations.services.assignment); after it, anyone may take the item without taking over.
     "ASSIGNMENT_SECONDS": env_int("EFFECT_LEDGER_ASSIGNMENT_SECONDS", 1800, minimum=1),
+    # Signed webhooks to agents (operations.services.webhooks, README "Webhooks to agents"): the
+    # beat's period and batch, the wait before attempt n (backoff: BASE * 2**(n-2), at most CAP,
+    # equal jitter; with these, the 14th and last attempt comes about 13-26 h after the first),
+    # and the request's timeouts (seconds).
+    "WEBHOOK_PERIOD_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_PERIOD_SECONDS", 5.0),
+    "WEBHOOK_BATCH": env_int("EFFECT_LEDGER_WEBHOOK_BATCH", 50, minimum=1),
+    "WEBHOOK_BACKOFF_BASE_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_BACKOFF_BASE_SECONDS", 30.0),
+    "WEBHOOK_BACKOFF_CAP_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_BACKOFF_CAP_SECONDS", 21600.0),
+    "WEBHOOK_MAX_ATTEMPTS": env_int("EFFECT_LEDGER_WEBHOOK_MAX_ATTEMPTS", 14, minimum=1),
+    "WEBHOOK_CONNECT_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_CONNECT_TIMEOUT_SECONDS", 3.0),
+    "WEBHOOK_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_TIMEOUT_SECONDS", 10.0),
+    # The SSRF guard (operations/callback_urls.py): callbacks may reach public addresses, and
+    # these networks (CIDR, comma-separated) besides. Loopback by default in embedded mode (the
+    # quick start, no DATABASE_URL); name your agents' internal networks here.
+    "WEBHOOK_ALLOWED_NETWORKS": env_list(
+        "EFFECT_LEDGER_WEBHOOK_ALLOWED_NETWORKS",
+        [] if env_str("DATABASE_URL") else ["127.0.0.0/8", "::1/128"],
+    ),
 }
 
 # Policies per action (risk decision table in shared/seeds/004). The policy in force is

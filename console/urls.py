@@ -79,6 +79,8 @@ urlpatterns = [
     path("audit/export.csv", views.audit_export, name="audit-export"),
     path("audit/export.jsonl", views.audit_export_jsonl, name="audit-export-jsonl"),
     path("audit/verify/", views.audit_verify_view, name="audit-verify"),
+    path("webhooks/", views.webhook_list, name="webhooks"),
+    path("webhooks/<int:delivery_id>/resend", views.webhook_resend_view, name="webhook-resend"),
     # The lab's pages (drills), mounted by dotted name like an installed app: no product module
     # imports the lab (lint-imports), and the URLconf only names it.
     path("", include("console.lab.urls")),

@@ -6,10 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
 
-from operations.models import Agent, AgentToken, RoleGrant
+from operations.callback_urls import callback_url_problem
+from operations.models import Agent, AgentToken, RoleGrant, WebhookDelivery
 from operations.scopes import action_patterns_parse
+from operations.services.webhooks import agent_callback_clear, agent_callback_set
+from operations.webhook_sender import secret_hint
 
 
 @admin.register(RoleGrant)
@@ -34,7 +39,14 @@ class AgentForm(forms.ModelForm):  # type: ignore[type-arg]
 
     class Meta:
         model = Agent
-        fields = ("scope", "is_active")
+        fields = ("scope", "is_active", "callback_url")
+
+    def clean_callback_url(self) -> str:
+        url = str(self.cleaned_data.get("callback_url") or "")
+        problem = callback_url_problem(url) if url else ""
+        if problem:
+            raise forms.ValidationError(problem)
+        return url
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -78,15 +90,73 @@ class AgentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptab
     ``create_agent``."""
 
     form = AgentForm
-    list_display = ("name", "tenant", "scope", "actions", "is_active", "created_at")
+    list_display = ("name", "tenant", "scope", "actions", "is_active", "callback_url", "created_at")
     list_filter = ("tenant", "scope", "is_active")
     search_fields = ("name", "tenant")
-    readonly_fields = ("name", "tenant", "created_at")
-    fields = ("name", "tenant", "actions_text", "scope", "is_active", "created_at")
+    readonly_fields = ("name", "tenant", "created_at", "signing_secret")
+    fields = (
+        "name",
+        "tenant",
+        "actions_text",
+        "scope",
+        "is_active",
+        "callback_url",
+        "signing_secret",
+        "created_at",
+    )
     inlines = (AgentTokenInline,)
+    actions = ("rotate_callback_secret",)
+
+    @admin.display(description="webhook signing secret")
+    def signing_secret(self, agent: Agent) -> str:
+        return secret_hint(agent.callback_secret) or "—"
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        """The callback URL goes through the services: a first URL makes the signing secret,
+        shown once in a message; a blank URL removes it and the secret."""
+        url = obj.callback_url
+        obj.callback_url = (
+            Agent.objects.filter(id=obj.id).values_list("callback_url", flat=True).first() or ""
+        )
+        super().save_model(request, obj, form, change)
+        if not url:
+            agent_callback_clear(agent=obj)
+            return
+        result = agent_callback_set(agent=obj, url=url)
+        if result.new_secret:
+            messages.warning(
+                request, f"Signing secret of {obj} (shown once; give it to the agent): {result.new_secret}"
+            )
+
+    @admin.action(description="Rotate the webhook signing secret (shown once)")
+    def rotate_callback_secret(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
+        for agent in queryset:
+            if not agent.callback_url:
+                messages.error(request, f"{agent} has no callback URL: set one first")
+                continue
+            secret = agent_callback_set(agent=agent, url=agent.callback_url, rotate_secret=True).new_secret
+            messages.warning(request, f"New signing secret of {agent} (shown once): {secret}")
 
     def has_add_permission(self, request: Any) -> bool:
         return False
 
     def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
         return False  # intents name it; deactivate instead
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptable at run time
+    """Webhook deliveries, read-only (the console's Webhooks page re-sends them)."""
+
+    list_display = ("message_id", "event_type", "state", "attempts", "tenant", "agent", "created_at")
+    list_filter = ("state", "event_type", "tenant")
+    search_fields = ("message_id",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

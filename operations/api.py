@@ -22,6 +22,8 @@ from operations.scopes import action_allowed, agent_sees_principal
 from operations.selectors.pagination import InvalidCursor, cursor_time
 from operations.serializers import (
     ActionListSerializer,
+    CallbackSerializer,
+    CallbackSetSerializer,
     IntentCancelSerializer,
     IntentCreateSerializer,
     IntentDetailSerializer,
@@ -31,6 +33,7 @@ from operations.serializers import (
     PreviewResponseSerializer,
 )
 from operations.throttling import FirstRefusalThrottling
+from operations.webhook_sender import secret_hint
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
@@ -284,3 +287,46 @@ class ActionListView(FirstRefusalThrottling, APIView):
     def get(self, request: Request) -> Response:
         actions = selectors.agent_actions(_agent(request))
         return Response(ActionListSerializer({"results": actions}).data)
+
+
+def _callback(agent: Agent, secret: str | None = None) -> dict[str, Any]:
+    return {"url": agent.callback_url, "secret_hint": secret_hint(agent.callback_secret), "secret": secret}
+
+
+class CallbackView(FirstRefusalThrottling, APIView):
+    """The agent's own callback URL for signed webhooks of its intents' terminal states
+    (``operations.services.webhooks``): ``GET`` it, ``PUT`` it (the signing secret is answered
+    once, when made), ``DELETE`` it."""
+
+    @extend_schema(
+        summary="Your callback URL and a hint of its signing secret (url empty: none)",
+        responses={200: CallbackSerializer, **problem_responses()},
+        parameters=PROBLEM_HEADERS,
+    )
+    def get(self, request: Request) -> Response:
+        return Response(CallbackSerializer(_callback(_agent(request))).data)
+
+    @extend_schema(
+        summary="Register your callback URL (the signing secret is in this answer when new or rotated)",
+        request=CallbackSetSerializer,
+        responses={200: CallbackSerializer, **problem_responses(400, 413, 415, 422)},
+        parameters=PROBLEM_HEADERS,
+    )
+    def put(self, request: Request) -> Response:
+        body = CallbackSetSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        result = services.agent_callback_set(
+            agent=_agent(request),
+            url=body.validated_data["url"],
+            rotate_secret=body.validated_data["rotate_secret"],
+        )
+        return Response(CallbackSerializer(_callback(result.agent, result.new_secret or None)).data)
+
+    @extend_schema(
+        summary="Remove your callback URL and its secret (no more webhooks)",
+        responses={204: None, **problem_responses()},
+        parameters=PROBLEM_HEADERS,
+    )
+    def delete(self, request: Request) -> Response:
+        services.agent_callback_clear(agent=_agent(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)

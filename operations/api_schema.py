@@ -78,7 +78,8 @@ _PROBLEM_DESCRIPTIONS = {
     415: "The body is not application/json",
     429: "Over the rate limit of this agent or of its tenant; send it again after Retry-After",
     422: "Invalid request (errors lists every failing field), an unknown action (known_actions), "
-    "or an Idempotency-Key reused for another request (intent_id)",
+    "an Idempotency-Key reused for another request (intent_id), or a callback URL refused "
+    "(callback-url-refused: its reason in detail)",
     503: "The database is unreachable; nothing was stored; send the same request again after Retry-After",
 }
 

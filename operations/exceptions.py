@@ -116,3 +116,19 @@ class CancelRefused(LedgerError):
     status = 403
     code = "cancel-refused"
     title = "Cancel refused"
+
+
+class CallbackRefused(LedgerError):
+    """An agent's callback URL is refused (``operations.callback_urls``); nothing was changed."""
+
+    status = 422
+    code = "callback-url-refused"
+    title = "Callback URL refused"
+
+
+class WebhookResendRefused(LedgerError):
+    """A webhook delivery cannot be re-sent: it is pending already (it goes out when due)."""
+
+    status = 409
+    code = "delivery-pending"
+    title = "Delivery pending"

@@ -97,6 +97,11 @@ RECOVERIES = Counter(
 PAUSED_CLAIMS = Counter(
     "effect_ledger_paused_claims_total", "Deliveries not claimed because execution is paused"
 )
+WEBHOOK_ATTEMPTS = Counter(
+    "effect_ledger_webhook_attempts_total",
+    "Webhook POSTs to agents by result: delivered (2xx), retry (scheduled again), failed (the last attempt)",
+    ["result"],
+)
 RESTORE_GUARD_CHECKS = Counter(
     "effect_ledger_restore_guard_checks_total",
     "Look-ups before a send under the restore guard, by what they decided",

@@ -341,3 +341,46 @@ class ProblemDetailsSerializer(serializers.Serializer[Any]):
             many=True, required=False, help_text="422: every failing field"
         )
         return fields
+
+
+class JsonStringField(serializers.CharField):
+    """A string that is a JSON string: numbers and booleans are refused, not coerced."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        value: str = super().to_internal_value(data)
+        return value
+
+
+class JsonBooleanField(serializers.BooleanField):
+    """A boolean that is a JSON boolean: ``"true"`` and ``1`` are refused, not coerced."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
+class CallbackSetSerializer(StrictSerializer):
+    """Body of ``PUT /api/v1/callback``."""
+
+    url = JsonStringField(
+        max_length=2000,
+        trim_whitespace=False,
+        help_text="absolute http(s) URL with a host; no credentials, no fragment (README, 'Webhooks to agents')",
+    )
+    rotate_secret = JsonBooleanField(
+        required=False, default=False, help_text="make a new signing secret (the old one stops signing now)"
+    )
+
+
+class CallbackSerializer(serializers.Serializer[Any]):
+    """An agent's callback registration as the API shows it."""
+
+    url = serializers.CharField(help_text="where terminal states are POSTed; empty: none")
+    secret_hint = serializers.CharField(help_text="whsec_… and the secret's last 4 characters; empty: none")
+    secret = serializers.CharField(
+        allow_null=True,
+        help_text="the new signing secret (whsec_<base64>), only in the answer that made it; null otherwise",
+    )

@@ -106,3 +106,11 @@ def status_rollup() -> dict[str, int]:
     """Recount SUCCEEDED and the terminal states for the dashboard and ``/metrics`` (the beat's,
     every ``STATUS_ROLLUP_PERIOD_SECONDS``; see ``operations.services.status_rollup``)."""
     return services.status_rollup_refresh()
+
+
+@shared_task(name="operations.deliver_webhooks")
+def deliver_webhooks() -> dict[str, int]:
+    """POST the due signed webhooks to agents (the beat's, every ``WEBHOOK_PERIOD_SECONDS``, and
+    a kick after each commit that wrote one; see ``operations.services.webhooks``). Returns the
+    attempts by result."""
+    return services.webhooks_deliver_due()

@@ -14,4 +14,5 @@ urlpatterns = [
     path("intents/preview", api.IntentPreviewView.as_view(), name="intent-preview"),
     path("intents/<uuid:intent_id>", api.IntentDetailView.as_view(), name="intent-detail"),
     path("intents/<uuid:intent_id>/cancel", api.IntentCancelView.as_view(), name="intent-cancel"),
+    path("callback", api.CallbackView.as_view(), name="callback"),
 ]

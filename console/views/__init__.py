@@ -12,6 +12,7 @@ from console.views.health import health
 from console.views.held import held_detail, held_resolve
 from console.views.intents import intent_detail, intent_list
 from console.views.unknown import unknown_detail, unknown_lookup, unknown_queue, unknown_resolve
+from console.views.webhooks import webhook_list, webhook_resend_view
 
 __all__ = [
     "approval_approve",
@@ -37,4 +38,6 @@ __all__ = [
     "unknown_lookup",
     "unknown_queue",
     "unknown_resolve",
+    "webhook_list",
+    "webhook_resend_view",
 ]

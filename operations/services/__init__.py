@@ -74,8 +74,18 @@ from operations.services.submission import (
     intent_submit,
 )
 from operations.services.transitions import check_allowed, transition
+from operations.services.webhooks import (
+    agent_callback_clear,
+    agent_callback_set,
+    webhook_resend,
+    webhooks_deliver_due,
+)
 
 __all__ = [
+    "agent_callback_clear",
+    "agent_callback_set",
+    "webhook_resend",
+    "webhooks_deliver_due",
     "periodic_job_record",
     "periodic_job_run",
     "worker_heartbeat_record",

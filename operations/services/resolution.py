@@ -27,6 +27,7 @@ from operations.services.budget import resend_refusal
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.submission import intent_submit
 from operations.services.transitions import transition, transition_or_raise
+from operations.services.webhooks import webhook_enqueue_escalation
 
 
 def _operator_may_decide(intent_id: uuid.UUID, actor: str) -> None:
@@ -179,7 +180,8 @@ def intent_escalate(
             escalated_at=Now()
         )
         if updated:
-            audit_append(intent_id=intent_id, event=event, actor=actor, reason=reason, data=data)
+            row = audit_append(intent_id=intent_id, event=event, actor=actor, reason=reason, data=data)
+            webhook_enqueue_escalation(intent_id=intent_id, status=status, event=row)
     if updated:
         metrics.ESCALATIONS.inc()
     return bool(updated)

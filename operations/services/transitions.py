@@ -35,6 +35,7 @@ from operations.models import ALLOWED_TRANSITIONS, Intent
 from operations.outbox import Handoff, enqueue_statement, handoff_after_commit
 from operations.services.assignment import RELEASED as ASSIGNMENT_RELEASED
 from operations.services.ceilings import RELEASING_STATES, release_statements
+from operations.services.webhooks import webhook_kick_after_commit, webhook_statement
 from operations.statements import Statement, run_together, update_statement
 
 EXECUTE_TASK = "operations.execute_intent"
@@ -155,10 +156,15 @@ def transition(
         if dispatch:
             handoff, enqueue = outbox_handoff(intent_id=intent_id)
             statements.insert(1, enqueue)
-        event_id, *countdown = run_together(*statements)
+        # A terminal state's signed webhook to the intent's agent, when it registered a URL:
+        # last, so its RETURNING is the last value (operations.services.webhooks).
+        webhook = webhook_statement(intent_id=intent_id, to_status=to_status, event=event_row)
+        event_id, *countdown = run_together(*statements, *([webhook] if webhook else []))
         audit_appended(event_row, event_id)
         if handoff is not None:
             handoff_after_commit(handoff, countdown[0])
+        if webhook is not None and countdown[-1] is not None:
+            webhook_kick_after_commit()
     return True
 
 

@@ -28,10 +28,11 @@ import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from operations.models import Attempt, Intent
+from operations.models import Attempt, Intent, WebhookDelivery
+from operations.services import agent_callback_set, intent_cancel
 from reconciliation.models import DuplicateFinding
 from tests.console.conftest import gated, make_unknown, seen, signed_in
-from tests.factories import UserFactory, submit
+from tests.factories import UserFactory, make_agent, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -236,6 +237,33 @@ def _health(client: Client, role: str, scope: str, own: World, other: World) -> 
     assert ('id="outbox-pending"' in body) == (scope == "every")
 
 
+def _delivery(tenant: str) -> WebhookDelivery:
+    """A webhook delivery of ``tenant``: its agent's intent cancelled, announced to its callback."""
+    agent, _ = make_agent(name="hook-bot", tenant=tenant)
+    agent_callback_set(agent=agent, url="https://hooks.example.test/ledger")
+    intent = submit(tenant=tenant, principal="agent:hook-bot")
+    intent_cancel(intent_id=intent.id, actor="agent:hook-bot")
+    return WebhookDelivery.objects.get(intent=intent)
+
+
+def _webhooks(client: Client, role: str, scope: str, own: World, other: World) -> None:
+    ours, theirs = _delivery(OWN), _delivery(OTHER)
+    body = client.get(reverse("webhooks")).content.decode()
+    assert ours.message_id in body
+    assert (theirs.message_id in body) == (scope == "every")
+
+
+def _webhook_resend(client: Client, role: str, scope: str, own: World, other: World) -> None:
+    for tenant in (OWN, OTHER):
+        delivery = _delivery(tenant)
+        WebhookDelivery.objects.filter(id=delivery.id).update(state="failed", next_attempt_at=None)
+        response = client.post(reverse("webhook-resend", args=[delivery.id]), **HTMX)
+        allowed = may_resolve(role, scope, tenant)
+        assert response.status_code in decision_status(allowed, may_read(scope, tenant)), tenant
+        delivery.refresh_from_db()
+        assert (delivery.state == "pending") == allowed, tenant
+
+
 def _ids(world: World) -> list[str]:
     return [str(world.gated.id), str(world.unknown.id), str(world.held.id)]
 
@@ -266,6 +294,8 @@ CASES: dict[str, Check] = {
     "drills": _every_tenant_page("drills"),
     "health": _health,
     "drill-start": _drill_start,
+    "webhooks": _webhooks,
+    "webhook-resend": _webhook_resend,
 }
 
 

@@ -1,0 +1,108 @@
+"""Agents' callback URLs: what may be registered, and where the workers may POST.
+
+The workers send an HTTP request to whatever an agent registers: left unchecked, that is a
+server-side request forgery (SSRF; OWASP "Server Side Request Forgery Prevention Cheat Sheet")
+aimed at the deployment's own network (a database's admin port, a cloud metadata service at
+169.254.169.254). Two checks:
+
+* at registration (``callback_url_problem``): an absolute ``http``/``https`` URL with a host,
+  no credentials, no fragment, at most ``MAX_URL_CHARS``; a host written as an IP address must
+  be allowed (below). No DNS lookup here: an API request never waits for a resolver.
+* at every delivery (``address_problem``): the host's addresses, resolved then, must all be
+  allowed: global unicast addresses (``ipaddress``'s ``is_global``: not loopback, private,
+  link-local, shared or reserved), or inside ``EFFECT_LEDGER["WEBHOOK_ALLOWED_NETWORKS"]``
+  (e.g. ``127.0.0.0/8`` for the quick start and the tests, ``10.20.0.0/16`` for agents on an
+  internal network). Redirects are never followed (``operations.webhook_sender``).
+
+The residual risk is DNS rebinding between the check and the connection; a deployment that
+needs more routes the workers' egress through a proxy that enforces the same rule.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+#: Longest URL accepted (characters); browsers and servers commonly cap URLs near 2,000.
+MAX_URL_CHARS = 2000
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def allowed_networks() -> list[IPNetwork]:
+    """The networks of ``EFFECT_LEDGER["WEBHOOK_ALLOWED_NETWORKS"]`` (a list of CIDR strings)
+    beyond the global addresses every callback may reach."""
+    return [
+        ipaddress.ip_network(str(n).strip(), strict=False)
+        for n in settings.EFFECT_LEDGER["WEBHOOK_ALLOWED_NETWORKS"]
+    ]
+
+
+def address_allowed(address: IPAddress) -> bool:
+    """Whether the workers may POST to ``address``: a global address, or one inside an allowed
+    network. An IPv4-mapped IPv6 address is judged as the IPv4 address it carries."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if any(address in network for network in allowed_networks()):
+        return True
+    return address.is_global and not address.is_multicast
+
+
+def _literal_address(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+def callback_url_problem(url: str) -> str:
+    """Why ``url`` cannot be an agent's callback URL, or ``""`` when it can (see the module's
+    rules). The message is shown to the agent (a 422 problem) and to the admin."""
+    if len(url) > MAX_URL_CHARS:
+        return f"the URL is longer than {MAX_URL_CHARS} characters"
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        return "the URL contains whitespace or control characters"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return f"the URL is malformed: {exc}"
+    if parts.scheme not in {"http", "https"}:
+        return "the URL must start with https:// (or http://)"
+    if not parts.hostname:
+        return "the URL names no host"
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        return "the URL must not carry credentials (user:password@): the request is signed instead"
+    if parts.fragment or "#" in url:
+        return "the URL must not have a fragment (#...): it is never sent to the server"
+    if port == 0:
+        return "the URL's port must be 1-65535"
+    address = _literal_address(parts.hostname)
+    if address is not None and not address_allowed(address):
+        return (
+            f"the workers may not POST to {address}: not a public address, and not in "
+            "EFFECT_LEDGER_WEBHOOK_ALLOWED_NETWORKS"
+        )
+    return ""
+
+
+def address_problem(url: str) -> str:
+    """Why the workers must not POST to ``url`` now, or ``""``: every address its host resolves
+    to (``getaddrinfo``) must be allowed (``address_allowed``). Resolution errors are problems."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        infos = socket.getaddrinfo(
+            host, parts.port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM
+        )
+    except OSError as exc:
+        return f"cannot resolve {host}: {exc}"
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+        if not address_allowed(address):
+            return f"{host} resolves to {address}: not a public address, and not in EFFECT_LEDGER_WEBHOOK_ALLOWED_NETWORKS"
+    return ""

@@ -1,0 +1,346 @@
+"""Signed webhooks to agents (README "Webhooks to agents"): registration, the outbox rows
+written with each terminal transition, their delivery with retries, and re-sends.
+
+* ``webhook_statement`` is the INSERT ``transitions.transition`` sends with the audit event of
+  a terminal transition (same transaction, same round trip); ``webhook_enqueue_escalation`` the
+  one ``resolution.intent_escalate`` runs. Either writes a row only when the intent's principal
+  is an agent with a callback URL.
+* ``webhooks_deliver_due`` (the task's) claims due rows with ``FOR UPDATE SKIP LOCKED`` in a
+  bounded batch, pushing ``next_attempt_at`` forward as a lease, and commits; POSTs each row
+  outside any transaction (``operations.webhook_sender``); records each result with a
+  compare-and-swap on the claimed attempt number (a worker whose lease lapsed records nothing).
+* A 2xx is delivered; anything else is retried after ``backoff_seconds`` and ``failed`` after
+  ``WEBHOOK_MAX_ATTEMPTS``. ``webhook_resend`` makes a delivered or failed row pending again
+  with the same message id and body.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F, JSONField, Q, Value
+from django.db.models.expressions import CombinedExpression
+from django.db.models.functions import Now
+
+from operations import metrics
+from operations.backoff import backoff_seconds
+from operations.callback_urls import callback_url_problem
+from operations.exceptions import CallbackRefused, WebhookResendRefused
+from operations.idempotency import canonical_json
+from operations.models import Agent, AuditEvent, Intent, Outcome, WebhookDelivery
+from operations.statements import Statement
+from operations.webhook_sender import AttemptResult, new_secret, post_webhook
+
+logger = logging.getLogger(__name__)
+
+DELIVER_TASK = "operations.deliver_webhooks"
+ESCALATED = "intent.escalated"
+#: The event type announced when an intent enters each status (the terminal ones, and
+#: SUCCEEDED, which only a compensation can leave).
+EVENT_TYPES: dict[str, str] = {
+    Intent.Status.SUCCEEDED: "intent.succeeded",
+    Intent.Status.FAILED: "intent.failed",
+    Intent.Status.REJECTED: "intent.rejected",
+    Intent.Status.EXPIRED: "intent.expired",
+    Intent.Status.CANCELLED: "intent.cancelled",
+    Intent.Status.COMPENSATED: "intent.compensated",
+}
+#: Seconds a claim holds a row: longer than a POST may take (connect + read timeouts) and the
+#: recording after it; a worker that died mid-attempt leaves the row due again after it.
+LEASE_MARGIN_SECONDS = 30.0
+
+
+# --- registration ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallbackSet:
+    """The agent after ``agent_callback_set``, and its new secret when one was made (shown once)."""
+
+    agent: Agent
+    new_secret: str
+
+
+def agent_callback_set(*, agent: Agent, url: str, rotate_secret: bool = False) -> CallbackSet:
+    """Register ``url`` as ``agent``'s callback URL. A secret is made when the agent has none
+    (the first URL) or when ``rotate_secret``; it is returned once, never shown again. Deliveries
+    not yet sent use the URL and secret in force at their next attempt.
+
+    Raises:
+        CallbackRefused: ``callback_url_problem(url)`` names a problem; nothing changed.
+    """
+    problem = callback_url_problem(url)
+    if problem:
+        raise CallbackRefused(problem, errors=[{"field": "url", "message": problem}])
+    secret = new_secret() if rotate_secret or not agent.callback_secret else ""
+    updates: dict[str, Any] = {"callback_url": url, **({"callback_secret": secret} if secret else {})}
+    Agent.objects.filter(id=agent.id).update(**updates)
+    for field, value in updates.items():
+        setattr(agent, field, value)
+    return CallbackSet(agent=agent, new_secret=secret)
+
+
+def agent_callback_clear(*, agent: Agent) -> None:
+    """Remove ``agent``'s callback URL and secret: no new deliveries; pending ones are not sent
+    (each attempt records that there is no URL) and fail after the last attempt, unless a URL
+    is registered again meanwhile."""
+    Agent.objects.filter(id=agent.id).update(callback_url="", callback_secret="")
+    agent.callback_url = agent.callback_secret = ""
+
+
+# --- the outbox rows -------------------------------------------------------------------------
+
+_INSERT = f"""
+    INSERT INTO {WebhookDelivery._meta.db_table}
+        (message_id, intent_id, agent_id, tenant, event_type, status, audit_seq, event_at, body, state,
+         attempts, next_attempt_at, last_error, history, created_at)
+    SELECT %s, i.id, a.id, i.tenant, %s, %s, %s, %s, '', 'pending', 0, statement_timestamp(), '', '[]',
+           statement_timestamp()
+    FROM {Intent._meta.db_table} i
+    JOIN {Agent._meta.db_table} a ON a.tenant = i.tenant AND 'agent:' || a.name = i.principal
+    WHERE i.id = %s AND a.callback_url <> ''
+    RETURNING id
+"""
+
+
+def _insert(*, intent_id: uuid.UUID, event_type: str, status: str, event: AuditEvent) -> Statement:
+    message_id = f"msg_{uuid.uuid4().hex}"
+    params = (message_id, event_type, status, event.seq, event.created_at, intent_id)
+    return Statement(_INSERT, params, returns=True)
+
+
+def webhook_statement(*, intent_id: uuid.UUID, to_status: str, event: AuditEvent) -> Statement | None:
+    """The INSERT of the webhook announcing ``event`` (the transition's audit event, unsaved is
+    fine) when ``to_status`` is announced (``EVENT_TYPES``), else None. It inserts nothing when
+    the intent's principal is not an agent with a callback URL, and returns the new row's id
+    (None when nothing was inserted): send it last, and call ``webhook_kick_after_commit``
+    when it inserted."""
+    event_type = EVENT_TYPES.get(to_status)
+    if event_type is None:
+        return None
+    return _insert(intent_id=intent_id, event_type=event_type, status=to_status, event=event)
+
+
+def webhook_enqueue_escalation(*, intent_id: uuid.UUID, status: str, event: AuditEvent) -> None:
+    """Write the ``intent.escalated`` webhook for ``event`` (the escalation's audit event) in
+    the caller's transaction, when the intent's agent has a callback URL."""
+    statement = _insert(intent_id=intent_id, event_type=ESCALATED, status=status, event=event)
+    with connection.cursor() as cursor:
+        cursor.execute(statement.sql, statement.params)
+        if cursor.fetchone() is not None:
+            webhook_kick_after_commit()
+
+
+def webhook_kick_after_commit() -> None:
+    """After the caller's transaction commits, ask a worker to deliver now (the beat's period
+    is the safety net: a refused publication is only logged)."""
+
+    def kick() -> None:
+        try:
+            current_app.send_task(DELIVER_TASK, retry=False)
+        except Exception as exc:  # noqa: BLE001 - the beat delivers it within its period
+            logger.warning(
+                "webhook kick not published; the beat will deliver", extra={"error": str(exc)[:200]}
+            )
+
+    transaction.on_commit(kick)
+
+
+# --- the body --------------------------------------------------------------------------------
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def webhook_body(delivery: WebhookDelivery) -> str:
+    """The canonical JSON (RFC 8785) body of ``delivery``, Standard Webhooks' recommended shape
+    ``{"type", "timestamp", "data"}``. ``data``: ``intent_id``, ``status`` (the one announced),
+    ``action``, ``action_version``, ``reference``, the ``outcome`` (``provider_reference``) when
+    an effect is recorded, the ``error`` of a FAILED intent, and the ``resolution`` (who and why)
+    when a person decided. Never the arguments: the agent sent them and reads them with
+    ``GET /api/v1/intents/{id}``; a receiver's logs need not hold a customer's data again."""
+    intent = delivery.intent
+    data: dict[str, Any] = {
+        "intent_id": str(intent.id),
+        "status": delivery.status,
+        "action": intent.action,
+        "action_version": intent.action_version,
+        "reference": intent.reference,
+        "url": f"/api/v1/intents/{intent.id}",
+    }
+    outcome = Outcome.objects.filter(intent_id=intent.id).order_by("-created_at", "-id").first()
+    if outcome is not None and delivery.status in {"SUCCEEDED", "COMPENSATED", "UNKNOWN", "COMPENSATING"}:
+        data["outcome"] = {"provider_reference": outcome.provider_reference, "source": outcome.source}
+    if delivery.status == Intent.Status.FAILED and intent.last_error:
+        data["error"] = intent.last_error
+    event = AuditEvent.objects.filter(intent_id=intent.id, seq=delivery.audit_seq).first()
+    if event is not None and event.actor.startswith("user:"):
+        data["resolution"] = {"by": event.actor, "event": event.event, "reason": event.reason}
+    body = {"type": delivery.event_type, "timestamp": _iso(delivery.event_at), "data": data}
+    return canonical_json(body).decode()
+
+
+# --- delivery --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A row claimed for one attempt: what to send, where, and the attempt number it holds."""
+
+    id: int
+    attempt: int
+    message_id: str
+    body: str
+    url: str
+    secret: str
+
+
+def _lease_seconds() -> float:
+    conf = settings.EFFECT_LEDGER
+    return (
+        float(conf["WEBHOOK_CONNECT_TIMEOUT_SECONDS"] + conf["WEBHOOK_TIMEOUT_SECONDS"])
+        + LEASE_MARGIN_SECONDS
+    )
+
+
+def webhooks_claim_due(*, batch: int | None = None, ids: list[int] | None = None) -> list[Claimed]:
+    """Claim up to ``batch`` due pending rows (default ``WEBHOOK_BATCH``), earliest first,
+    ``FOR UPDATE SKIP LOCKED``: each gets its attempt number and is due again only after the
+    lease (``_lease_seconds``). A body is frozen now if the row has none. Commits."""
+    batch = batch or settings.EFFECT_LEDGER["WEBHOOK_BATCH"]
+    with transaction.atomic():
+        due = WebhookDelivery.objects.filter(state=WebhookDelivery.State.PENDING, next_attempt_at__lte=Now())
+        if ids is not None:
+            due = due.filter(id__in=ids)
+        # The race this stops: two delivery tasks sending the same row at once.
+        rows = list(
+            due.select_related("intent", "agent")
+            .select_for_update(skip_locked=True, of=("self",))
+            .order_by("next_attempt_at")[:batch]
+        )
+        if not rows:
+            return []
+        WebhookDelivery.objects.filter(id__in=[r.id for r in rows]).update(
+            attempts=F("attempts") + 1, next_attempt_at=Now() + timedelta(seconds=_lease_seconds())
+        )
+        claimed = []
+        for row in rows:
+            if not row.body:
+                row.body = webhook_body(row)
+                WebhookDelivery.objects.filter(id=row.id, body="").update(body=row.body)
+            claimed.append(
+                Claimed(
+                    row.id,
+                    row.attempts + 1,
+                    row.message_id,
+                    row.body,
+                    row.agent.callback_url,
+                    row.agent.callback_secret,
+                )
+            )
+    return claimed
+
+
+def _append(entry: dict[str, Any]) -> CombinedExpression:
+    return CombinedExpression(F("history"), "||", Value([entry], JSONField()), output_field=JSONField())
+
+
+def webhook_record(*, claimed: Claimed, result: AttemptResult) -> str:
+    """Record one attempt's ``result``: ``delivered`` on a 2xx; else ``failed`` when it was the
+    ``WEBHOOK_MAX_ATTEMPTS``-th, or pending again after ``backoff_seconds(attempt_no=n,
+    base=WEBHOOK_BACKOFF_BASE_SECONDS, cap=WEBHOOK_BACKOFF_CAP_SECONDS)``. Returns the result
+    counted (``delivered``, ``retry``, ``failed``), or ``stale`` when the row moved meanwhile
+    (its lease lapsed and another claim holds it, or an operator re-sent it): nothing written."""
+    conf = settings.EFFECT_LEDGER
+    entry = {
+        "at": _iso(datetime.now(UTC)),
+        "attempt": claimed.attempt,
+        "status_code": result.status_code,
+        "error": result.error,
+        "duration_ms": result.duration_ms,
+    }
+    updates: dict[str, Any] = {
+        "last_status_code": result.status_code,
+        "last_error": result.error,
+        "history": _append(entry),
+    }
+    if result.delivered:
+        outcome = "delivered"
+        updates |= {"state": WebhookDelivery.State.DELIVERED, "delivered_at": Now(), "next_attempt_at": None}
+    elif claimed.attempt >= conf["WEBHOOK_MAX_ATTEMPTS"]:
+        outcome = "failed"
+        updates |= {"state": WebhookDelivery.State.FAILED, "next_attempt_at": None}
+    else:
+        outcome = "retry"
+        wait = backoff_seconds(
+            attempt_no=claimed.attempt,
+            base=conf["WEBHOOK_BACKOFF_BASE_SECONDS"],
+            cap=conf["WEBHOOK_BACKOFF_CAP_SECONDS"],
+        )
+        updates["next_attempt_at"] = Now() + timedelta(seconds=wait)
+    # The race this stops: a worker whose lease lapsed recording over a newer claim's attempt.
+    moved = WebhookDelivery.objects.filter(
+        id=claimed.id, state=WebhookDelivery.State.PENDING, attempts=claimed.attempt
+    ).update(**updates)
+    if not moved:
+        return "stale"
+    metrics.WEBHOOK_ATTEMPTS.labels(result=outcome).inc()
+    return outcome
+
+
+def webhook_attempt(claimed: Claimed) -> str:
+    """POST one claimed row (outside any transaction) and record the result (``webhook_record``)."""
+    if not claimed.url or not claimed.secret:
+        result = AttemptResult(None, "not sent: the agent has no callback URL any more", 0)
+    else:
+        result = post_webhook(
+            url=claimed.url, secret=claimed.secret, message_id=claimed.message_id, body=claimed.body
+        )
+    return webhook_record(claimed=claimed, result=result)
+
+
+def webhooks_deliver_due(*, batch: int | None = None) -> dict[str, int]:
+    """One pass of the delivery task: claim a batch (``webhooks_claim_due``), then POST and
+    record each. Returns counts by result. Call outside any transaction (the task does): the
+    claim commits before the POSTs, and each result is recorded in its own transaction."""
+    counts: dict[str, int] = {}
+    for claimed in webhooks_claim_due(batch=batch):
+        outcome = webhook_attempt(claimed)
+        counts[outcome] = counts.get(outcome, 0) + 1
+    return counts
+
+
+def webhook_resend(*, delivery_id: int, actor: str, scope: Q | None = None) -> WebhookDelivery:
+    """Make a delivered or failed delivery pending again, due now, with the same message id and
+    body and a fresh attempt budget (``attempts`` back to 0; ``history`` keeps every attempt and
+    notes the re-send and who asked). ``scope`` limits which rows ``actor`` may reach.
+
+    Raises:
+        WebhookDelivery.DoesNotExist: no such delivery in ``scope``.
+        WebhookResendRefused: it is pending already.
+    """
+    rows = WebhookDelivery.objects.filter(scope or Q())
+    delivery = rows.get(id=delivery_id)
+    # The race this stops: two operators re-sending at once, or a re-send while it is pending.
+    moved = rows.filter(
+        id=delivery_id, state__in=[WebhookDelivery.State.DELIVERED, WebhookDelivery.State.FAILED]
+    ).update(
+        state=WebhookDelivery.State.PENDING,
+        attempts=0,
+        next_attempt_at=Now(),
+        delivered_at=None,
+        history=_append({"at": _iso(datetime.now(UTC)), "resent_by": actor}),
+    )
+    if not moved:
+        raise WebhookResendRefused(f"delivery {delivery.message_id} is pending already: it is sent when due")
+    webhook_kick_after_commit()
+    delivery.refresh_from_db()
+    return delivery
