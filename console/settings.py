@@ -433,6 +433,8 @@ EFFECT_LEDGER: dict[str, Any] = {
     "NOTIFY_SEND_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_SEND_TIMEOUT_SECONDS", 10.0),
     "NOTIFY_RETRY_BASE_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_RETRY_BASE_SECONDS", 30.0),
     "NOTIFY_RETRY_CAP_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_RETRY_CAP_SECONDS", 3600.0),
+    # Days a notice is kept once nothing is pending for it (sent, dropped, or nobody to tell).
+    "NOTIFY_RETENTION_DAYS": env_float("EFFECT_LEDGER_NOTIFY_RETENTION_DAYS", 30.0),
 }
 
 # Email (Django's framework) for notifications: printed on the console unless a backend is set,

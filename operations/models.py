@@ -769,7 +769,9 @@ class Notification(models.Model):
     kind = models.CharField(max_length=30, choices=Kind.choices)
     intent = models.ForeignKey(Intent, on_delete=models.PROTECT, related_name="+")
     approval_round = models.PositiveSmallIntegerField(
-        default=0, db_default=0, help_text="the intent's approval_round the notice is about (approval notices)"
+        default=0,
+        db_default=0,
+        help_text="the intent's approval_round the notice is about (approval notices)",
     )
     created_at = models.DateTimeField(db_default=Now())
     fanned_out_at = models.DateTimeField(
@@ -795,7 +797,9 @@ class Notification(models.Model):
         ]
         indexes = [
             # The fan-out's queue.
-            models.Index(fields=["id"], condition=Q(fanned_out_at__isnull=True), name="notification_fan_out_q"),
+            models.Index(
+                fields=["id"], condition=Q(fanned_out_at__isnull=True), name="notification_fan_out_q"
+            ),
         ]
 
 
@@ -810,10 +814,14 @@ class NotificationRecipient(models.Model):
 
     channel = models.CharField(max_length=10, choices=Channel.choices)
     address = models.CharField(max_length=254, help_text="the email address; 'slack' for the webhook")
-    due_at = models.DateTimeField(db_default=Now(), help_text="no message before this time (rate limit, backoff)")
+    due_at = models.DateTimeField(
+        db_default=Now(), help_text="no message before this time (rate limit, backoff)"
+    )
     failures = models.PositiveIntegerField(default=0, help_text="failed sends in a row (backoff)")
     lease_until = models.DateTimeField(
-        null=True, blank=True, help_text="a sender claimed it until then (the send runs outside the transaction)"
+        null=True,
+        blank=True,
+        help_text="a sender claimed it until then (the send runs outside the transaction)",
     )
     last_sent_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
@@ -845,9 +853,13 @@ class NotificationDelivery(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["notification", "recipient"], name="notification_delivery_unique"),
+            models.UniqueConstraint(
+                fields=["notification", "recipient"], name="notification_delivery_unique"
+            ),
         ]
         indexes = [
             # A recipient's pending notices: what its next message carries.
-            models.Index(fields=["recipient", "id"], condition=Q(status="pending"), name="notification_pending_q"),
+            models.Index(
+                fields=["recipient", "id"], condition=Q(status="pending"), name="notification_pending_q"
+            ),
         ]

@@ -6,66 +6,188 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('operations', '0025_list_search_indexes'),
+        ("operations", "0025_list_search_indexes"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Notification',
+            name="Notification",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('approval_requested', 'Approval requested'), ('approval_expiring', 'Approval about to expire'), ('escalated', 'Escalated to operators')], max_length=30)),
-                ('approval_round', models.PositiveSmallIntegerField(db_default=0, default=0, help_text="the intent's approval_round the notice is about (approval notices)")),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('fanned_out_at', models.DateTimeField(blank=True, help_text='when its deliveries (one per recipient) were written', null=True)),
-                ('outcome', models.CharField(blank=True, db_default='', default='', help_text="after fan-out: 'delivering', 'obsolete' (the intent moved on first) or 'no_recipient'", max_length=20)),
-                ('intent', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='operations.intent')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("approval_requested", "Approval requested"),
+                            ("approval_expiring", "Approval about to expire"),
+                            ("escalated", "Escalated to operators"),
+                        ],
+                        max_length=30,
+                    ),
+                ),
+                (
+                    "approval_round",
+                    models.PositiveSmallIntegerField(
+                        db_default=0,
+                        default=0,
+                        help_text="the intent's approval_round the notice is about (approval notices)",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                (
+                    "fanned_out_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="when its deliveries (one per recipient) were written",
+                        null=True,
+                    ),
+                ),
+                (
+                    "outcome",
+                    models.CharField(
+                        blank=True,
+                        db_default="",
+                        default="",
+                        help_text="after fan-out: 'delivering', 'obsolete' (the intent moved on first) or 'no_recipient'",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "intent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="+", to="operations.intent"
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='NotificationRecipient',
+            name="NotificationRecipient",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('channel', models.CharField(choices=[('email', 'Email'), ('slack', 'Slack-compatible webhook')], max_length=10)),
-                ('address', models.CharField(help_text="the email address; 'slack' for the webhook", max_length=254)),
-                ('due_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), help_text='no message before this time (rate limit, backoff)')),
-                ('failures', models.PositiveIntegerField(default=0, help_text='failed sends in a row (backoff)')),
-                ('lease_until', models.DateTimeField(blank=True, help_text='a sender claimed it until then (the send runs outside the transaction)', null=True)),
-                ('last_sent_at', models.DateTimeField(blank=True, null=True)),
-                ('last_error', models.TextField(blank=True, default='')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "channel",
+                    models.CharField(
+                        choices=[("email", "Email"), ("slack", "Slack-compatible webhook")], max_length=10
+                    ),
+                ),
+                (
+                    "address",
+                    models.CharField(help_text="the email address; 'slack' for the webhook", max_length=254),
+                ),
+                (
+                    "due_at",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        help_text="no message before this time (rate limit, backoff)",
+                    ),
+                ),
+                (
+                    "failures",
+                    models.PositiveIntegerField(default=0, help_text="failed sends in a row (backoff)"),
+                ),
+                (
+                    "lease_until",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="a sender claimed it until then (the send runs outside the transaction)",
+                        null=True,
+                    ),
+                ),
+                ("last_sent_at", models.DateTimeField(blank=True, null=True)),
+                ("last_error", models.TextField(blank=True, default="")),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('channel', 'address'), name='notification_recipient_unique')],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("channel", "address"), name="notification_recipient_unique"
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='NotificationDelivery',
+            name="NotificationDelivery",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('sent', 'Sent'), ('dropped', 'Dropped as obsolete')], default='pending', max_length=10)),
-                ('attempts', models.PositiveIntegerField(default=0, help_text='messages that carried it and failed')),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
-                ('sent_at', models.DateTimeField(blank=True, null=True)),
-                ('notification', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='deliveries', to='operations.notification')),
-                ('recipient', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='deliveries', to='operations.notificationrecipient')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("sent", "Sent"),
+                            ("dropped", "Dropped as obsolete"),
+                        ],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                (
+                    "attempts",
+                    models.PositiveIntegerField(default=0, help_text="messages that carried it and failed"),
+                ),
+                ("created_at", models.DateTimeField(db_default=django.db.models.functions.datetime.Now())),
+                ("sent_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "notification",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="deliveries",
+                        to="operations.notification",
+                    ),
+                ),
+                (
+                    "recipient",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="deliveries",
+                        to="operations.notificationrecipient",
+                    ),
+                ),
             ],
         ),
         migrations.AddIndex(
-            model_name='notification',
-            index=models.Index(condition=models.Q(('fanned_out_at__isnull', True)), fields=['id'], name='notification_fan_out_q'),
+            model_name="notification",
+            index=models.Index(
+                condition=models.Q(("fanned_out_at__isnull", True)),
+                fields=["id"],
+                name="notification_fan_out_q",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='notification',
-            constraint=models.UniqueConstraint(condition=models.Q(('kind__in', ['approval_requested', 'approval_expiring'])), fields=('intent', 'kind', 'approval_round'), name='notification_once_per_round'),
+            model_name="notification",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("kind__in", ["approval_requested", "approval_expiring"])),
+                fields=("intent", "kind", "approval_round"),
+                name="notification_once_per_round",
+            ),
         ),
         migrations.AddIndex(
-            model_name='notificationdelivery',
-            index=models.Index(condition=models.Q(('status', 'pending')), fields=['recipient', 'id'], name='notification_pending_q'),
+            model_name="notificationdelivery",
+            index=models.Index(
+                condition=models.Q(("status", "pending")),
+                fields=["recipient", "id"],
+                name="notification_pending_q",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='notificationdelivery',
-            constraint=models.UniqueConstraint(fields=('notification', 'recipient'), name='notification_delivery_unique'),
+            model_name="notificationdelivery",
+            constraint=models.UniqueConstraint(
+                fields=("notification", "recipient"), name="notification_delivery_unique"
+            ),
         ),
     ]

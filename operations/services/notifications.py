@@ -113,7 +113,7 @@ def notifications_enqueue_expiring() -> int:
             _EXPIRING_SQL,
             (Notification.Kind.APPROVAL_EXPIRING, warning, Notification.Kind.APPROVAL_REQUESTED, warning),
         )
-        return cursor.rowcount
+        return int(cursor.rowcount)
 
 
 def _recipient_rows(keys: Sequence[tuple[str, str]]) -> list[NotificationRecipient]:
@@ -178,13 +178,17 @@ class _Claimed:
 def _lease_seconds() -> float:
     # Longer than any send can take (Slack's timeout per phase, SMTP's EMAIL_TIMEOUT), so a
     # live sender keeps its claim; a dead one's lapses and the notices go out again.
-    return 60.0 + 4 * max(float(settings.EFFECT_LEDGER["NOTIFY_SEND_TIMEOUT_SECONDS"]), settings.EMAIL_TIMEOUT or 0)
+    return 60.0 + 4 * max(
+        float(settings.EFFECT_LEDGER["NOTIFY_SEND_TIMEOUT_SECONDS"]), settings.EMAIL_TIMEOUT or 0
+    )
 
 
 def _claim(batch: int) -> list[_Claimed]:
     """Lease up to ``batch`` recipients that may receive a message now (``due_at`` passed, no
     live lease) and have pending deliveries; drop the obsolete deliveries. One transaction."""
-    pending = NotificationDelivery.objects.filter(recipient=OuterRef("pk"), status=NotificationDelivery.Status.PENDING)
+    pending = NotificationDelivery.objects.filter(
+        recipient=OuterRef("pk"), status=NotificationDelivery.Status.PENDING
+    )
     claimed: list[_Claimed] = []
     with transaction.atomic():
         recipients = list(
@@ -199,7 +203,9 @@ def _claim(batch: int) -> list[_Claimed]:
             dropped: list[int] = []
             item = _Claimed(recipient)
             for delivery in (
-                NotificationDelivery.objects.filter(recipient=recipient, status=NotificationDelivery.Status.PENDING)
+                NotificationDelivery.objects.filter(
+                    recipient=recipient, status=NotificationDelivery.Status.PENDING
+                )
                 .select_related("notification__intent")
                 .order_by("id")[:DIGEST_MAX_ITEMS]
             ):
@@ -213,7 +219,9 @@ def _claim(batch: int) -> list[_Claimed]:
                 else:
                     item.deliveries.append(delivery)
             if dropped:
-                NotificationDelivery.objects.filter(id__in=dropped).update(status=NotificationDelivery.Status.DROPPED)
+                NotificationDelivery.objects.filter(id__in=dropped).update(
+                    status=NotificationDelivery.Status.DROPPED
+                )
                 metrics.NOTIFICATIONS.labels(channel=recipient.channel, result="dropped").inc(len(dropped))
             if item.deliveries:
                 NotificationRecipient.objects.filter(id=recipient.id).update(
@@ -241,9 +249,9 @@ def _record(item: _Claimed, error: Exception | None) -> None:
     ids = [delivery.id for delivery in item.deliveries]
     with transaction.atomic():
         if error is None:
-            NotificationDelivery.objects.filter(id__in=ids, status=NotificationDelivery.Status.PENDING).update(
-                status=NotificationDelivery.Status.SENT, sent_at=Now()
-            )
+            NotificationDelivery.objects.filter(
+                id__in=ids, status=NotificationDelivery.Status.PENDING
+            ).update(status=NotificationDelivery.Status.SENT, sent_at=Now())
             interval = float(settings.EFFECT_LEDGER["NOTIFY_INTERVAL_SECONDS"])
             NotificationRecipient.objects.filter(id=recipient.id).update(
                 last_sent_at=Now(),
@@ -267,7 +275,9 @@ def _record(item: _Claimed, error: Exception | None) -> None:
                 lease_until=None,
                 last_error=f"{type(error).__name__}: {error}"[:1000],
             )
-    metrics.NOTIFICATIONS.labels(channel=recipient.channel, result="sent" if error is None else "failed").inc()
+    metrics.NOTIFICATIONS.labels(
+        channel=recipient.channel, result="sent" if error is None else "failed"
+    ).inc()
 
 
 def notifications_deliver(*, batch: int) -> int:
@@ -287,7 +297,11 @@ def notifications_deliver(*, batch: int) -> int:
         except Exception as exc:  # any channel error: keep the notices, try again later
             logger.warning(
                 "notification not sent; retried later",
-                extra={"channel": item.recipient.channel, "notices": len(item.deliveries), "error": str(exc)[:200]},
+                extra={
+                    "channel": item.recipient.channel,
+                    "notices": len(item.deliveries),
+                    "error": str(exc)[:200],
+                },
             )
             _record(item, exc)
         else:
@@ -296,10 +310,31 @@ def notifications_deliver(*, batch: int) -> int:
     return sent
 
 
+def notifications_prune(*, batch: int) -> int:
+    """Delete up to ``batch`` notices older than ``NOTIFY_RETENTION_DAYS`` with nothing pending
+    (their deliveries go with them); returns how many. A notice never leaves while a delivery
+    of it still waits for its recipient."""
+    days = float(settings.EFFECT_LEDGER["NOTIFY_RETENTION_DAYS"])
+    pending = NotificationDelivery.objects.filter(
+        notification=OuterRef("pk"), status=NotificationDelivery.Status.PENDING
+    )
+    old = (
+        Notification.objects.filter(fanned_out_at__lt=Now() - timedelta(days=days))
+        .exclude(Exists(pending))
+        .order_by("id")
+        .values("id")[:batch]
+    )
+    _, by_model = Notification.objects.filter(id__in=list(old.values_list("id", flat=True))).delete()
+    return by_model.get(Notification._meta.label, 0)
+
+
 def notifications_send() -> int:
     """One pass of the sender (the beat's, every ``NOTIFY_PERIOD_SECONDS``): queue the expiry
-    warnings, fan out queued notices, deliver. Returns how many messages were sent."""
+    warnings, fan out queued notices, deliver, prune old ones. Returns how many messages were
+    sent."""
     batch = int(settings.EFFECT_LEDGER["NOTIFY_BATCH"])
     notifications_enqueue_expiring()
     notifications_fan_out(batch=batch)
-    return notifications_deliver(batch=batch)
+    sent = notifications_deliver(batch=batch)
+    notifications_prune(batch=batch)
+    return sent

@@ -300,6 +300,7 @@ def _insert(intent: Intent, *, key: str, gated: bool) -> None:
         WITH s0 AS (INSERT INTO operations_intent ... RETURNING approval_expires_at),
              s1 AS (INSERT INTO operations_outboxmessage ...)           -- when it may run now
              s2 AS (INSERT INTO operations_auditevent ...)
+             s3 AS (INSERT INTO operations_notification ...)            -- when it awaits approval
         SELECT ...
 
     The intent's unique (tenant, principal, client_key) makes a reused key fail the last

@@ -23,7 +23,12 @@ from operations.models import Intent, Notification, NotificationDelivery, Notifi
 from operations.selectors.notifications import OPERATOR_ROLES
 from operations.services import intent_approve, intent_claim, intent_escalate, intent_mark_unknown
 from operations.services.execution import intent_wait_for_lapsed_approval
-from operations.services.notifications import notifications_deliver, notifications_fan_out, notifications_send
+from operations.services.notifications import (
+    notifications_deliver,
+    notifications_fan_out,
+    notifications_prune,
+    notifications_send,
+)
 from operations.tasks import send_notifications
 from operations.tenant_access import may_act, users_holding
 from reconciliation.resolution import RESOLVER_GROUPS
@@ -48,7 +53,9 @@ def _notify_settings(settings: Any) -> None:
 
 
 def gated(reference: str = "order-17", **kwargs: Any) -> Intent:
-    intent = submit(arguments=charge_arguments(25_000, customer=SECRET_CUSTOMER), reference=reference, **kwargs)
+    intent = submit(
+        arguments=charge_arguments(25_000, customer=SECRET_CUSTOMER), reference=reference, **kwargs
+    )
     assert intent.status == Intent.Status.AWAITING_APPROVAL
     return intent
 
@@ -124,7 +131,9 @@ def test_the_requester_of_an_intent_is_not_asked_to_approve_it(acme_approvers: l
     assert [message.to for message in mail.outbox] == [["bob@example.test"]]
 
 
-def test_a_burst_of_20_gated_intents_is_one_digest_per_approver_with_20_links(acme_approvers: list[Any]) -> None:
+def test_a_burst_of_20_gated_intents_is_one_digest_per_approver_with_20_links(
+    acme_approvers: list[Any],
+) -> None:
     # given
     intents = [gated(reference=f"order-{n}") for n in range(20)]
     # when
@@ -164,7 +173,9 @@ def test_an_escalated_unknown_intent_tells_the_tenants_operators_with_the_unknow
     UserFactory(username="otto", groups=["operator"], tenants=["globex"])
     intent = submit(arguments=charge_arguments(500, customer=SECRET_CUSTOMER), reference="r-unknown")
     claim = intent_claim(intent_id=intent.id, worker="w", lease_seconds=30)
-    assert claim is not None and intent_mark_unknown(claim=claim, error="timeout after send", cause="ambiguous")
+    assert claim is not None and intent_mark_unknown(
+        claim=claim, error="timeout after send", cause="ambiguous"
+    )
     # when
     assert intent_escalate(intent_id=intent.id, reason="patience exhausted")
     notifications_send()
@@ -212,7 +223,9 @@ def test_a_request_that_expires_within_the_warning_window_gets_no_separate_warni
     assert len(mail.outbox) == 2 and not Notification.objects.filter(kind=Notification.Kind.APPROVAL_EXPIRING)
 
 
-def test_an_intent_sent_back_to_its_approvers_asks_them_again_in_its_new_round(acme_approvers: list[Any]) -> None:
+def test_an_intent_sent_back_to_its_approvers_asks_them_again_in_its_new_round(
+    acme_approvers: list[Any],
+) -> None:
     # given: approved, claimed, then its approval lapsed before the provider call (C22)
     alice, bob = acme_approvers
     intent = gated()
@@ -301,7 +314,9 @@ def slack(settings: Any) -> Iterator[Any]:
     server.server_close()
 
 
-def test_the_slack_webhook_receives_the_json_text_with_the_link(slack: Any, acme_approvers: list[Any]) -> None:
+def test_the_slack_webhook_receives_the_json_text_with_the_link(
+    slack: Any, acme_approvers: list[Any]
+) -> None:
     # given
     intent = gated()
     # when
@@ -356,3 +371,18 @@ def test_users_holding_a_role_are_exactly_those_who_may_act(db: Any) -> None:
     # then
     expected = {u.username for u in get_user_model().objects.all() if may_act(u, ["approver"], "acme")}
     assert holding == expected == {"everywhere", "here", "root"}
+
+
+def test_old_notices_are_pruned_only_once_nothing_is_pending(slack: Any, acme_approvers: list[Any]) -> None:
+    # given: two old notices; the webhook never took the second one
+    gated(reference="done")
+    waiting = gated(reference="waiting")
+    notifications_send()
+    NotificationDelivery.objects.filter(notification__intent=waiting, recipient__channel="slack").update(
+        status="pending"
+    )
+    Notification.objects.update(fanned_out_at=Now() - timedelta(days=31))
+    # when
+    assert notifications_prune(batch=100) == 1
+    # then: the notice still waiting for the webhook is kept
+    assert list(Notification.objects.values_list("intent", flat=True)) == [waiting.id]
