@@ -51,6 +51,12 @@ app.conf.beat_schedule = {
         "task": "operations.restore_check",
         "schedule": settings.EFFECT_LEDGER["RESTORE_CHECK_PERIOD_SECONDS"],
     },
+    # Notices to approvers and operators: digested and rate-limited per recipient
+    # (operations.services.notifications).
+    "send-notifications": {
+        "task": "operations.send_notifications",
+        "schedule": settings.EFFECT_LEDGER["NOTIFY_PERIOD_SECONDS"],
+    },
     # SUCCEEDED and the terminal states counted with one GROUP BY for the dashboard and /metrics
     # (operations.services.status_rollup_refresh: why a period and not a counter per transition).
     "status-rollup": {

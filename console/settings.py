@@ -433,7 +433,39 @@ EFFECT_LEDGER: dict[str, Any] = {
         "EFFECT_LEDGER_WEBHOOK_ALLOWED_NETWORKS",
         [] if env_str("DATABASE_URL") else ["127.0.0.0/8", "::1/128"],
     ),
+    # Notifications to approvers and operators (operations.services.notifications; README
+    # "Notifications to approvers and operators"). The console's address for deep links.
+    "PUBLIC_URL": env_str("EFFECT_LEDGER_PUBLIC_URL", "http://127.0.0.1:8000"),
+    # A Slack-compatible incoming webhook that receives every notice too (POST {"text": ...});
+    # empty: email only.
+    "SLACK_WEBHOOK_URL": env_str("EFFECT_LEDGER_SLACK_WEBHOOK_URL"),
+    # Beat period of the sender; at most one message per recipient per NOTIFY_INTERVAL_SECONDS
+    # (the notices of the meantime wait for the next message, a digest).
+    "NOTIFY_PERIOD_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_PERIOD_SECONDS", 15.0),
+    "NOTIFY_INTERVAL_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_INTERVAL_SECONDS", 300.0),
+    # Approvers are warned once per approval round when the request expires within this.
+    "NOTIFY_EXPIRY_WARNING_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_EXPIRY_WARNING_SECONDS", 900.0),
+    "NOTIFY_BATCH": env_int("EFFECT_LEDGER_NOTIFY_BATCH", 200, minimum=1),
+    # Seconds a Slack POST may take (an SMTP server's are EMAIL_TIMEOUT); a failed send is
+    # retried with backoff from NOTIFY_RETRY_BASE_SECONDS up to NOTIFY_RETRY_CAP_SECONDS.
+    "NOTIFY_SEND_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_SEND_TIMEOUT_SECONDS", 10.0),
+    "NOTIFY_RETRY_BASE_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_RETRY_BASE_SECONDS", 30.0),
+    "NOTIFY_RETRY_CAP_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_RETRY_CAP_SECONDS", 3600.0),
+    # Days a notice is kept once nothing is pending for it (sent, dropped, or nobody to tell).
+    "NOTIFY_RETENTION_DAYS": env_float("EFFECT_LEDGER_NOTIFY_RETENTION_DAYS", 30.0),
 }
+
+# Email (Django's framework) for notifications: printed on the console unless a backend is set,
+# e.g. EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend with EMAIL_HOST and friends.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Effect Ledger <effect-ledger@localhost>")
 
 # Policies per action (risk decision table in shared/seeds/004). The policy in force is
 # snapshotted onto each intent at submission. See operations/policies.py for every field.

@@ -65,6 +65,12 @@ OUTBOX_PUBLISH_ERRORS = Counter(
     "effect_ledger_outbox_publish_errors_total", "Outbox publications that failed"
 )
 COMPENSATIONS = Counter("effect_ledger_compensations_total", "Compensation intents opened", ["cause"])
+NOTIFICATIONS = Counter(
+    "effect_ledger_notifications_total",
+    "Notification messages to approvers and operators, by channel (email, slack) and result "
+    "(sent, failed: retried later; dropped: notices whose intent moved on before they went out)",
+    ["channel", "result"],
+)
 ESCALATIONS = Counter(
     "effect_ledger_escalations_total", "Intents escalated to operators (UNKNOWN, or a failed compensation)"
 )

@@ -15,6 +15,7 @@ from django.db import DatabaseError, connections
 from operations import checkpoint_signing, checkpoints, engine, failover, metrics, outbox, services
 from operations.audit_keys import AuditKeyError
 from operations.delivery import database_retry_countdown, database_unavailable
+from operations.services import notifications
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +100,14 @@ def restore_check() -> str:
     execution when the database went back in time, then recover (``operations.failover``).
     Returns ``level``, ``paused``, ``recovered`` or ``running``."""
     return failover.restore_check(actor=f"detector:{engine.worker_identity()}")
+
+
+@shared_task(name="operations.send_notifications")
+def send_notifications() -> int:
+    """Send the notices to approvers and operators (the beat's, every ``NOTIFY_PERIOD_SECONDS``;
+    ``operations.services.notifications.notifications_send``); returns the messages sent."""
+    with services.periodic_job_run("operations.send_notifications"):
+        return notifications.notifications_send()
 
 
 @shared_task(name="operations.status_rollup")

@@ -18,8 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
 from operations.models import ALL_TENANTS, RoleGrant
 
@@ -74,6 +75,19 @@ def role_scope(user: Any, roles: Iterable[str]) -> TenantScope:
     if ALL_TENANTS in tenants:
         return EVERY_TENANT
     return TenantScope(every=False, names=frozenset(tenants))
+
+
+def users_holding(roles: Iterable[str], tenant: str) -> QuerySet[Any]:
+    """The active users who hold at least one of ``roles`` on ``tenant``: the other direction of
+    ``role_scope`` (a grant on the tenant or on every tenant, with the group's membership; or a
+    superuser), as one query. ``may_act(u, roles, tenant)`` is true exactly for these."""
+    granted = RoleGrant.objects.filter(
+        user=OuterRef("pk"),
+        role__in=list(roles),
+        tenant__in=[tenant, ALL_TENANTS],
+        user__groups__name=F("role"),
+    )
+    return get_user_model().objects.filter(Q(is_superuser=True) | Q(Exists(granted)), is_active=True)
 
 
 def may_act(user: Any, roles: Iterable[str], tenant: str) -> bool:

@@ -25,6 +25,7 @@ from operations.services.assignment import RELEASED as ASSIGNMENT_RELEASED
 from operations.services.assignment import refuse_if_assigned_elsewhere
 from operations.services.budget import resend_refusal
 from operations.services.duplicates import duplicate_check_updates
+from operations.services.notifications import notification_escalated
 from operations.services.submission import intent_submit
 from operations.services.transitions import transition, transition_or_raise
 from operations.services.webhooks import webhook_enqueue_escalation
@@ -182,6 +183,7 @@ def intent_escalate(
         if updated:
             row = audit_append(intent_id=intent_id, event=event, actor=actor, reason=reason, data=data)
             webhook_enqueue_escalation(intent_id=intent_id, status=status, event=row)
+            notification_escalated(intent_id=intent_id)  # the operators are told, with the event
     if updated:
         metrics.ESCALATIONS.inc()
     return bool(updated)

@@ -37,6 +37,7 @@ from operations.outbox import handoff_after_commit
 from operations.policies import Policy, policy_for
 from operations.request_integrity import submission_seal
 from operations.services.business import business_key, lock_identity, open_intent_for
+from operations.services.notifications import submission_notification_statement
 from operations.services.refusals import refusals_audited
 from operations.services.transitions import outbox_handoff, transition
 from operations.statements import insert_statement, run_together
@@ -299,6 +300,7 @@ def _insert(intent: Intent, *, key: str, gated: bool) -> None:
         WITH s0 AS (INSERT INTO operations_intent ... RETURNING approval_expires_at),
              s1 AS (INSERT INTO operations_outboxmessage ...)           -- when it may run now
              s2 AS (INSERT INTO operations_auditevent ...)
+             s3 AS (INSERT INTO operations_notification ...)            -- when it awaits approval
         SELECT ...
 
     The intent's unique (tenant, principal, client_key) makes a reused key fail the last
@@ -340,6 +342,8 @@ def _insert(intent: Intent, *, key: str, gated: bool) -> None:
         handoff, enqueue = outbox_handoff(intent_id=intent.id)
         statements.append(enqueue)
     statements.append(insert_statement(event))
+    if intent.status == Intent.Status.AWAITING_APPROVAL:  # its approvers are told (the outbox row)
+        statements.append(submission_notification_statement(intent))
     expires_at, *countdown = run_together(*statements)
     intent.approval_expires_at = expires_at  # set by the database clock
     intent._state.adding, intent._state.db = False, "default"  # saved, as save() would mark it

@@ -35,6 +35,7 @@ from operations.models import ALLOWED_TRANSITIONS, Intent
 from operations.outbox import Handoff, enqueue_statement, handoff_after_commit
 from operations.services.assignment import RELEASED as ASSIGNMENT_RELEASED
 from operations.services.ceilings import RELEASING_STATES, release_statements
+from operations.services.notifications import notification_statements
 from operations.services.webhooks import webhook_kick_after_commit, webhook_statement
 from operations.statements import Statement, run_together, update_statement
 
@@ -152,6 +153,8 @@ def transition(
         statements = [audit_insert_statement(event_row), *also]
         if to_status in RELEASING_STATES:  # it surely made no effect: give back its reservation
             statements.extend(release_statements(intent_id))
+        # Entering AWAITING_APPROVAL tells its approvers (the notice commits with the move).
+        statements.extend(notification_statements(intent_id=intent_id, to_status=to_status))
         handoff = None
         if dispatch:
             handoff, enqueue = outbox_handoff(intent_id=intent_id)
