@@ -116,3 +116,12 @@ class CancelRefused(LedgerError):
     status = 403
     code = "cancel-refused"
     title = "Cancel refused"
+
+
+class WaitInvalid(LedgerError):
+    """``GET /api/v1/intents/{id}?wait=...``: ``wait`` is not a number of seconds in (0, 30], or
+    ``status`` names no status (``operations.waiting.wait_request``)."""
+
+    status = 400
+    code = "wait-invalid"
+    title = "Invalid wait"
