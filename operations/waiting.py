@@ -240,6 +240,15 @@ def status_listener() -> StatusListener:
     return listener
 
 
+def stop_status_listener() -> None:
+    """Stop this process's listener and close its connection, if it was started (tests: a test
+    database cannot be dropped while the listener is connected to it)."""
+    with _listener_lock:
+        listener = _listener if _listener_pid == os.getpid() else None
+    if listener is not None:
+        listener.stop()
+
+
 def _current_status(intent_id: uuid.UUID) -> str | None:
     """The intent's status read with Django's connection, which is then closed again (outside a
     transaction), so the waiting request holds no database connection."""
@@ -300,6 +309,7 @@ __all__ = [
     "StatusListener",
     "WaitRequest",
     "status_listener",
+    "stop_status_listener",
     "wait_for_status_change",
     "wait_request",
 ]
