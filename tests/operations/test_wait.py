@@ -119,11 +119,15 @@ def test_a_waiting_request_holds_no_database_connection(
     # then: while it waited, the request's backend was gone and nothing was in a transaction
     assert response["Effect-Ledger-Wait"] == "changed"
     assert request_backend not in seen["backends"]
-    assert not [state for state in seen["backends"].values() if (state or "").startswith("idle in transaction")]
+    assert not [
+        state for state in seen["backends"].values() if (state or "").startswith("idle in transaction")
+    ]
     assert status_listener.backend_pid in seen["backends"]
 
 
-def test_a_wait_times_out_with_the_unchanged_intent(api: APIClient, status_listener: waiting.StatusListener) -> None:
+def test_a_wait_times_out_with_the_unchanged_intent(
+    api: APIClient, status_listener: waiting.StatusListener
+) -> None:
     # given
     intent = submit()
     # when
@@ -179,7 +183,9 @@ def test_without_wait_the_endpoint_answers_as_before(api: APIClient) -> None:
     assert plain.json() == with_status.json()
 
 
-@pytest.mark.parametrize("wait", ["0", "-1", "30.01", "31", "abc", "", "nan", "NaN", "inf", "-inf", "1e400", "0x10"])
+@pytest.mark.parametrize(
+    "wait", ["0", "-1", "30.01", "31", "abc", "", "nan", "NaN", "inf", "-inf", "1e400", "0x10"]
+)
 def test_a_wait_outside_its_bound_is_refused(api: APIClient, wait: str) -> None:
     # given
     intent = submit()
