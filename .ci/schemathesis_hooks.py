@@ -18,7 +18,7 @@ from typing import Any
 import schemathesis
 
 DETAIL_PATH = "/api/v1/intents/{intent_id}"
-WAIT_CAP_SECONDS = 0.2
+WAIT_CAP_SECONDS = 0.05
 MAX_WAIT_SECONDS = 30
 
 

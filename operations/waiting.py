@@ -33,6 +33,7 @@ from typing import Any
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connections
 
+from operations import selectors
 from operations.backoff import backoff_seconds
 from operations.exceptions import WaitInvalid
 from operations.models import TERMINAL_STATUSES, Intent
@@ -252,7 +253,7 @@ def stop_status_listener() -> None:
 def _current_status(intent_id: uuid.UUID) -> str | None:
     """The intent's status read with Django's connection, which is then closed again (outside a
     transaction), so the waiting request holds no database connection."""
-    status = Intent.objects.filter(id=intent_id).values_list("status", flat=True).first()
+    status = selectors.intent_status(intent_id=intent_id)
     _release_connection()
     return status
 

@@ -68,8 +68,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     server = conninfo_to_dict(os.environ["DATABASE_URL"])
-    admin = make_conninfo(**{**server, "dbname": "postgres"})
-    dsn = make_conninfo(**{**server, "dbname": SCRATCH})
+    admin = make_conninfo("", **{**server, "dbname": "postgres"})
+    dsn = make_conninfo("", **{**server, "dbname": SCRATCH})
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {SCRATCH} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {SCRATCH}")

@@ -30,6 +30,7 @@ from operations.selectors.intents import (
     intent_outcomes,
     intent_search,
     intent_search_queryset,
+    intent_status,
     previous_with_reference,
     wait_note,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "intent_outcomes",
     "intent_search",
     "intent_search_queryset",
+    "intent_status",
     "intent_status_counts",
     "StatusCount",
     "StatusCounts",
