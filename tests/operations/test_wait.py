@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from rest_framework.test import APIClient
 
@@ -293,3 +294,24 @@ def wait_until(condition: Callable[[], bool], seconds: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+def test_the_migration_adds_the_trigger_and_its_reverse_drops_it() -> None:
+    def triggers() -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT tgname FROM pg_trigger WHERE tgrelid = 'operations_intent'::regclass AND tgname = %s",
+                ["intent_status_notify"],
+            )
+            return [row[0] for row in cursor.fetchall()]
+
+    # given: migrated
+    assert triggers() == ["intent_status_notify"]
+    try:
+        # when: migrated back before 0026
+        call_command("migrate", "operations", "0025", verbosity=0)
+        # then
+        assert triggers() == []
+    finally:
+        call_command("migrate", "operations", verbosity=0)
+    assert triggers() == ["intent_status_notify"]
