@@ -11,8 +11,9 @@ Every transition goes through ``transitions.transition`` (an ``UPDATE ... SET st
 reconciler's batch updates set ``status`` too: the trigger sees them all, whatever wrote them.
 
 Cost: one notification per changed row, queued in memory until commit; at commit PostgreSQL
-takes a database-wide lock to append to the notification queue, so committing transactions
-that notified are serialized (README, "Waiting for an outcome", has the measured figure).
+takes a lock for the whole server and holds it until the commit is flushed, so that the queue is
+in commit order (``src/backend/commands/async.c``, ``PreCommit_Notify``): transactions that
+change a status commit one at a time (README, "Waiting for an outcome", has the measured cost).
 """
 
 from django.db import migrations
