@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from operations import selectors, services
+from operations import selectors, services, waiting
 from operations.api_schema import RETRY_AFTER, WWW_AUTHENTICATE, problem_responses
 from operations.exceptions import ActionNotAllowed
 from operations.models import Agent, Intent
@@ -60,6 +60,35 @@ SUBMIT_HEADERS = [
         OpenApiParameter.HEADER,
         response=[201],
         description="present on a replay: the same key and request answered with the intent it created",
+    ),
+]
+#: ``GET /api/v1/intents/{id}?wait=SECONDS[&status=STATUS]`` (``operations.waiting``).
+WAIT_HEADER = "Effect-Ledger-Wait"
+WAIT_PARAMETERS = [
+    OpenApiParameter(
+        "wait",
+        {"type": "number", "exclusiveMinimum": 0, "maximum": waiting.MAX_WAIT_SECONDS},
+        OpenApiParameter.QUERY,
+        description=(
+            "seconds (0 < wait <= 30, fractions allowed): answer as soon as the intent's status is no "
+            "longer `status`, or when they run out. A terminal intent answers at once. Without it "
+            "the intent is answered at once."
+        ),
+    ),
+    OpenApiParameter(
+        "status",
+        {"type": "string", "enum": list(Intent.Status.values)},
+        OpenApiParameter.QUERY,
+        description="with wait: wait while the intent is in this status (default: its status when the "
+        "request arrives); ignored without wait",
+    ),
+    OpenApiParameter(
+        WAIT_HEADER,
+        {"type": "string", "enum": ["changed", "timeout"]},
+        OpenApiParameter.HEADER,
+        response=[200],
+        description="present with wait: `changed` when the status answered differs from the one waited "
+        "on, `timeout` when it does not (the wait ran out, or the intent is terminal in it)",
     ),
 ]
 #: The problem headers every operation can answer with.
@@ -213,15 +242,25 @@ class IntentCollectionView(FirstRefusalThrottling, APIView):
 
 
 class IntentDetailView(FirstRefusalThrottling, APIView):
-    """``GET`` one intent the agent may see (its tenant's, or only its own: ``Agent.scope``)."""
+    """``GET`` one intent the agent may see (its tenant's, or only its own: ``Agent.scope``);
+    with ``?wait=SECONDS``, once its status changes or the seconds run out (``operations.waiting``)."""
 
     @extend_schema(
-        responses={200: IntentDetailSerializer, **problem_responses(404)}, parameters=PROBLEM_HEADERS
+        summary="Read an intent; with wait, as soon as its status changes (at most wait seconds)",
+        responses={200: IntentDetailSerializer, **problem_responses(400, 404)},
+        parameters=[*WAIT_PARAMETERS, *PROBLEM_HEADERS],
     )
     def get(self, request: Request, intent_id: uuid.UUID) -> Response:
-        return Response(
-            IntentDetailSerializer(_intent_or_404(request, intent_id), context=_context(request)).data
-        )
+        wait = waiting.wait_request(request.query_params)
+        intent = _intent_or_404(request, intent_id)
+        headers: dict[str, str] = {}
+        if wait is not None:
+            # Another agent's intent was answered 404 above, before any waiting.
+            awaited = wait.status or intent.status
+            waiting.wait_for_status_change(intent_id=intent.id, status=awaited, seconds=wait.seconds)
+            intent = _intent_or_404(request, intent_id)
+            headers[WAIT_HEADER] = "changed" if intent.status != awaited else "timeout"
+        return Response(IntentDetailSerializer(intent, context=_context(request)).data, headers=headers)
 
 
 class IntentCancelView(FirstRefusalThrottling, APIView):

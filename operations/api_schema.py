@@ -67,7 +67,8 @@ class StrictBodyExtension(OpenApiSerializerExtension):  # type: ignore[no-untype
 
 
 _PROBLEM_DESCRIPTIONS = {
-    400: "Malformed request: unreadable JSON, a missing or malformed Idempotency-Key, a damaged cursor",
+    400: "Malformed request: unreadable JSON, a missing or malformed Idempotency-Key, a damaged cursor, "
+    "a wait outside 0 < wait <= 30 seconds or an unknown status to wait on",
     401: "No token, or an unknown or revoked one",
     403: "Refused for this principal: an action outside the agent's scopes (allowed_actions lists "
     "them), or a cancel of a compensation intent",

@@ -132,3 +132,12 @@ class WebhookResendRefused(LedgerError):
     status = 409
     code = "delivery-pending"
     title = "Delivery pending"
+
+
+class WaitInvalid(LedgerError):
+    """``GET /api/v1/intents/{id}?wait=...``: ``wait`` is not a number of seconds in (0, 30], or
+    ``status`` names no status (``operations.waiting.wait_request``)."""
+
+    status = 400
+    code = "wait-invalid"
+    title = "Invalid wait"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db import transaction
 from django.urls import path
 
 from operations import api
@@ -12,7 +13,13 @@ urlpatterns = [
     path("actions", api.ActionListView.as_view(), name="actions"),
     path("intents", api.IntentCollectionView.as_view(), name="intents"),
     path("intents/preview", api.IntentPreviewView.as_view(), name="intent-preview"),
-    path("intents/<uuid:intent_id>", api.IntentDetailView.as_view(), name="intent-detail"),
+    # Never inside a request-wide transaction (ATOMIC_REQUESTS): ?wait= must hold none while it
+    # waits, and must see the changes other transactions commit (operations.waiting).
+    path(
+        "intents/<uuid:intent_id>",
+        transaction.non_atomic_requests(api.IntentDetailView.as_view()),
+        name="intent-detail",
+    ),
     path("intents/<uuid:intent_id>/cancel", api.IntentCancelView.as_view(), name="intent-cancel"),
     path("callback", api.CallbackView.as_view(), name="callback"),
 ]

@@ -102,3 +102,13 @@ from tests.support.fake_provider import fake_provider  # noqa: E402, F401
 from tests.support.processes import sandbox, sandbox_provider  # noqa: E402, F401
 from tests.support.webhook_receiver import receiver  # noqa: E402, F401
 from tests.support.workers import cluster  # noqa: E402, F401
+
+
+@pytest.fixture
+def status_listener() -> Any:
+    """This process's intent status listener (``operations.waiting``), started, and stopped after
+    the test so that its connection never outlives the test database."""
+    from operations import waiting
+
+    yield waiting.status_listener()
+    waiting.stop_status_listener()

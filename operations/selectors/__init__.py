@@ -32,6 +32,7 @@ from operations.selectors.intents import (
     intent_outcomes,
     intent_search,
     intent_search_queryset,
+    intent_status,
     previous_with_reference,
     wait_note,
 )
@@ -98,6 +99,7 @@ __all__ = [
     "intent_outcomes",
     "intent_search",
     "intent_search_queryset",
+    "intent_status",
     "intent_status_counts",
     "StatusCount",
     "StatusCounts",

@@ -41,6 +41,12 @@ def intent_get(*, tenant: str, intent_id: uuid.UUID, principal: str | None = Non
     return queryset.first()
 
 
+def intent_status(*, intent_id: uuid.UUID) -> str | None:
+    """The intent's status (an ``Intent.Status`` value), or None when there is no such intent;
+    one indexed read of one column (``operations.waiting`` re-reads it after each wake-up)."""
+    return Intent.objects.filter(id=intent_id).values_list("status", flat=True).first()
+
+
 def intent_list(
     *,
     tenant: str,

@@ -73,3 +73,20 @@ def test_i12_3_with_trust_on_the_proxy_header_is_believed(tmp_path: Path) -> Non
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_i15_workers_are_gthread_with_threads_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A ?wait= request holds its thread for up to 30 s: a sync worker would serve nothing else meanwhile.
+    import importlib
+
+    import console.gunicorn_conf as conf
+
+    monkeypatch.delenv("EFFECT_LEDGER_WEB_THREADS", raising=False)
+    assert (importlib.reload(conf).worker_class, conf.threads) == ("gthread", 8)
+    monkeypatch.setenv("EFFECT_LEDGER_WEB_THREADS", "3")
+    assert importlib.reload(conf).threads == 3
+    monkeypatch.setenv("EFFECT_LEDGER_WEB_THREADS", "0")
+    with pytest.raises(ValueError, match="EFFECT_LEDGER_WEB_THREADS"):
+        importlib.reload(conf)
+    monkeypatch.delenv("EFFECT_LEDGER_WEB_THREADS")
+    importlib.reload(conf)

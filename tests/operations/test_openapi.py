@@ -14,6 +14,7 @@ from openapi_core import Config, OpenAPI
 from openapi_core.contrib.django import DjangoOpenAPIRequest, DjangoOpenAPIResponse
 from openapi_core.templating.responses.exceptions import ResponseFinderError
 from openapi_core.validation.request.exceptions import RequestValidationError
+from openapi_core.validation.response.exceptions import InvalidHeader
 from rest_framework.test import APIClient
 
 from operations.adapters.registry import get_adapter, known_actions
@@ -293,3 +294,34 @@ def test_i16_1_preview_money_and_an_unknown_currency_match_the_document(api: API
     # and the document names the money object's members
     money = served_document()["components"]["schemas"]["Money"]
     assert set(money["required"]) == {"amount_minor", "currency", "exponent", "decimal"}
+
+
+def test_i15_a_wait_its_header_and_its_refusal_match_the_document(
+    api: APIClient, status_listener: Any
+) -> None:
+    # given: a terminal intent (a wait on it answers at once) and one still READY
+    done = submit(tenant="acme")
+    Intent.objects.filter(id=done.id).update(status=Intent.Status.SUCCEEDED)
+    ready = submit(tenant="acme")
+    # when
+    waited = api.get(f"{URL}/{done.id}", {"wait": "5"})
+    other_status = api.get(f"{URL}/{ready.id}", {"wait": "5", "status": "RUNNING"})
+    refused = api.get(f"{URL}/{done.id}", {"wait": "31"})
+    # then: the answers, the header and the 400 problem are the document's
+    assert (waited.status_code, waited["Effect-Ledger-Wait"]) == (200, "timeout")
+    assert (other_status.status_code, other_status["Effect-Ledger-Wait"]) == (200, "changed")
+    assert refused.status_code == 400
+    for response in (waited, other_status, refused):
+        assert_matches_document(response)
+    operation = served_document()["paths"][f"{URL}/{{intent_id}}"]["get"]
+    parameters = {p["name"]: p for p in operation["parameters"]}
+    assert parameters["wait"]["schema"] == {"type": "number", "exclusiveMinimum": 0, "maximum": 30.0}
+    assert parameters["status"]["schema"]["enum"] == list(Intent.Status.values)
+    assert operation["responses"]["200"]["headers"]["Effect-Ledger-Wait"]["schema"]["enum"] == [
+        "changed",
+        "timeout",
+    ]
+    # and the check is not vacuous: a header value the document does not name is refused
+    waited["Effect-Ledger-Wait"] = "maybe"
+    with pytest.raises(InvalidHeader):
+        assert_matches_document(waited)
