@@ -735,6 +735,19 @@ class RecoveryRun(models.Model):
         return f"recovery {self.pk} at {self.started_at:%Y-%m-%d %H:%M:%S}"
 
 
+class IntentWaiter(models.Model):
+    """A request waiting for ``intent_id``'s status to change (``operations.waiting``): while a
+    row names an intent, the status trigger of migration 0028 sends ``pg_notify`` for it; an
+    intent nobody waits for costs its writers one index probe and no NOTIFY (whose commit takes
+    a server-wide lock). Rows live for one wait; ``expires_at`` lets a crashed web process's
+    rows be swept. An UNLOGGED table: nothing in it needs to survive a crash.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    intent_id = models.UUIDField(db_index=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+
 class StatusRollup(models.Model):
     """How many intents of one tenant were in one settled state (``SETTLED_STATUS_VALUES``) when
     they were last counted: one row per (tenant, state), rewritten together by

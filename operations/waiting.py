@@ -3,18 +3,26 @@
 ``GET /api/v1/intents/{id}?wait=SECONDS`` answers as soon as the intent's status changes, or
 when SECONDS run out. The pieces:
 
-* Migration 0026 adds a row trigger on ``operations_intent``: every UPDATE that changes
-  ``status`` sends ``pg_notify(CHANNEL, <intent id>)``, delivered when that transaction commits
-  (PostgreSQL docs, "NOTIFY": "notifications are delivered only between transactions"), so a
-  listener never hears of a change it cannot read yet.
+* Migration 0028 adds a row trigger on ``operations_intent``: an UPDATE that changes ``status``
+  of an intent somebody waits for (a row of ``IntentWaiter``) sends ``pg_notify(CHANNEL, <intent
+  id>)``, delivered when that transaction commits (PostgreSQL docs, "NOTIFY": "notifications are
+  delivered only between transactions"), so a listener never hears of a change it cannot read
+  yet. Intents nobody waits for send nothing: a NOTIFY's commit takes a server-wide lock.
 * One ``StatusListener`` per web process: a daemon thread with its own psycopg autocommit
   connection (not Django's) that LISTENs on ``CHANNEL`` and sets the ``threading.Event`` of each
   request waiting for the notified intent. It starts on the first wait and reconnects with
   backoff (``operations.backoff.backoff_seconds``) when its connection is lost.
-* ``wait_for_status_change``: registers the request's event, then re-reads the status (so a
-  change committed before the LISTEN or the registration is not missed), then waits on the
-  event with Django's connection closed: a waiting request holds a thread, never a database
-  connection or a transaction. While the listener is not connected it re-reads once a second.
+* ``wait_for_status_change``: registers the request's event in this process, then its
+  ``IntentWaiter`` row and reads the status under a share lock of the intent's row in the same
+  statement (``_REGISTER``), then waits on the event with Django's connection closed: a waiting
+  request holds a thread, never a database connection or a transaction. While the listener is
+  not connected it re-reads once a second. The row is deleted when the wait ends.
+
+Why nothing is missed between the registration and a change: the registering statement commits
+its row and releases its share lock together. A transition that took the intent's row lock first
+makes the registering read wait for its commit and then read the new status; one that comes
+after waits for the registration's commit, and its trigger (a statement with its own snapshot)
+sees the committed row and notifies.
 """
 
 from __future__ import annotations
@@ -31,12 +39,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from operations import selectors
 from operations.backoff import backoff_seconds
 from operations.exceptions import WaitInvalid
-from operations.models import TERMINAL_STATUSES, Intent
+from operations.models import TERMINAL_STATUSES, Intent, IntentWaiter
 
 logger = logging.getLogger("operations.waiting")
 
@@ -44,6 +52,8 @@ logger = logging.getLogger("operations.waiting")
 CHANNEL = "effect_ledger_intent_status"
 #: The longest wait a request may ask for, in seconds: a waiting request holds a web thread.
 MAX_WAIT_SECONDS = 30.0
+#: A waiter row outlives its wait by this (seconds); older rows are a crashed process's, swept.
+WAITER_GRACE_SECONDS = 60.0
 #: While the listener is not connected, a waiting request re-reads the status this often (seconds).
 FALLBACK_POLL_SECONDS = 1.0
 #: The listener checks its connection with ``SELECT 1`` after this many seconds without traffic.
@@ -250,6 +260,42 @@ def stop_status_listener() -> None:
         listener.stop()
 
 
+#: One statement, so one transaction in autocommit: the waiter's row, and the intent's status
+#: read under a share lock of its row (see the module's docstring for why both together).
+_REGISTER = f"""
+    WITH waiter AS (
+        INSERT INTO {IntentWaiter._meta.db_table} (intent_id, expires_at)
+        VALUES (%(intent)s, statement_timestamp() + make_interval(secs => %(ttl)s))
+        RETURNING id
+    )
+    SELECT waiter.id, intent.status
+    FROM waiter LEFT JOIN LATERAL (
+        SELECT status FROM {Intent._meta.db_table} WHERE id = %(intent)s FOR SHARE
+    ) AS intent ON true
+"""
+
+#: The wait's own row, and any row of a process that died waiting.
+_UNREGISTER = f"""
+    DELETE FROM {IntentWaiter._meta.db_table}
+    WHERE id = %(id)s OR expires_at < statement_timestamp() - make_interval(secs => %(grace)s)
+"""
+
+
+def _register(intent_id: uuid.UUID, seconds: float) -> tuple[int, str | None]:
+    """Write the ``IntentWaiter`` row of a wait of ``seconds`` and read the intent's status
+    (None: no such intent); returns (row id, status)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_REGISTER, {"intent": intent_id, "ttl": seconds + WAITER_GRACE_SECONDS})
+        waiter_id, status = cursor.fetchone()
+    _release_connection()
+    return waiter_id, status
+
+
+def _unregister(waiter_id: int) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(_UNREGISTER, {"id": waiter_id, "grace": WAITER_GRACE_SECONDS})
+
+
 def _current_status(intent_id: uuid.UUID) -> str | None:
     """The intent's status read with Django's connection, which is then closed again (outside a
     transaction), so the waiting request holds no database connection."""
@@ -273,7 +319,9 @@ def wait_for_status_change(
 
     Returns at once when the intent is terminal (``TERMINAL_STATUSES``: it will not change) or
     already not in ``status``. Holds no transaction and no Django connection while blocked; the
-    caller re-reads the intent afterwards with Django's connection (which reconnects).
+    caller re-reads the intent afterwards with Django's connection (which reconnects). Call it
+    outside any transaction (the API's detail view is ``non_atomic_requests``): the registering
+    statement's share lock on the intent's row lasts until its transaction ends.
 
     Args:
         intent_id: the intent, already checked to be visible to the caller.
@@ -290,17 +338,21 @@ def wait_for_status_change(
     # Register first, then read: a notification after the registration sets the event, one before
     # it is already visible to the read. Nothing is lost in between.
     with listener.waiter(intent_id) as event:
-        while True:
-            event.clear()
-            current = _current_status(intent_id)
-            if current != status:
-                return True
-            if current in TERMINAL_STATUSES:
-                return False
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            event.wait(remaining if listener.listening else min(remaining, FALLBACK_POLL_SECONDS))
+        waiter_id, current = _register(intent_id, seconds)
+        try:
+            while True:
+                if current != status:
+                    return True
+                if current in TERMINAL_STATUSES:
+                    return False
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                event.wait(remaining if listener.listening else min(remaining, FALLBACK_POLL_SECONDS))
+                event.clear()
+                current = _current_status(intent_id)
+        finally:
+            _unregister(waiter_id)
 
 
 __all__ = [

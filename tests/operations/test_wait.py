@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,10 +19,11 @@ import psycopg
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from operations import waiting
-from operations.models import Intent
+from operations.models import Intent, IntentWaiter
 from operations.services import intent_cancel
 from tests.factories import make_agent, submit
 
@@ -275,18 +277,69 @@ def test_without_a_listener_connection_waiters_reread_every_second(later: Any) -
     assert changed and elapsed < 10, elapsed
 
 
-def test_the_trigger_notifies_only_a_real_status_change() -> None:
-    # given: a listening connection of its own
-    intent = submit()
+def test_the_trigger_notifies_only_a_real_status_change_of_an_awaited_intent() -> None:
+    # given: a listening connection of its own, and a request waiting for the intent (its row)
+    intent, unawaited = submit(), submit()
+    IntentWaiter.objects.create(intent_id=intent.id, expires_at=timezone.now() + timedelta(seconds=30))
     params = waiting.listener_connection_params()
     with psycopg.connect(**params, autocommit=True) as listening:
         listening.execute(f"LISTEN {waiting.CHANNEL}")
-        # when: an update that leaves the status alone, then one that changes it
+        # when: an update that leaves the status alone, one that changes it, and a change of an
+        # intent nobody waits for
         Intent.objects.filter(id=intent.id).update(status=intent.status)
         intent_cancel(intent_id=intent.id, actor="agent:agent-1")
-        # then: one notification, carrying the intent's id
+        intent_cancel(intent_id=unawaited.id, actor="agent:agent-1")
+        # then: one notification, carrying the awaited intent's id
         payloads = [n.payload for n in listening.notifies(timeout=2.0)]
     assert payloads == [str(intent.id)]
+
+
+def test_a_wait_registers_its_intent_for_its_length_and_sweeps_a_dead_processs_rows(
+    api: APIClient, status_listener: waiting.StatusListener
+) -> None:
+    # given: a waiter row left by a process that died while waiting, long expired
+    intent = submit()
+    stale = IntentWaiter.objects.create(
+        intent_id=uuid.uuid4(), expires_at=timezone.now() - timedelta(hours=1)
+    )
+    seen: list[list[uuid.UUID]] = []
+    # when: a wait of one second, while another thread looks at the waiter rows
+    watcher = threading.Timer(
+        0.5, lambda: seen.append(list(IntentWaiter.objects.values_list("intent_id", flat=True)))
+    )
+    watcher.start()
+    response, _ = timed_get(api, f"/api/v1/intents/{intent.id}", {"wait": "1"})
+    watcher.join()
+    # then: the intent was registered during the wait; afterwards its row and the stale one are gone
+    assert response.status_code == 200
+    assert intent.id in seen[0]
+    assert not IntentWaiter.objects.filter(id=stale.id).exists()
+    assert not IntentWaiter.objects.filter(intent_id=intent.id).exists()
+
+
+def test_a_change_committing_while_the_wait_registers_is_not_missed(
+    api: APIClient, status_listener: waiting.StatusListener
+) -> None:
+    # given: a writer that has changed the status (its trigger ran while nobody waited) and
+    # commits only 1.5 s later
+    intent = submit()
+    params = waiting.listener_connection_params()
+    writer = psycopg.connect(**params)
+    writer.execute("UPDATE operations_intent SET status = 'CANCELLED' WHERE id = %s", (intent.id,))
+    committer = threading.Timer(1.5, writer.commit)
+    committer.start()
+    try:
+        # when: a wait registers meanwhile
+        response, elapsed = timed_get(api, f"/api/v1/intents/{intent.id}", {"wait": "10", "status": "READY"})
+    finally:
+        committer.join()
+        writer.close()
+    # then: its registering read waited for the commit and saw the change, with no notification
+    # and no time-out (a plain read would have seen READY and slept the 10 s)
+    assert response.status_code == 200
+    assert response.json()["status"] == "CANCELLED"
+    assert response["Effect-Ledger-Wait"] == "changed"
+    assert elapsed < 6, elapsed
 
 
 def wait_until(condition: Callable[[], bool], seconds: float = 20.0) -> None:
