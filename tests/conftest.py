@@ -104,6 +104,16 @@ from tests.support.webhook_receiver import receiver  # noqa: E402, F401
 from tests.support.workers import cluster  # noqa: E402, F401
 
 
+@pytest.fixture(autouse=True)
+def _no_status_listener_left() -> Any:
+    """Stop the intent status listener after any test that started it (a wait through the API,
+    e.g. under ``live_server``): its connection would keep the test database from being dropped."""
+    yield
+    from operations import waiting
+
+    waiting.stop_status_listener()
+
+
 @pytest.fixture
 def status_listener() -> Any:
     """This process's intent status listener (``operations.waiting``), started, and stopped after
