@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
