@@ -415,6 +415,12 @@ EFFECT_LEDGER: dict[str, Any] = {
     # How long an operator's "I'm on it" on an item of the operators' queue lasts
     # (operations.services.assignment); after it, anyone may take the item without taking over.
     "ASSIGNMENT_SECONDS": env_int("EFFECT_LEDGER_ASSIGNMENT_SECONDS", 1800, minimum=1),
+    # Requests a web process lets wait at once (GET /api/v1/intents/{id}?wait=, operations.waiting):
+    # half its gunicorn threads by default, so the console, the API and /healthz always find a
+    # thread; a wait beyond them is answered at once with Effect-Ledger-Wait: busy.
+    "WAIT_SLOTS": env_int(
+        "EFFECT_LEDGER_WAIT_SLOTS", max(1, env_int("EFFECT_LEDGER_WEB_THREADS", 8, minimum=1) // 2), minimum=1
+    ),
     # Signed webhooks to agents (operations.services.webhooks, README "Webhooks to agents"): the
     # beat's period and batch, the wait before attempt n (backoff: BASE * 2**(n-2), at most CAP,
     # equal jitter; with these, the 14th and last attempt comes about 13-26 h after the first),

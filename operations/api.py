@@ -71,7 +71,8 @@ WAIT_PARAMETERS = [
         OpenApiParameter.QUERY,
         description=(
             "seconds (0 < wait <= 30, fractions allowed): answer as soon as the intent's status is no "
-            "longer `status`, or when they run out. A terminal intent answers at once. Without it "
+            "longer `status`, or when they run out. A settled intent (SUCCEEDED, or terminal) answers "
+            "at once. Without it "
             "the intent is answered at once."
         ),
     ),
@@ -84,11 +85,12 @@ WAIT_PARAMETERS = [
     ),
     OpenApiParameter(
         WAIT_HEADER,
-        {"type": "string", "enum": ["changed", "timeout"]},
+        {"type": "string", "enum": ["changed", "timeout", "busy"]},
         OpenApiParameter.HEADER,
         response=[200],
         description="present with wait: `changed` when the status answered differs from the one waited "
-        "on, `timeout` when it does not (the wait ran out, or the intent is terminal in it)",
+        "on, `timeout` when it does not (the wait ran out, or the intent is settled in it), `busy` when "
+        "the server had no wait slot free and answered at once (wait a moment, then ask again)",
     ),
 ]
 #: The problem headers every operation can answer with.
@@ -257,9 +259,11 @@ class IntentDetailView(FirstRefusalThrottling, APIView):
         if wait is not None:
             # Another agent's intent was answered 404 above, before any waiting.
             awaited = wait.status or intent.status
-            waiting.wait_for_status_change(intent_id=intent.id, status=awaited, seconds=wait.seconds)
-            intent = _intent_or_404(request, intent_id)
-            headers[WAIT_HEADER] = "changed" if intent.status != awaited else "timeout"
+            waited = waiting.wait_for_status_change(intent_id=intent.id, status=awaited, seconds=wait.seconds)
+            if waited is not None:
+                intent = _intent_or_404(request, intent_id)
+            busy = waited is None and intent.status == awaited
+            headers[WAIT_HEADER] = "busy" if busy else "changed" if intent.status != awaited else "timeout"
         return Response(IntentDetailSerializer(intent, context=_context(request)).data, headers=headers)
 
 

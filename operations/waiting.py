@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from operations import selectors
@@ -52,6 +53,9 @@ logger = logging.getLogger("operations.waiting")
 CHANNEL = "effect_ledger_intent_status"
 #: The longest wait a request may ask for, in seconds: a waiting request holds a web thread.
 MAX_WAIT_SECONDS = 30.0
+#: Statuses a wait answers at once: the terminal ones and SUCCEEDED, which only a compensation
+#: started by a person leaves (a request would hold a web thread for nothing).
+SETTLED_STATUSES = TERMINAL_STATUSES | {Intent.Status.SUCCEEDED}
 #: A waiter row outlives its wait by this (seconds); older rows are a crashed process's, swept.
 WAITER_GRACE_SECONDS = 60.0
 #: While the listener is not connected, a waiting request re-reads the status this often (seconds).
@@ -312,13 +316,29 @@ def _release_connection() -> None:
         connection.close()
 
 
+_slots: threading.BoundedSemaphore | None = None
+_slots_lock = threading.Lock()
+
+
+def _wait_slots() -> threading.BoundedSemaphore:
+    """This process's semaphore of ``EFFECT_LEDGER["WAIT_SLOTS"]`` waiting requests."""
+    global _slots
+    with _slots_lock:
+        if _slots is None:
+            _slots = threading.BoundedSemaphore(settings.EFFECT_LEDGER["WAIT_SLOTS"])
+        return _slots
+
+
 def wait_for_status_change(
     *, intent_id: uuid.UUID, status: str, seconds: float, listener: StatusListener | None = None
-) -> bool:
+) -> bool | None:
     """Block until the intent's status is no longer ``status``, or ``seconds`` have passed.
 
-    Returns at once when the intent is terminal (``TERMINAL_STATUSES``: it will not change) or
-    already not in ``status``. Holds no transaction and no Django connection while blocked; the
+    Returns at once when the intent is settled (``SETTLED_STATUSES``: terminal, or SUCCEEDED)
+    or already not in ``status``, and without waiting (None) when this process already has
+    ``EFFECT_LEDGER["WAIT_SLOTS"]`` requests waiting: a waiting request holds a web thread, and
+    the threads beyond the slots stay free for every other request (the console, ``/healthz``),
+    whoever waits. Holds no transaction and no Django connection while blocked; the
     caller re-reads the intent afterwards with Django's connection (which reconnects). Call it
     outside any transaction (the API's detail view is ``non_atomic_requests``): the registering
     statement's share lock on the intent's row lasts until its transaction ends.
@@ -331,8 +351,18 @@ def wait_for_status_change(
 
     Returns:
         True when the status read last differs from ``status``, False when it did not change
-        (the wait ran out, or the intent is terminal in ``status``).
+        (the wait ran out, or the intent is settled in ``status``), None when no slot was free.
     """
+    slots = _wait_slots()
+    if not slots.acquire(blocking=False):
+        return None
+    try:
+        return _wait(intent_id=intent_id, status=status, seconds=seconds, listener=listener)
+    finally:
+        slots.release()
+
+
+def _wait(*, intent_id: uuid.UUID, status: str, seconds: float, listener: StatusListener | None) -> bool:
     deadline = time.monotonic() + seconds
     listener = listener or status_listener()
     # Register first, then read: a notification after the registration sets the event, one before
@@ -343,7 +373,7 @@ def wait_for_status_change(
             while True:
                 if current != status:
                     return True
-                if current in TERMINAL_STATUSES:
+                if current in SETTLED_STATUSES:
                     return False
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -359,6 +389,7 @@ __all__ = [
     "CHANNEL",
     "FALLBACK_POLL_SECONDS",
     "MAX_WAIT_SECONDS",
+    "SETTLED_STATUSES",
     "StatusListener",
     "WaitRequest",
     "status_listener",

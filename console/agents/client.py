@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import math
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,10 @@ TERMINAL_STATUSES = frozenset({"FAILED", "COMPENSATED", "REJECTED", "EXPIRED", "
 #: States where the question "what happened?" has its answer: the terminal ones and SUCCEEDED
 #: (which leaves only if an operator compensates the effect). ``wait`` returns at once in them.
 SETTLED_STATUSES = TERMINAL_STATUSES | {"SUCCEEDED"}
+#: Every status an intent can be in (the API's ``Intent.Status``).
+STATUSES = SETTLED_STATUSES | {
+    "AWAITING_APPROVAL", "READY", "RUNNING", "UNKNOWN", "COMPENSATING", "HELD",
+}  # fmt: skip
 #: The API's long-poll bound (``GET /api/v1/intents/{id}?wait=N``, 0 < N <= 30 seconds).
 MAX_LONG_POLL_SECONDS = 30
 #: How long ``wait`` sleeps between two reads when the server answered at once with nothing new
@@ -184,6 +189,24 @@ class Intent:
         )
 
 
+def idempotency_key_problem(key: str) -> str:
+    """What is wrong with ``key`` as an ``Idempotency-Key`` ("" when nothing): the API takes 1-255
+    printable ASCII characters (README, "Submitting an intent"); checked here so that a key an
+    HTTP header cannot carry is a clear refusal, not an encoding error."""
+    if not isinstance(key, str) or not 1 <= len(key) <= 255 or not all(" " <= c <= "~" for c in key):
+        return f"idempotency_key must be 1-255 printable ASCII characters; got {key!r}"
+    return ""
+
+
+def _intent_path(intent_id: str) -> str:
+    """``intents/<id>`` for an intent id; an id that is not a UUID is refused here, never put in
+    a URL path (``../actions`` would name another resource)."""
+    try:
+        return f"intents/{uuid.UUID(str(intent_id))}"
+    except ValueError:
+        raise ValueError(f"intent_id must be a UUID (from submit_intent); got {intent_id!r}") from None
+
+
 def derive_idempotency_key(
     run_id: str, action: str, arguments: dict[str, Any], *, action_version: int = 1, reference: str = ""
 ) -> str:
@@ -307,7 +330,14 @@ class EffectLedgerClient:
         """``POST /api/v1/intents`` with ``Idempotency-Key``. The same key and request again
         answer the same intent (``Intent.replayed``); the same key with another request is a
         422 problem ``idempotency-key-reused``. ``metadata`` is stored, not part of the request's
-        identity."""
+        identity.
+
+        Raises:
+            ValueError: ``idempotency_key`` is not 1-255 printable ASCII (nothing is sent).
+        """
+        problem = idempotency_key_problem(idempotency_key)
+        if problem:
+            raise ValueError(problem)
         payload: dict[str, Any] = {"action": action, "action_version": action_version, "arguments": arguments}
         if reference is not None:
             payload["reference"] = reference
@@ -321,13 +351,17 @@ class EffectLedgerClient:
         )
 
     def get(self, intent_id: str) -> Intent:
-        """``GET /api/v1/intents/{id}``; a 404 problem for an intent this agent may not see."""
-        return Intent.from_json(self._request("GET", f"intents/{intent_id}").json())
+        """``GET /api/v1/intents/{id}``; a 404 problem for an intent this agent may not see.
+
+        Raises:
+            ValueError: ``intent_id`` is not a UUID (nothing is sent).
+        """
+        return Intent.from_json(self._request("GET", _intent_path(intent_id)).json())
 
     def cancel(self, intent_id: str, *, reason: str = "") -> Intent:
         """``POST /api/v1/intents/{id}/cancel``; a 409 problem once it started running."""
         return Intent.from_json(
-            self._request("POST", f"intents/{intent_id}/cancel", json={"reason": reason}).json()
+            self._request("POST", f"{_intent_path(intent_id)}/cancel", json={"reason": reason}).json()
         )
 
     def wait(self, intent_id: str, *, timeout_seconds: float, status: str | None = None) -> Intent:
@@ -338,6 +372,8 @@ class EffectLedgerClient:
         answers when the intent leaves S or after N <= 30 seconds); a server without it answers
         at once, and the loop then reads again every ``POLL_INTERVAL_SECONDS``.
         """
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(sorted(STATUSES))}; got {status!r}")
         deadline = time.monotonic() + max(0.0, timeout_seconds)
         intent = self.get(intent_id)
         watched = status if status is not None else intent.status
@@ -353,7 +389,7 @@ class EffectLedgerClient:
             started = time.monotonic()
             response = self._request(
                 "GET",
-                f"intents/{intent_id}",
+                _intent_path(intent_id),
                 params={"wait": wait, "status": watched},
                 timeout=self.timeout + wait,
             )

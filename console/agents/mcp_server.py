@@ -188,6 +188,8 @@ def build_server(ledger: Ledger) -> MCPServer:
                 return {"actions": client.list_actions()}
             except EffectLedgerError as exc:
                 raise ToolError(problem_message(exc)) from exc
+            except ValueError as exc:  # refused before anything was sent
+                raise ToolError(f"{exc}. Nothing was sent or stored.") from exc
 
     @server.tool(
         annotations=read_only,
@@ -209,6 +211,8 @@ def build_server(ledger: Ledger) -> MCPServer:
                 return client.preview(action, arguments, action_version=action_version, reference=reference)
             except EffectLedgerError as exc:
                 raise ToolError(problem_message(exc)) from exc
+            except ValueError as exc:  # refused before anything was sent
+                raise ToolError(f"{exc}. Nothing was sent or stored.") from exc
 
     @server.tool(
         annotations=ToolAnnotations(
@@ -218,8 +222,10 @@ def build_server(ledger: Ledger) -> MCPServer:
         "AWAITING_APPROVAL means a person must approve it first: give them console_url and call "
         "wait_for_intent. idempotency_key: pass your tool-call id if you have one; without it the key "
         "is derived from run_id (or this MCP session), the action and the arguments, so the same call "
-        f"sent again is the same intent. {RETRY_SAFE} To do the same action twice on purpose in one "
-        "run, give each a different reference.",
+        f"sent again is the same intent. {RETRY_SAFE} Pass run_id (a stable id of your conversation) "
+        "whenever you have one: without it or a key, a call repeated after this connection restarts "
+        "is a new intent, even with the same reference. To do the same action twice on purpose in "
+        "one run, give each a different reference.",
     )
     def submit_intent(
         ctx: Context,
@@ -273,6 +279,8 @@ def build_server(ledger: Ledger) -> MCPServer:
                 )
             except EffectLedgerError as exc:
                 raise ToolError(problem_message(exc)) from exc
+            except ValueError as exc:  # refused before anything was sent
+                raise ToolError(f"{exc}. Nothing was sent or stored.") from exc
         return intent_result(intent, idempotency_key=key)
 
     @server.tool(annotations=read_only, description="An intent as it is now: status, outcome, console_url.")
@@ -284,6 +292,8 @@ def build_server(ledger: Ledger) -> MCPServer:
                 return intent_result(client.get(intent_id))
             except EffectLedgerError as exc:
                 raise ToolError(problem_message(exc)) from exc
+            except ValueError as exc:  # refused before anything was sent
+                raise ToolError(f"{exc}. Nothing was sent or stored.") from exc
 
     @server.tool(
         annotations=read_only,
@@ -307,6 +317,8 @@ def build_server(ledger: Ledger) -> MCPServer:
                 return intent_result(client.wait(intent_id, timeout_seconds=timeout_seconds, status=status))
             except EffectLedgerError as exc:
                 raise ToolError(problem_message(exc)) from exc
+            except ValueError as exc:  # refused before anything was sent
+                raise ToolError(f"{exc}. Nothing was sent or stored.") from exc
 
     return server
 

@@ -176,3 +176,29 @@ def test_i15_wait_returns_at_once_for_a_settled_intent_or_one_already_past_the_g
         result = client.wait(INTENT_ID, timeout_seconds=30, status="AWAITING_APPROVAL")
     assert (result.status, calls) == ("SUCCEEDED", 1)
     assert result.outcome is not None and result.outcome.provider_reference == "ch_1"
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda c: c.submit("payments.charge", {}, idempotency_key="kéy"), "printable ASCII"),
+        (lambda c: c.submit("payments.charge", {}, idempotency_key=""), "printable ASCII"),
+        (lambda c: c.submit("payments.charge", {}, idempotency_key="k" * 256), "printable ASCII"),
+        (lambda c: c.get("../actions"), "must be a UUID"),
+        (lambda c: c.cancel("not-an-id"), "must be a UUID"),
+        (lambda c: c.wait("00000000-0000-4000-8000-000000000001", timeout_seconds=1, status="BOGUS"), "one of"),
+    ],
+)
+def test_i15_what_the_api_would_refuse_or_misread_is_refused_before_sending(call: Any, message: str) -> None:
+    # given: a server that records every request
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, json=intent("READY"))
+
+    # when / then: a clear ValueError, and nothing sent (a key a header cannot carry, an id that
+    # would name another path, a status no intent can be in)
+    with mock(handler) as client, pytest.raises(ValueError, match=message):
+        call(client)
+    assert seen == []

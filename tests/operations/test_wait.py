@@ -154,6 +154,40 @@ def test_a_terminal_intent_answers_at_once(api: APIClient, status_listener: wait
     assert (response.json()["status"], response["Effect-Ledger-Wait"]) == ("CANCELLED", "timeout")
 
 
+def test_a_succeeded_intent_answers_at_once(api: APIClient, status_listener: waiting.StatusListener) -> None:
+    # given: an intent that SUCCEEDED (only a person's compensation can move it again)
+    intent = submit()
+    Intent.objects.filter(id=intent.id).update(status=Intent.Status.SUCCEEDED)
+    # when
+    response, elapsed = timed_get(api, f"{URL}/{intent.id}", {"wait": "20"})
+    # then: no web thread held for 20 s
+    assert response.status_code == 200
+    assert elapsed < 10, elapsed
+    assert (response.json()["status"], response["Effect-Ledger-Wait"]) == ("SUCCEEDED", "timeout")
+
+
+def test_waits_beyond_the_slots_are_answered_at_once_as_busy(
+    api: APIClient, status_listener: waiting.StatusListener, later: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: a process with one wait slot, taken by a request waiting 4 s on another intent
+    monkeypatch.setattr(waiting, "_slots", threading.BoundedSemaphore(1))
+    first, second = submit(), submit(reference="order-2")
+    holder: list[Any] = []
+    later(0.0, lambda: holder.append(timed_get(api, f"{URL}/{first.id}", {"wait": "4"})))
+    wait_until(lambda: status_listener.waiting() == 1)
+    # when: a second wait arrives
+    response, elapsed = timed_get(api, f"{URL}/{second.id}", {"wait": "20"})
+    # then: answered at once, unchanged, and said so; the first wait was not disturbed
+    assert response.status_code == 200
+    assert elapsed < 3, elapsed
+    assert (response.json()["status"], response["Effect-Ledger-Wait"]) == ("READY", "busy")
+    wait_until(lambda: bool(holder))
+    assert holder[0][0]["Effect-Ledger-Wait"] == "timeout"
+    # and: with the slot free again, a wait waits
+    response, elapsed = timed_get(api, f"{URL}/{second.id}", {"wait": "1"})
+    assert (response["Effect-Ledger-Wait"], elapsed >= 0.9) == ("timeout", True)
+
+
 def test_status_names_the_status_to_wait_out(
     api: APIClient, status_listener: waiting.StatusListener, later: Any
 ) -> None:
