@@ -426,7 +426,10 @@ EFFECT_LEDGER: dict[str, Any] = {
     # equal jitter; with these, the 14th and last attempt comes about 13-26 h after the first),
     # and the request's timeouts (seconds).
     "WEBHOOK_PERIOD_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_PERIOD_SECONDS", 5.0),
-    "WEBHOOK_BATCH": env_int("EFFECT_LEDGER_WEBHOOK_BATCH", 50, minimum=1),
+    # One delivery pass runs at a time (an advisory lock); it claims WEBHOOK_BATCH due rows per
+    # round and POSTs them concurrently, rounds repeated for at most WEBHOOK_PASS_SECONDS.
+    "WEBHOOK_BATCH": env_int("EFFECT_LEDGER_WEBHOOK_BATCH", 8, minimum=1),
+    "WEBHOOK_PASS_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_PASS_SECONDS", 20.0),
     "WEBHOOK_BACKOFF_BASE_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_BACKOFF_BASE_SECONDS", 30.0),
     "WEBHOOK_BACKOFF_CAP_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_BACKOFF_CAP_SECONDS", 21600.0),
     "WEBHOOK_MAX_ATTEMPTS": env_int("EFFECT_LEDGER_WEBHOOK_MAX_ATTEMPTS", 14, minimum=1),

@@ -61,9 +61,10 @@ MAX_WAIT_SECONDS = 240.0
 STDIO_RUN = f"stdio-{uuid.uuid4()}"
 
 RETRY_SAFE = (
-    "Retrying is always safe: send the same call again (same arguments, same idempotency_key or "
-    "run_id) after any error or timeout and you get the same intent, never a second one. You never "
-    "need a new key to retry."
+    "Retrying is safe: send the same call again (same arguments, same idempotency_key or run_id) "
+    "after any error or timeout and you get the same intent, never a second one. You never need a "
+    "new key to retry. Without an idempotency_key or run_id, that holds only on this same MCP "
+    "connection: pass one of them."
 )
 
 INSTRUCTIONS = f"""Effect Ledger runs side effects (payments, emails, reservations) for you at most

@@ -16,15 +16,18 @@ written with each terminal transition, their delivery with retries, and re-sends
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from celery import current_app
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F, JSONField, Q, Value
 from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
@@ -307,14 +310,57 @@ def webhook_attempt(claimed: Claimed) -> str:
     return webhook_record(claimed=claimed, result=result)
 
 
-def webhooks_deliver_due(*, batch: int | None = None) -> dict[str, int]:
-    """One pass of the delivery task: claim a batch (``webhooks_claim_due``), then POST and
-    record each. Returns counts by result. Call outside any transaction (the task does): the
-    claim commits before the POSTs, and each result is recorded in its own transaction."""
+#: The PostgreSQL advisory lock (one bigint key) held by the one delivery pass that runs.
+DELIVERY_PASS_LOCK = 0x454C5748  # "ELWH"
+
+
+def _attempt_on_own_connection(claimed: Claimed) -> str:
+    try:
+        return webhook_attempt(claimed)
+    finally:
+        connection.close()  # this thread's own connection (Django's are per thread)
+
+
+def webhooks_deliver_due(*, batch: int | None = None, budget_seconds: float | None = None) -> dict[str, int]:
+    """One pass of the delivery task: rounds of claiming up to ``batch`` due rows
+    (``webhooks_claim_due``; default ``WEBHOOK_BATCH``) and POSTing them concurrently, one thread
+    each, until nothing is due or ``budget_seconds`` (``WEBHOOK_PASS_SECONDS``) have passed.
+    Returns counts by result; ``{}`` at once when another pass runs.
+
+    One pass at a time in the whole system: the pass holds a PostgreSQL session advisory lock
+    (``pg_try_advisory_lock(DELIVERY_PASS_LOCK)``, released at the end, or with the session if
+    the worker dies), and the running pass takes every due row. So agents' receivers, however
+    slow, occupy one worker process at most and intents keep executing on the others (a
+    reviewer's receiver holding each POST 60 s had delayed another tenant's intents by 19 s,
+    when every commit's kick started a pass of its own). A round's POSTs run together, so each
+    ends within its claim's lease (``_lease_seconds``) and no row is claimed twice.
+
+    Call outside any transaction (the task does): each claim commits before its POSTs, and each
+    result is recorded in its own transaction. Inside one (a test's), the POSTs run one by one on
+    this thread, since other connections could not see the rows.
+    """
+    batch = batch or settings.EFFECT_LEDGER["WEBHOOK_BATCH"]
+    budget = settings.EFFECT_LEDGER["WEBHOOK_PASS_SECONDS"] if budget_seconds is None else budget_seconds
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [DELIVERY_PASS_LOCK])
+        (locked,) = cursor.fetchone()
+    if not locked:
+        return {}
     counts: dict[str, int] = {}
-    for claimed in webhooks_claim_due(batch=batch):
-        outcome = webhook_attempt(claimed)
-        counts[outcome] = counts.get(outcome, 0) + 1
+    deadline = time.monotonic() + budget
+    try:
+        with ThreadPoolExecutor(max_workers=batch, thread_name_prefix="webhook") as pool:
+            attempt = webhook_attempt if connection.in_atomic_block else _attempt_on_own_connection
+            while time.monotonic() < deadline:
+                claimed = webhooks_claim_due(batch=batch)
+                if not claimed:
+                    break
+                outcomes = map(attempt, claimed) if attempt is webhook_attempt else pool.map(attempt, claimed)
+                for outcome in outcomes:
+                    counts[outcome] = counts.get(outcome, 0) + 1
+    finally:
+        with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [DELIVERY_PASS_LOCK])
     return counts
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -202,6 +204,31 @@ def test_a_rolled_back_transition_enqueues_nothing() -> None:
 
 
 # --- delivery ----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_pass_at_a_time_posts_a_slow_receivers_rows_together(receiver: Receiver) -> None:
+    # given: a receiver that holds every answer 1.5 s, and four intents of its agent settled
+    receiver.delay = 1.5
+    agent_with_callback(receiver.url)
+    for n in range(4):
+        intent_cancel(intent_id=submit(reference=f"order-{n}").id, actor="agent:agent-1")
+    results: list[dict[str, int]] = []
+    # when: a pass runs, and a second pass starts while the first is POSTing
+    started = time.monotonic()
+    first = threading.Thread(target=lambda: results.append(webhooks_deliver_due()))
+    first.start()
+    time.sleep(0.5)
+    second = webhooks_deliver_due()
+    first.join(30)
+    elapsed = time.monotonic() - started
+    # then: the second pass returned at once, leaving the rows to the running one (so slow
+    # receivers hold one worker process, never the pool); the four POSTs ran together
+    assert second == {}
+    assert results == [{"delivered": 4}]
+    assert len(receiver.received) == 4
+    assert elapsed < 4 * 1.5, elapsed
+    assert set(WebhookDelivery.objects.values_list("attempts", flat=True)) == {1}
 
 
 def test_receiver_answering_500_then_200_gets_the_same_id_and_body_signed_each_time(

@@ -5,6 +5,7 @@ body bytes."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,6 +28,8 @@ class Receiver:
     statuses: list[int] = field(default_factory=lambda: [200])
     received: list[Received] = field(default_factory=list)
     url: str = ""
+    #: seconds each answer is held back (a slow receiver)
+    delay: float = 0.0
 
     def next_status(self) -> int:
         index = min(len(self.received) - 1, len(self.statuses) - 1)
@@ -42,6 +45,7 @@ def start_receiver(receiver: Receiver) -> ThreadingHTTPServer:
             body = self.rfile.read(length)
             receiver.received.append(Received({k.lower(): v for k, v in self.headers.items()}, body))
             status = receiver.next_status()
+            time.sleep(receiver.delay)
             payload = b"ok" if status < 300 else b"receiver says no"
             self.send_response(status)
             self.send_header("content-length", str(len(payload)))
