@@ -403,4 +403,4 @@ def test_i15_an_unreachable_ledger_is_a_tool_error_saying_a_retry_is_safe() -> N
     # when
     message = tool_error(converse(client, conversation))
     # then
-    assert "could not be reached" in message and "Retrying is always safe" in message
+    assert "could not be reached" in message and "Retrying is safe" in message
