@@ -121,6 +121,10 @@ class Command(BaseCommand):
             "SANDBOX_PROVIDER_URL": f"http://127.0.0.1:{options['sandbox_port']}",
             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
             "PYTHONUNBUFFERED": "1",
+            # The console's address in the notices' deep links (README "Notifications"): the
+            # port it runs on here, unless the user named the address people reach it by.
+            "EFFECT_LEDGER_PUBLIC_URL": os.environ.get("EFFECT_LEDGER_PUBLIC_URL")
+            or f"http://127.0.0.1:{options['port']}",
         }
         running = _running_supervisor(data_dir)
         if running:
