@@ -22,9 +22,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console import settings as settings_module
-
-from operations.policies import Policy
 from operations.models import Intent, Notification, NotificationDelivery, NotificationRecipient, RoleGrant
+from operations.policies import Policy
 from operations.selectors.notifications import OPERATOR_ROLES
 from operations.services import intent_approve, intent_claim, intent_escalate, intent_mark_unknown
 from operations.services.execution import intent_wait_for_lapsed_approval

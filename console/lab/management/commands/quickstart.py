@@ -44,7 +44,6 @@ from operations.audit_keys import signing_key_create, signing_key_path
 from operations.authentication import agent_create
 from operations.models import Agent
 
-
 #: The quickstart operator's address: approval and escalation notices go to it; with the
 #: default console email backend they are printed in the worker's log.
 OPERATOR_EMAIL = "operator@localhost"
