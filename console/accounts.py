@@ -16,6 +16,7 @@ from django.contrib.auth import get_user_model, password_validation
 from django.contrib.auth.models import Group
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
 from django.db import IntegrityError, transaction
 
 from console.permissions import ROLES
@@ -53,6 +54,7 @@ def console_user_create(
     all_tenants: bool = False,
     password: str | None = None,
     django_admin: bool = False,
+    email: str = "",
 ) -> tuple[Any, str]:
     """Create a console user holding ``roles`` on ``tenants`` (or on every tenant with
     ``all_tenants``: exactly one of the two); returns ``(user, password)``.
@@ -66,7 +68,9 @@ def console_user_create(
     superuser, which holds every tenant, so it takes ``all_tenants``. ``password`` must be one
     the login form can send (no NUL, at most ``MAX_PASSWORD_LENGTH`` characters) and pass
     ``AUTH_PASSWORD_VALIDATORS``; without one, a random 20-character password is generated
-    (the caller shows it once). Raises ``AccountError``; on error nothing is stored.
+    (the caller shows it once). ``email`` (stripped; empty for none) must pass Django's
+    ``validate_email``: it is where the account's notices go (README "Notifications"); an
+    account without one is told nothing. Raises ``AccountError``; on error nothing is stored.
     """
     users = get_user_model()
     name = users.normalize_username(username.strip())
@@ -98,10 +102,16 @@ def console_user_create(
     for tenant in tenants:
         if not tenant or tenant == "*" or len(tenant) > 100:
             raise AccountError(f"tenant {tenant!r}: a tenant name is 1 to 100 characters and not '*'")
+    email = email.strip()
+    if email:
+        try:
+            validate_email(email)
+        except ValidationError as exc:
+            raise AccountError(f"email {email!r} is not an email address") from exc
     problem = username_taken(name)
     if problem:
         raise AccountError(problem)
-    user = users(username=name, is_staff=django_admin, is_superuser=django_admin)
+    user = users(username=name, email=email, is_staff=django_admin, is_superuser=django_admin)
     if password is None:
         password = secrets.token_urlsafe(GENERATED_PASSWORD_BYTES)
     else:

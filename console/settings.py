@@ -452,8 +452,12 @@ EFFECT_LEDGER: dict[str, Any] = {
     # (the notices of the meantime wait for the next message, a digest).
     "NOTIFY_PERIOD_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_PERIOD_SECONDS", 15.0),
     "NOTIFY_INTERVAL_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_INTERVAL_SECONDS", 300.0),
-    # Approvers are warned once per approval round when the request expires within this.
-    "NOTIFY_EXPIRY_WARNING_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_EXPIRY_WARNING_SECONDS", 900.0),
+    # Approvers are warned once per approval round when the request expires within this. It
+    # must be shorter than the approval TTL (600 s by default, policies' approval_ttl_seconds):
+    # a request sent inside the window gets no warning. Longer than NOTIFY_INTERVAL_SECONDS +
+    # NOTIFY_PERIOD_SECONDS (315 s), so a recipient held by the rate limit still gets the
+    # warning before the request expires.
+    "NOTIFY_EXPIRY_WARNING_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_EXPIRY_WARNING_SECONDS", 360.0),
     "NOTIFY_BATCH": env_int("EFFECT_LEDGER_NOTIFY_BATCH", 200, minimum=1),
     # Seconds a Slack POST may take (an SMTP server's are EMAIL_TIMEOUT); a failed send is
     # retried with backoff from NOTIFY_RETRY_BASE_SECONDS up to NOTIFY_RETRY_CAP_SECONDS.

@@ -37,17 +37,28 @@ def notification_recipients(notification: Notification) -> list[str]:
     return sorted({email.strip() for email in users.values_list("email", flat=True) if email.strip()})
 
 
+#: The statuses an escalated intent waits in for the operators (``resolution.intent_escalate``):
+#: UNKNOWN (the reconciler could not prove the outcome) and COMPENSATING (its compensation
+#: failed, was rejected, expired or was cancelled).
+ESCALATED_STATUSES = frozenset({Intent.Status.UNKNOWN, Intent.Status.COMPENSATING})
+
+
 def notification_obsolete(notification: Notification, intent: Intent) -> str:
     """Why a notice no longer needs sending ("" when it does): an approval notice once the
     intent left AWAITING_APPROVAL or went into a newer approval round (it was decided, expired
-    or cancelled; a new round has notices of its own); an escalation once the intent is out of
-    the operators' queue (``escalated_at`` cleared by a resolution)."""
+    or cancelled; a new round has notices of its own); an escalation once the intent is no
+    longer escalated: out of ``ESCALATED_STATUSES`` (resolved: confirmed SUCCEEDED, sent again,
+    ended FAILED, compensated) or with ``escalated_at`` cleared. The status is the rule, not
+    ``escalated_at`` alone: an operator's confirmation (``resolution.intent_resolve_found``)
+    ends the intent SUCCEEDED and leaves ``escalated_at`` as it was."""
     if notification.kind in APPROVAL_KINDS:
         if intent.status != Intent.Status.AWAITING_APPROVAL:
             return f"the intent is {intent.status}"
         if intent.approval_round != notification.approval_round:
             return "a newer approval round"
         return ""
+    if intent.status not in ESCALATED_STATUSES:
+        return f"the intent is {intent.status}"
     if intent.escalated_at is None:
         return "no longer escalated"
     return ""

@@ -232,3 +232,42 @@ def test_i18_5_the_upgrade_grants_existing_role_members_every_tenant_and_nothing
     assert console_scope(old).every and may_act(old, ["approver"], "any-tenant")
     assert not may_act(old, ["operator"], "any-tenant")
     assert not RoleGrant.objects.filter(user=nobody).exists()
+
+
+def test_create_user_email_gives_the_account_an_address_notices_reach() -> None:
+    # when
+    output = _create("ann", "--role", "approver", "--email", " ann@example.test ")
+    # then
+    assert "user ann with role(s) approver on every tenant" in output
+    assert get_user_model().objects.get(username="ann").email == "ann@example.test"
+
+
+def test_create_user_refuses_an_email_that_is_not_an_address_and_creates_nothing() -> None:
+    with pytest.raises(CommandError, match="email 'ann-at-example' is not an email address"):
+        _create("ann", "--role", "approver", "--email", "ann-at-example")
+    assert not get_user_model().objects.filter(username="ann").exists()
+
+
+def test_quickstarts_operator_receives_the_first_gated_charges_approval_notice(settings: Any) -> None:
+    from django.core import mail
+
+    from operations.models import Notification
+    from operations.services.notifications import notifications_send
+    from tests.factories import charge_arguments, submit
+
+    # given: quickstart's accounts; a charge above the threshold by the demo agent
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    call_command("quickstart", "--no-run", stdout=io.StringIO())
+    assert get_user_model().objects.get(username="operator").email == "operator@localhost"
+    # (an operator an earlier quickstart made without an address gets it on the next run)
+    get_user_model().objects.filter(username="operator").update(email="")
+    again = io.StringIO()
+    call_command("quickstart", "--no-run", stdout=again)
+    assert "its notices now go to operator@localhost" in again.getvalue()
+    intent = submit(tenant="demo", principal="agent:demo-agent", arguments=charge_arguments(25_000))
+    # when
+    notifications_send()
+    # then: the operator (an approver on every tenant) is told, with the link
+    assert Notification.objects.get(intent=intent).outcome == "delivering"
+    (message,) = mail.outbox
+    assert message.to == ["operator@localhost"] and f"/approvals/{intent.id}/" in message.body

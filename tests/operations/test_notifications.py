@@ -16,10 +16,14 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core import mail
 from django.db import transaction
+from django.db.models import F
 from django.db.models.functions import Now
 from django.urls import reverse
+from django.utils import timezone
 
+from console import settings as settings_module
 from operations.models import Intent, Notification, NotificationDelivery, NotificationRecipient, RoleGrant
+from operations.policies import Policy
 from operations.selectors.notifications import OPERATOR_ROLES
 from operations.services import intent_approve, intent_claim, intent_escalate, intent_mark_unknown
 from operations.services.execution import intent_wait_for_lapsed_approval
@@ -31,13 +35,14 @@ from operations.services.notifications import (
 )
 from operations.tasks import send_notifications
 from operations.tenant_access import may_act, users_holding
-from reconciliation.resolution import RESOLVER_GROUPS
+from reconciliation.resolution import RESOLVER_GROUPS, resolve_confirmed
 from tests.factories import UserFactory, charge_arguments, submit
 
 pytestmark = pytest.mark.django_db
 
 PUBLIC_URL = "https://ledger.example.test"
 SECRET_CUSTOMER = "cus_Zq81_never_in_a_notice"
+EMAIL = {"to": "a@example.test", "subject": "hi", "body": "hello", "reference": "m-1"}
 
 
 @pytest.fixture(autouse=True)
@@ -48,8 +53,11 @@ def _notify_settings(settings: Any) -> None:
         "PUBLIC_URL": PUBLIC_URL,
         "SLACK_WEBHOOK_URL": "",
         "NOTIFY_INTERVAL_SECONDS": 300.0,
-        "NOTIFY_EXPIRY_WARNING_SECONDS": 900.0,
     }
+
+
+def warn_ahead(settings: Any, seconds: float) -> None:
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "NOTIFY_EXPIRY_WARNING_SECONDS": seconds}
 
 
 def gated(reference: str = "order-17", **kwargs: Any) -> Intent:
@@ -187,8 +195,44 @@ def test_an_escalated_unknown_intent_tells_the_tenants_operators_with_the_unknow
         assert "Status: UNKNOWN" in message.body and SECRET_CUSTOMER not in message.body
 
 
-def test_the_about_to_expire_notice_is_sent_once_per_round(acme_approvers: list[Any]) -> None:
-    # given: the request went out; later its expiry comes within the warning window
+def escalated_unknown_email() -> Intent:
+    """An email intent whose outcome is UNKNOWN, escalated to the operators."""
+    intent = submit(action="email.send", arguments=dict(EMAIL), reference="m-1")
+    claim = intent_claim(intent_id=intent.id, worker="w", lease_seconds=30)
+    assert claim is not None and intent_mark_unknown(
+        claim=claim, error="timeout after send", cause="ambiguous"
+    )
+    assert intent_escalate(intent_id=intent.id, reason="patience exhausted")
+    return intent
+
+
+@pytest.mark.parametrize("resolved", ["before the fan-out", "before the delivery"])
+def test_an_escalation_resolved_by_an_operator_before_the_send_is_not_announced(resolved: str) -> None:
+    # given: an escalated UNKNOWN email, and the operator who will resolve it
+    olga = UserFactory(username="olga", groups=["operator"], tenants=["acme"])
+    intent = escalated_unknown_email()
+    if resolved == "before the delivery":
+        notifications_fan_out(batch=100)
+    # when: olga confirms it (manage.py resolve ID --as confirmed --unverified ...), then the beat
+    resolve_confirmed(
+        intent_id=intent.id, user=olga, provider_reference="msg_x", reason="seen in the outbox",
+        accept_unverified=True,
+    )  # fmt: skip
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.SUCCEEDED
+    notifications_send()
+    # then: no message about it (it would say "Status: SUCCEEDED" in the operators' queue)
+    assert mail.outbox == []
+    notice = Notification.objects.get(intent=intent)
+    if resolved == "before the fan-out":
+        assert notice.outcome == "obsolete"
+    else:
+        assert set(NotificationDelivery.objects.values_list("status", flat=True)) == {"dropped"}
+
+
+def test_the_about_to_expire_notice_is_sent_once_per_round(settings: Any, acme_approvers: list[Any]) -> None:
+    # given: the request went out; later its expiry comes within the warning window (15 minutes)
+    warn_ahead(settings, 900.0)
     intent = gated()
     notifications_send()
     Intent.objects.filter(id=intent.id).update(approval_expires_at=Now() + timedelta(minutes=10))
@@ -210,6 +254,7 @@ def test_a_request_that_expires_within_the_warning_window_gets_no_separate_warni
     settings: Any, acme_approvers: list[Any]
 ) -> None:
     # given: requests valid for 10 minutes, warnings 15 minutes ahead
+    warn_ahead(settings, 900.0)
     settings.EFFECT_LEDGER_POLICIES = {
         **settings.EFFECT_LEDGER_POLICIES,
         "payments.charge": {"approval": "always", "approval_ttl_seconds": 600},
@@ -221,6 +266,42 @@ def test_a_request_that_expires_within_the_warning_window_gets_no_separate_warni
     notifications_send()
     # then: the request itself (which says when it expires) and nothing more
     assert len(mail.outbox) == 2 and not Notification.objects.filter(kind=Notification.Kind.APPROVAL_EXPIRING)
+
+
+def time_passes(seconds: float, intent: Intent) -> None:
+    """``seconds`` pass for ``intent``'s approval request and the notices (database time cannot
+    be travelled: everything that counts it is moved back instead)."""
+    back = timedelta(seconds=seconds)
+    Intent.objects.filter(id=intent.id).update(approval_expires_at=F("approval_expires_at") - back)
+    Notification.objects.update(created_at=F("created_at") - back)
+    NotificationRecipient.objects.update(due_at=F("due_at") - back)
+
+
+def test_with_the_default_settings_an_approver_is_warned_before_the_request_expires(
+    acme_approvers: list[Any],
+) -> None:
+    # given: the defaults (a request valid for 600 s, the beat every 15 s, one message per
+    # recipient per 300 s); the request goes out at once
+    intent = gated()
+    assert Policy.from_snapshot(intent.policy).approval_ttl_seconds == 600
+    assert notifications_send() == 2
+    period = settings_module.EFFECT_LEDGER["NOTIFY_PERIOD_SECONDS"]
+    # when: the beat runs every period until the request expires
+    warned_with: list[float] = []
+    while True:
+        time_passes(period, intent)
+        intent.refresh_from_db()
+        left = (intent.approval_expires_at - timezone.now()).total_seconds()
+        if left <= 0:
+            break
+        before = len(mail.outbox)
+        notifications_send()
+        warned_with += [left] * sum("about to expire" in message.subject for message in mail.outbox[before:])
+    # then: each approver was warned once, with time left to decide
+    for approver in acme_approvers:
+        subjects = [message.subject for message in mails_to(approver.email)]
+        assert subjects[1:] == ["[Effect Ledger] Approval request about to expire: payments.charge v1"]
+    assert len(warned_with) == 2 and min(warned_with) >= 60
 
 
 def test_an_intent_sent_back_to_its_approvers_asks_them_again_in_its_new_round(

@@ -2,6 +2,7 @@
 --all-tenants)``: a console account holding its roles on those tenants or on every tenant.
 
 Prints a generated password once, or reads one line from stdin with ``--password-stdin``.
+``--email`` gives the account the address its notices go to (README "Notifications").
 ``--django-admin`` makes a separate account for the Django admin site (staff and superuser).
 """
 
@@ -39,6 +40,11 @@ class Command(BaseCommand):
             "--all-tenants", action="store_true", help="the roles hold on every tenant, present and future"
         )
         parser.add_argument(
+            "--email",
+            default="",
+            help="the address the account's notices (approvals, escalations) are emailed to",
+        )
+        parser.add_argument(
             "--password-stdin", action="store_true", help="read the password from the first line of stdin"
         )
         parser.add_argument(
@@ -61,6 +67,7 @@ class Command(BaseCommand):
                 all_tenants=options["all_tenants"],
                 password=password,
                 django_admin=options["django_admin"],
+                email=options["email"],
             )
         except AccountError as exc:
             raise CommandError(str(exc)) from exc

@@ -1,7 +1,8 @@
 """``manage.py quickstart``: the whole product on its embedded defaults, as one supervised group.
 
 Starts (or reuses) the embedded PostgreSQL under ``./.data/pg`` when ``DATABASE_URL`` is unset,
-migrates, creates the console account ``operator`` (operator and approver), a separate ``admin``
+migrates, creates the console account ``operator`` (operator and approver; its notices go to
+``operator@localhost``, printed in the worker's log by the default email backend), a separate ``admin``
 for the Django admin site and a demo agent token on the first run (printing each secret
 once) and the sandbox provider's own database (``effect_ledger_sandbox``), then runs the web
 server, a Celery worker, Celery beat, the sandbox provider and, with the ``agents`` extra
@@ -43,6 +44,16 @@ from operations.audit_keys import signing_key_create, signing_key_path
 from operations.authentication import agent_create
 from operations.models import Agent
 
+#: The quickstart operator's address: approval and escalation notices go to it; with the
+#: default console email backend they are printed in the worker's log.
+OPERATOR_EMAIL = "operator@localhost"
+
+
+def _mail_note() -> str:
+    if settings.EMAIL_BACKEND == "django.core.mail.backends.console.EmailBackend":
+        return "printed in the worker's log (the console email backend)"
+    return f"sent by {settings.EMAIL_BACKEND}"
+
 
 class Command(BaseCommand):
     help = "Run Effect Ledger locally: web, worker, beat and the sandbox provider."
@@ -70,19 +81,24 @@ class Command(BaseCommand):
 
     def _create_accounts(self) -> None:
         """The console account ``operator`` (roles operator and approver on every tenant, not a
-        superuser) and a separate ``admin`` for the Django admin site, each password printed once."""
+        superuser; email ``OPERATOR_EMAIL``, so the notices reach someone) and a separate ``admin`` for the Django admin site, each password printed once."""
         users = get_user_model()
-        for name, roles, django_admin, purpose in (
-            ("operator", ["operator", "approver"], False, "console account"),
-            ("admin", ["admin"], True, "Django admin account (/admin/)"),
+        for name, roles, django_admin, email, purpose in (
+            ("operator", ["operator", "approver"], False, OPERATOR_EMAIL, "console account"),
+            ("admin", ["admin"], True, "", "Django admin account (/admin/)"),
         ):
             if users.objects.filter(username=name).exists():
                 self.stdout.write(f"{purpose} {name} exists (reset: python manage.py changepassword {name})")
+                # An operator made by an earlier quickstart without an address: give it one.
+                if email and users.objects.filter(username=name, email="").update(email=email):
+                    self.stdout.write(f"  its notices now go to {email}: {_mail_note()}")
                 continue
             _, password = console_user_create(
-                username=name, roles=roles, all_tenants=True, django_admin=django_admin
+                username=name, roles=roles, all_tenants=True, django_admin=django_admin, email=email
             )
             self.stdout.write(self.style.SUCCESS(f"{purpose}: {name} / {password}  (shown once)"))
+            if email:
+                self.stdout.write(f"  its notices (approvals, escalations) go to {email}: {_mail_note()}")
         if not Agent.objects.filter(tenant="demo", name="demo-agent").exists():
             _, token = agent_create(name="demo-agent", tenant="demo")
             self.stdout.write(self.style.SUCCESS(f"demo agent token (tenant demo): {token}  (shown once)"))
@@ -121,6 +137,10 @@ class Command(BaseCommand):
             "SANDBOX_PROVIDER_URL": f"http://127.0.0.1:{options['sandbox_port']}",
             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
             "PYTHONUNBUFFERED": "1",
+            # The console's address in the notices' deep links (README "Notifications"): the
+            # port it runs on here, unless the user named the address people reach it by.
+            "EFFECT_LEDGER_PUBLIC_URL": os.environ.get("EFFECT_LEDGER_PUBLIC_URL")
+            or f"http://127.0.0.1:{options['port']}",
         }
         running = _running_supervisor(data_dir)
         if running:
