@@ -405,6 +405,16 @@ def test_callback_api_registers_shows_rotates_and_removes(api: APIClient) -> Non
         ("http://10.0.0.7/x", "not a public address"),
         ("http://169.254.169.254/latest/meta-data", "not a public address"),
         ("http://[::ffff:10.0.0.1]/x", "not a public address"),
+        # legacy IPv4 forms (inet_aton's: hexadecimal, octal, fewer than four parts, one number)
+        ("http://0x0a000001/h", "not a public address"),
+        ("http://10.1/h", "not a public address"),
+        ("http://167772161/h", "not a public address"),
+        ("http://012.0.0.1/h", "not a public address"),
+        ("http://0177.1/h", "in dotted-decimal form: 127.0.0.1"),  # loopback is allowed here
+        ("http://0/h", "not a public address"),
+        ("http://10.0.0.1./h", "not a public address"),
+        ("http://\uff11\uff10.\uff10.\uff10.\uff11/h", "not a public address"),
+        ("http://0x08080808/h", "in dotted-decimal form: 8.8.8.8"),
         ("", "blank"),
     ],
 )
@@ -419,6 +429,24 @@ def test_callback_api_refuses_bad_urls_and_stores_nothing(api: APIClient, url: s
     assert response["Content-Type"] == "application/problem+json"
     assert why in response.json()["detail"]
     assert Agent.objects.values("callback_url", "callback_secret").get() == before
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://8.8.8.8/h",
+        "https://cafe.example.test/h",
+        "https://0x10.example.test/h",
+        "https://10.example/h",
+        "https://xn--bcher-kva.example/h",
+    ],
+)
+def test_callback_api_accepts_public_addresses_and_names_that_only_look_numeric(
+    api: APIClient, url: str
+) -> None:
+    response = api.put("/api/v1/callback", {"url": url}, format="json")
+    assert response.status_code == 200, response.content
+    assert Agent.objects.get().callback_url == url
 
 
 @pytest.mark.parametrize(
