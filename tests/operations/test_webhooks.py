@@ -644,3 +644,18 @@ def test_the_admin_sets_the_url_shows_the_secret_once_and_rotates_it(client: Any
     )
     agent.refresh_from_db()
     assert agent.callback_secret not in ("", old)
+
+
+def test_the_admin_saving_an_agent_keeps_a_secret_rotated_meanwhile(rf: Any) -> None:
+    from django.contrib import admin
+
+    # given: the admin's form read the agent; then the agent rotated its secret through the API
+    agent, _ = agent_with_callback("https://hooks.example.test/a")
+    read_by_the_form = Agent.objects.get(id=agent.id)
+    rotated = agent_callback_set(agent=agent, url="https://hooks.example.test/a", rotate_secret=True)
+    read_by_the_form.scope = "tenant"
+    # when: the operator saves the form (same URL)
+    admin.site._registry[Agent].save_model(rf.post("/"), read_by_the_form, None, True)
+    # then: the edit is saved and the rotated secret kept
+    stored = Agent.objects.get(id=agent.id)
+    assert (stored.scope, stored.callback_secret) == ("tenant", rotated.new_secret)
