@@ -113,12 +113,11 @@ class AgentAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscriptab
 
     def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
         """The callback URL goes through the services: a first URL makes the signing secret,
-        shown once in a message; a blank URL removes it and the secret."""
+        shown once in a message; a blank URL removes it and the secret. The other fields are
+        saved by name: ``obj`` was read when the request began, and a full save would write back
+        the callback URL and secret of then over a registration or rotation made meanwhile."""
         url = obj.callback_url
-        obj.callback_url = (
-            Agent.objects.filter(id=obj.id).values_list("callback_url", flat=True).first() or ""
-        )
-        super().save_model(request, obj, form, change)
+        obj.save(update_fields=["scope", "is_active", "actions"])
         if not url:
             agent_callback_clear(agent=obj)
             return

@@ -20,6 +20,7 @@ from operations.models import Agent, Intent
 from operations.money import money_json
 from operations.scopes import action_allowed, agent_sees_principal
 from operations.selectors.pagination import InvalidCursor, cursor_time
+from operations.selectors.webhooks import agent_callback
 from operations.serializers import (
     ActionListSerializer,
     CallbackSerializer,
@@ -332,8 +333,8 @@ class ActionListView(FirstRefusalThrottling, APIView):
         return Response(ActionListSerializer({"results": actions}).data)
 
 
-def _callback(agent: Agent, secret: str | None = None) -> dict[str, Any]:
-    return {"url": agent.callback_url, "secret_hint": secret_hint(agent.callback_secret), "secret": secret}
+def _callback(url: str, stored_secret: str, new_secret: str | None = None) -> dict[str, Any]:
+    return {"url": url, "secret_hint": secret_hint(stored_secret), "secret": new_secret}
 
 
 class CallbackView(FirstRefusalThrottling, APIView):
@@ -347,7 +348,9 @@ class CallbackView(FirstRefusalThrottling, APIView):
         parameters=PROBLEM_HEADERS,
     )
     def get(self, request: Request) -> Response:
-        return Response(CallbackSerializer(_callback(_agent(request))).data)
+        # Read now, not from request.user (cached since authentication, up to TOKEN_CACHE_SECONDS).
+        url, secret = agent_callback(agent_id=_agent(request).id)
+        return Response(CallbackSerializer(_callback(url, secret)).data)
 
     @extend_schema(
         summary="Register your callback URL (the signing secret is in this answer when new or rotated)",
@@ -363,7 +366,9 @@ class CallbackView(FirstRefusalThrottling, APIView):
             url=body.validated_data["url"],
             rotate_secret=body.validated_data["rotate_secret"],
         )
-        return Response(CallbackSerializer(_callback(result.agent, result.new_secret or None)).data)
+        stored = result.agent
+        answer = _callback(stored.callback_url, stored.callback_secret, result.new_secret or None)
+        return Response(CallbackSerializer(answer).data)
 
     @extend_schema(
         summary="Remove your callback URL and its secret (no more webhooks)",

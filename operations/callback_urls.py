@@ -7,7 +7,10 @@ aimed at the deployment's own network (a database's admin port, a cloud metadata
 
 * at registration (``callback_url_problem``): an absolute ``http``/``https`` URL with a host,
   no credentials, no fragment, at most ``MAX_URL_CHARS``; a host written as an IP address must
-  be allowed (below). No DNS lookup here: an API request never waits for a resolver.
+  be allowed (below), and an IPv4 address must be written in dotted-decimal form: a legacy
+  form the resolver also reads (``0x0a000001``, ``10.1``, ``167772161``, ``012.0.0.1``;
+  ``legacy_ipv4_address``) is refused, after the address it denotes is checked so that the
+  message says why. No DNS lookup here: an API request never waits for a resolver.
 * at every delivery (``address_problem``): the host's addresses, resolved then, must all be
   allowed: global unicast addresses (``ipaddress``'s ``is_global``: not loopback, private,
   link-local, shared or reserved), or inside ``EFFECT_LEDGER["WEBHOOK_ALLOWED_NETWORKS"]``
@@ -59,6 +62,38 @@ def _literal_address(host: str) -> IPAddress | None:
         return None
 
 
+#: The characters of an IPv4 address in any form ``inet_aton`` reads (hostnames are lowercased).
+_INET_ATON_CHARS = frozenset("0123456789abcdefx.")
+
+
+def legacy_ipv4_address(host: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 address ``host`` denotes in a legacy form, or None: a form the resolver
+    (``getaddrinfo``, through ``inet_aton``) reads as an address although it is not the
+    dotted-decimal ``IPv4address`` of RFC 3986 section 3.2.2: hexadecimal or octal parts
+    (``0x0a000001``, ``012.0.0.1``), fewer than four parts (``10.1``), one number
+    (``167772161``), a trailing dot (``10.0.0.1.``), or digits that IDNA maps to ASCII ones
+    (fullwidth ``１０.０.０.１``; Python's socket module IDNA-encodes a host before resolving).
+    RFC 3986 section 7.4 ("Rare IP Address Formats") warns that such forms reach addresses a
+    check of the usual form misses. A plain dotted quad gives None (``ipaddress`` reads it), and
+    so does every DNS name: none of these forms is one anybody can register (top-level domains
+    are alphabetic)."""
+    if _literal_address(host) is not None:
+        return None
+    candidate = host
+    if not candidate.isascii():
+        try:
+            candidate = candidate.encode("idna").decode("ascii")
+        except UnicodeError:
+            return None
+    candidate = candidate.lower().removesuffix(".")
+    if not candidate or not set(candidate) <= _INET_ATON_CHARS:
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(candidate))
+    except OSError:
+        return None
+
+
 def callback_url_problem(url: str) -> str:
     """Why ``url`` cannot be an agent's callback URL, or ``""`` when it can (see the module's
     rules). The message is shown to the agent (a 422 problem) and to the admin."""
@@ -81,12 +116,16 @@ def callback_url_problem(url: str) -> str:
         return "the URL must not have a fragment (#...): it is never sent to the server"
     if port == 0:
         return "the URL's port must be 1-65535"
-    address = _literal_address(parts.hostname)
+    legacy = legacy_ipv4_address(parts.hostname)
+    address = legacy or _literal_address(parts.hostname)
     if address is not None and not address_allowed(address):
+        written = f" (written {parts.hostname})" if legacy else ""
         return (
-            f"the workers may not POST to {address}: not a public address, and not in "
+            f"the workers may not POST to {address}{written}: not a public address, and not in "
             "EFFECT_LEDGER_WEBHOOK_ALLOWED_NETWORKS"
         )
+    if legacy is not None:
+        return f"write the IPv4 address {parts.hostname} in dotted-decimal form: {legacy}"
     return ""
 
 

@@ -1,10 +1,10 @@
-"""Reads of the webhook deliveries (the console's list)."""
+"""Reads of the webhook deliveries (the console's list) and of an agent's callback URL."""
 
 from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from operations.models import WebhookDelivery
+from operations.models import Agent, WebhookDelivery
 from operations.tenant_access import TenantScope
 
 #: The states a list can be narrowed to.
@@ -19,3 +19,13 @@ def webhook_deliveries(*, scope: TenantScope, state: str = "") -> QuerySet[Webho
     if state in STATES:
         rows = rows.filter(state=state)
     return rows.order_by("-created_at", "-id")
+
+
+def agent_callback(*, agent_id: int) -> tuple[str, str]:
+    """The stored callback URL and signing secret of agent ``agent_id`` (``("", "")``: none),
+    read now: not from a request's Agent, which may be cached since authentication.
+
+    Raises:
+        Agent.DoesNotExist: no such agent.
+    """
+    return Agent.objects.values_list("callback_url", "callback_secret").get(id=agent_id)

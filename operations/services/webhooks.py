@@ -65,16 +65,19 @@ LEASE_MARGIN_SECONDS = 30.0
 
 @dataclass(frozen=True)
 class CallbackSet:
-    """The agent after ``agent_callback_set``, and its new secret when one was made (shown once)."""
+    """The agent as stored after ``agent_callback_set`` (read under its row lock: its URL and
+    secret are the ones in force), and its new secret when this call made one (shown once)."""
 
     agent: Agent
     new_secret: str
 
 
 def agent_callback_set(*, agent: Agent, url: str, rotate_secret: bool = False) -> CallbackSet:
-    """Register ``url`` as ``agent``'s callback URL. A secret is made when the agent has none
-    (the first URL) or when ``rotate_secret``; it is returned once, never shown again. Deliveries
-    not yet sent use the URL and secret in force at their next attempt.
+    """Register ``url`` as ``agent``'s callback URL. A secret is made when the stored agent has
+    none (the first URL, or the first since ``agent_callback_clear``) or when ``rotate_secret``;
+    it is returned once, never shown again. Deliveries not yet sent use the URL and secret in
+    force at their next attempt. Only ``agent.id`` is read from ``agent`` (a request's Agent may
+    be cached since authentication); ``agent`` itself is not changed.
 
     Raises:
         CallbackRefused: ``callback_url_problem(url)`` names a problem; nothing changed.
@@ -82,20 +85,31 @@ def agent_callback_set(*, agent: Agent, url: str, rotate_secret: bool = False) -
     problem = callback_url_problem(url)
     if problem:
         raise CallbackRefused(problem, errors=[{"field": "url", "message": problem}])
-    secret = new_secret() if rotate_secret or not agent.callback_secret else ""
-    updates: dict[str, Any] = {"callback_url": url, **({"callback_secret": secret} if secret else {})}
-    Agent.objects.filter(id=agent.id).update(**updates)
-    for field, value in updates.items():
-        setattr(agent, field, value)
-    return CallbackSet(agent=agent, new_secret=secret)
+    with transaction.atomic():
+        # The race this stops: two registrations (or one and a removal) deciding from rows read
+        # before the other committed: two "shown once" secrets with one stored, or none made
+        # after a removal so that every delivery fails for want of a secret.
+        current = Agent.objects.select_for_update().get(id=agent.id)
+        secret = new_secret() if rotate_secret or not current.callback_secret else ""
+        current.callback_url = url
+        current.callback_secret = secret or current.callback_secret
+        Agent.objects.filter(id=current.id).update(
+            callback_url=current.callback_url, callback_secret=current.callback_secret
+        )
+    return CallbackSet(agent=current, new_secret=secret)
 
 
-def agent_callback_clear(*, agent: Agent) -> None:
-    """Remove ``agent``'s callback URL and secret: no new deliveries; pending ones are not sent
-    (each attempt records that there is no URL) and fail after the last attempt, unless a URL
-    is registered again meanwhile."""
-    Agent.objects.filter(id=agent.id).update(callback_url="", callback_secret="")
-    agent.callback_url = agent.callback_secret = ""
+def agent_callback_clear(*, agent: Agent) -> Agent:
+    """Remove ``agent``'s callback URL and secret (only ``agent.id`` is read); returns the agent
+    as stored. No new deliveries; pending ones are not sent (each attempt records that there is
+    no URL) and fail after the last attempt, unless a URL is registered again meanwhile."""
+    with transaction.atomic():
+        # Under the same row lock as ``agent_callback_set``, so that a registration waits for
+        # the removal and then makes a new secret.
+        current = Agent.objects.select_for_update().get(id=agent.id)
+        current.callback_url = current.callback_secret = ""
+        Agent.objects.filter(id=current.id).update(callback_url="", callback_secret="")
+    return current
 
 
 # --- the outbox rows -------------------------------------------------------------------------

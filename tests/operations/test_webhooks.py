@@ -10,11 +10,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -24,6 +25,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 from operations.adapters.base import ExecutionResult
 from operations.models import Agent, Intent, WebhookDelivery
 from operations.services import (
+    agent_callback_clear,
     agent_callback_set,
     intent_cancel,
     intent_claim,
@@ -403,6 +405,16 @@ def test_callback_api_registers_shows_rotates_and_removes(api: APIClient) -> Non
         ("http://10.0.0.7/x", "not a public address"),
         ("http://169.254.169.254/latest/meta-data", "not a public address"),
         ("http://[::ffff:10.0.0.1]/x", "not a public address"),
+        # legacy IPv4 forms (inet_aton's: hexadecimal, octal, fewer than four parts, one number)
+        ("http://0x0a000001/h", "not a public address"),
+        ("http://10.1/h", "not a public address"),
+        ("http://167772161/h", "not a public address"),
+        ("http://012.0.0.1/h", "not a public address"),
+        ("http://0177.1/h", "in dotted-decimal form: 127.0.0.1"),  # loopback is allowed here
+        ("http://0/h", "not a public address"),
+        ("http://10.0.0.1./h", "not a public address"),
+        ("http://\uff11\uff10.\uff10.\uff10.\uff11/h", "not a public address"),
+        ("http://0x08080808/h", "in dotted-decimal form: 8.8.8.8"),
         ("", "blank"),
     ],
 )
@@ -417,6 +429,24 @@ def test_callback_api_refuses_bad_urls_and_stores_nothing(api: APIClient, url: s
     assert response["Content-Type"] == "application/problem+json"
     assert why in response.json()["detail"]
     assert Agent.objects.values("callback_url", "callback_secret").get() == before
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://8.8.8.8/h",
+        "https://cafe.example.test/h",
+        "https://0x10.example.test/h",
+        "https://10.example/h",
+        "https://xn--bcher-kva.example/h",
+    ],
+)
+def test_callback_api_accepts_public_addresses_and_names_that_only_look_numeric(
+    api: APIClient, url: str
+) -> None:
+    response = api.put("/api/v1/callback", {"url": url}, format="json")
+    assert response.status_code == 200, response.content
+    assert Agent.objects.get().callback_url == url
 
 
 @pytest.mark.parametrize(
@@ -448,6 +478,82 @@ def test_an_agent_sees_only_its_own_callback(api: APIClient) -> None:
     assert colleague.callback_url == "https://hooks.example.test/colleague"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_two_first_registrations_at_once_make_exactly_one_secret_the_stored_one() -> None:
+    # given: two requests of one agent, each with the Agent read at authentication (no secret yet)
+    make_agent()
+    stale = [Agent.objects.get(), Agent.objects.get()]
+    barrier = threading.Barrier(len(stale))
+
+    def register(args: tuple[int, Agent]) -> Any:
+        n, agent = args
+        barrier.wait()
+        try:
+            return agent_callback_set(agent=agent, url=f"https://hooks.example.test/{n}")
+        finally:
+            connection.close()
+
+    # when: both register their first URL at the same moment
+    with ThreadPoolExecutor(max_workers=len(stale)) as pool:
+        results = list(pool.map(register, enumerate(stale)))
+    # then: one of them made the secret, and it is the one stored; both answers show the stored one
+    stored = Agent.objects.get()
+    made = [r.new_secret for r in results if r.new_secret]
+    assert made == [stored.callback_secret], "exactly one secret, shown once, the one that signs"
+    assert stored.callback_url in {r.agent.callback_url for r in results}
+    assert all(r.agent.callback_secret == stored.callback_secret for r in results)
+
+
+def test_registering_after_a_removal_with_a_stale_agent_makes_a_new_secret() -> None:
+    # given: the Agent of a request authenticated before the URL was removed (another process)
+    agent, old = agent_with_callback("https://hooks.example.test/a")
+    agent_callback_clear(agent=Agent.objects.get(id=agent.id))
+    assert agent.callback_secret == old, "stale: still carries the removed secret"
+    # when
+    result = agent_callback_set(agent=agent, url="https://hooks.example.test/b")
+    # then: a new secret, stored, answered once
+    stored = Agent.objects.get()
+    assert result.new_secret not in ("", old)
+    assert (stored.callback_url, stored.callback_secret) == (
+        "https://hooks.example.test/b",
+        result.new_secret,
+    )
+    assert (result.agent.callback_url, result.agent.callback_secret) == (
+        stored.callback_url,
+        stored.callback_secret,
+    )
+
+
+def test_callback_api_put_after_a_removal_elsewhere_answers_the_new_stored_secret(api: APIClient) -> None:
+    # given: a URL registered, this process's token cache holding the agent with its secret, and
+    # the URL removed by another process (a fresh Agent object: this process's cache is stale)
+    first = api.put("/api/v1/callback", {"url": "https://hooks.example.test/a"}, format="json").json()
+    agent_callback_clear(agent=Agent.objects.get())
+    # when: registered again at once (within TOKEN_CACHE_SECONDS)
+    again = api.put("/api/v1/callback", {"url": "https://hooks.example.test/b"}, format="json").json()
+    # then: the answer is the stored row, with the new secret shown once
+    stored = Agent.objects.get()
+    assert again["secret"] not in (None, first["secret"]) and again["secret"] == stored.callback_secret
+    assert again["secret_hint"] == f"whsec_…{stored.callback_secret[-4:]}"
+    assert api.get("/api/v1/callback").json() == {
+        "url": "https://hooks.example.test/b",
+        "secret_hint": again["secret_hint"],
+        "secret": None,
+    }
+
+
+def test_clearing_with_a_stale_agent_clears_the_stored_row() -> None:
+    # given: a stale Agent (read before a rotation elsewhere)
+    agent, _ = agent_with_callback("https://hooks.example.test/a")
+    agent_callback_set(
+        agent=Agent.objects.get(id=agent.id), url="https://hooks.example.test/a", rotate_secret=True
+    )
+    # when
+    agent_callback_clear(agent=agent)
+    # then
+    assert Agent.objects.values_list("callback_url", "callback_secret").get() == ("", "")
+
+
 def test_deliveries_use_the_url_and_secret_in_force_at_the_attempt(receiver: Receiver) -> None:
     # given: a delivery written while the agent had another URL and secret
     agent, _ = agent_with_callback("http://127.0.0.1:9/old")
@@ -461,8 +567,6 @@ def test_deliveries_use_the_url_and_secret_in_force_at_the_attempt(receiver: Rec
 
 
 def test_delivery_after_the_url_was_removed_fails_without_sending(receiver: Receiver) -> None:
-    from operations.services import agent_callback_clear
-
     agent, _ = agent_with_callback(receiver.url)
     intent = submit()
     intent_cancel(intent_id=intent.id, actor="agent:agent-1")
@@ -540,3 +644,18 @@ def test_the_admin_sets_the_url_shows_the_secret_once_and_rotates_it(client: Any
     )
     agent.refresh_from_db()
     assert agent.callback_secret not in ("", old)
+
+
+def test_the_admin_saving_an_agent_keeps_a_secret_rotated_meanwhile(rf: Any) -> None:
+    from django.contrib import admin
+
+    # given: the admin's form read the agent; then the agent rotated its secret through the API
+    agent, _ = agent_with_callback("https://hooks.example.test/a")
+    read_by_the_form = Agent.objects.get(id=agent.id)
+    rotated = agent_callback_set(agent=agent, url="https://hooks.example.test/a", rotate_secret=True)
+    read_by_the_form.scope = "tenant"
+    # when: the operator saves the form (same URL)
+    admin.site._registry[Agent].save_model(rf.post("/"), read_by_the_form, None, True)
+    # then: the edit is saved and the rotated secret kept
+    stored = Agent.objects.get(id=agent.id)
+    assert (stored.scope, stored.callback_secret) == ("tenant", rotated.new_secret)
