@@ -36,7 +36,8 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -114,6 +115,18 @@ def intent_result(intent: Intent, *, idempotency_key: str | None = None) -> dict
     return result
 
 
+@contextmanager
+def tool_errors() -> Iterator[None]:
+    """Turn what the client raises into an MCP tool error the model can read: an API refusal or
+    an unreachable API (``problem_message``), or a value refused before anything was sent."""
+    try:
+        yield
+    except EffectLedgerError as exc:
+        raise ToolError(problem_message(exc)) from exc
+    except ValueError as exc:  # refused by the client before anything was sent
+        raise ToolError(f"{exc}. Nothing was sent or stored.") from exc
+
+
 def problem_message(exc: EffectLedgerError) -> str:
     """A tool error's text for a refusal or an unreachable API."""
     if isinstance(exc, ProblemError):
@@ -184,13 +197,8 @@ def build_server(ledger: Ledger) -> MCPServer:
         "depends_on_arguments: preview_action tells). Money is in integer minor units (cents).",
     )
     def list_actions(ctx: Context) -> dict[str, Any]:
-        with ledger.client(ctx) as client:
-            try:
-                return {"actions": client.list_actions()}
-            except EffectLedgerError as exc:
-                raise ToolError(problem_message(exc)) from exc
-            except ValueError as exc:  # refused before anything was sent
-                raise ToolError(f"{exc}. Nothing was sent or stored.") from exc
+        with ledger.client(ctx) as client, tool_errors():
+            return {"actions": client.list_actions()}
 
     @server.tool(
         annotations=read_only,
@@ -207,13 +215,8 @@ def build_server(ledger: Ledger) -> MCPServer:
         action_version: Annotated[int, Field(ge=1, description="the action's version")] = 1,
         reference: Annotated[str | None, Field(description="your business reference (an order id)")] = None,
     ) -> dict[str, Any]:
-        with ledger.client(ctx) as client:
-            try:
-                return client.preview(action, arguments, action_version=action_version, reference=reference)
-            except EffectLedgerError as exc:
-                raise ToolError(problem_message(exc)) from exc
-            except ValueError as exc:  # refused before anything was sent
-                raise ToolError(f"{exc}. Nothing was sent or stored.") from exc
+        with ledger.client(ctx) as client, tool_errors():
+            return client.preview(action, arguments, action_version=action_version, reference=reference)
 
     @server.tool(
         annotations=ToolAnnotations(
@@ -268,33 +271,23 @@ def build_server(ledger: Ledger) -> MCPServer:
                 )
             except (TypeError, ValueError) as exc:  # rfc8785 refuses what JSON cannot carry
                 raise ToolError(f"arguments are not canonical JSON: {exc}. Nothing was submitted.") from exc
-        with ledger.client(ctx) as client:
-            try:
-                intent = client.submit(
-                    action,
-                    arguments,
-                    idempotency_key=key,
-                    action_version=action_version,
-                    reference=reference,
-                    metadata=metadata,
-                )
-            except EffectLedgerError as exc:
-                raise ToolError(problem_message(exc)) from exc
-            except ValueError as exc:  # refused before anything was sent
-                raise ToolError(f"{exc}. Nothing was sent or stored.") from exc
+        with ledger.client(ctx) as client, tool_errors():
+            intent = client.submit(
+                action,
+                arguments,
+                idempotency_key=key,
+                action_version=action_version,
+                reference=reference,
+                metadata=metadata,
+            )
         return intent_result(intent, idempotency_key=key)
 
     @server.tool(annotations=read_only, description="An intent as it is now: status, outcome, console_url.")
     def get_intent(
         ctx: Context, intent_id: Annotated[str, Field(description="from submit_intent")]
     ) -> dict[str, Any]:
-        with ledger.client(ctx) as client:
-            try:
-                return intent_result(client.get(intent_id))
-            except EffectLedgerError as exc:
-                raise ToolError(problem_message(exc)) from exc
-            except ValueError as exc:  # refused before anything was sent
-                raise ToolError(f"{exc}. Nothing was sent or stored.") from exc
+        with ledger.client(ctx) as client, tool_errors():
+            return intent_result(client.get(intent_id))
 
     @server.tool(
         annotations=read_only,
@@ -313,13 +306,8 @@ def build_server(ledger: Ledger) -> MCPServer:
             Field(description="wait until the status differs from this one (default: its status now)"),
         ] = None,
     ) -> dict[str, Any]:
-        with ledger.client(ctx) as client:
-            try:
-                return intent_result(client.wait(intent_id, timeout_seconds=timeout_seconds, status=status))
-            except EffectLedgerError as exc:
-                raise ToolError(problem_message(exc)) from exc
-            except ValueError as exc:  # refused before anything was sent
-                raise ToolError(f"{exc}. Nothing was sent or stored.") from exc
+        with ledger.client(ctx) as client, tool_errors():
+            return intent_result(client.wait(intent_id, timeout_seconds=timeout_seconds, status=status))
 
     return server
 
