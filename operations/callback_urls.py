@@ -45,11 +45,34 @@ def allowed_networks() -> list[IPNetwork]:
     ]
 
 
+#: IPv6 prefixes whose last 32 bits carry an IPv4 address a network may route to: NAT64's
+#: well-known prefix (RFC 6052 section 2.1), IPv4-translated (RFC 2765 section 2.1) and the
+#: deprecated IPv4-compatible form (RFC 4291 section 2.5.5.1).
+_IPV4_IN_LAST_32_BITS = tuple(
+    ipaddress.IPv6Network(prefix) for prefix in ("64:ff9b::/96", "::ffff:0:0:0/96", "::/96")
+)
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address carries, or None: IPv4-mapped (``::ffff:a.b.c.d``),
+    6to4 (``2002:AABB:CCDD::``, RFC 3056), or one of ``_IPV4_IN_LAST_32_BITS``; so
+    ``[64:ff9b::a9fe:a9fe]`` is judged as 169.254.169.254 (a reviewer's NAT64 form of the cloud
+    metadata address). ``::`` and ``::1`` carry none (they are judged as themselves)."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if int(address) > 1 and any(address in network for network in _IPV4_IN_LAST_32_BITS):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def address_allowed(address: IPAddress) -> bool:
     """Whether the workers may POST to ``address``: a global address, or one inside an allowed
-    network. An IPv4-mapped IPv6 address is judged as the IPv4 address it carries."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    network. An IPv6 address carrying an IPv4 one (``embedded_ipv4``) is judged as that IPv4
+    address."""
+    if isinstance(address, ipaddress.IPv6Address):
+        address = embedded_ipv4(address) or address
     if any(address in network for network in allowed_networks()):
         return True
     return address.is_global and not address.is_multicast
@@ -116,6 +139,8 @@ def callback_url_problem(url: str) -> str:
         return "the URL must not have a fragment (#...): it is never sent to the server"
     if port == 0:
         return "the URL's port must be 1-65535"
+    if "%" in parts.netloc:
+        return "the URL's host must not be percent-encoded (%..): write it plainly"
     legacy = legacy_ipv4_address(parts.hostname)
     address = legacy or _literal_address(parts.hostname)
     if address is not None and not address_allowed(address):

@@ -139,7 +139,8 @@ def problem_message(exc: EffectLedgerError) -> str:
         fields = "".join(f"\n- {item}" for item in listed if item not in exc.detail)
         stored = " Nothing was stored." if exc.status < 500 and exc.status != 409 else ""
         retry = " Send the same call again later; it is safe." if exc.status in (429, 503) else ""
-        return f"{exc.title} ({exc.status}, {exc.code or exc.type}): {exc.detail}{fields}{stored}{retry}"
+        detail = exc.detail if exc.detail.endswith((".", "!", "?")) or not exc.detail else f"{exc.detail}."
+        return f"{exc.title} ({exc.status}, {exc.code or exc.type}): {detail}{fields}{stored}{retry}"
     if isinstance(exc, LedgerUnreachable):
         return f"The ledger could not be reached: {exc}. {RETRY_SAFE}"
     return str(exc)

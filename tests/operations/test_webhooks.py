@@ -405,6 +405,13 @@ def test_callback_api_registers_shows_rotates_and_removes(api: APIClient) -> Non
         ("http://10.0.0.7/x", "not a public address"),
         ("http://169.254.169.254/latest/meta-data", "not a public address"),
         ("http://[::ffff:10.0.0.1]/x", "not a public address"),
+        # IPv6 forms carrying the metadata address (third reviewer): NAT64, 6to4, translated
+        ("http://[64:ff9b::a9fe:a9fe]/x", "not a public address"),
+        ("http://[2002:a9fe:a9fe::]/x", "not a public address"),
+        ("http://[::ffff:0:a9fe:a9fe]/x", "not a public address"),
+        ("http://[::a9fe:a9fe]/x", "not a public address"),
+        ("http://%31%32%37.0.0.1/x", "percent-encoded"),
+        ("http://127.0.0.1%2509/x", "percent-encoded"),
         # legacy IPv4 forms (inet_aton's: hexadecimal, octal, fewer than four parts, one number)
         ("http://0x0a000001/h", "not a public address"),
         ("http://10.1/h", "not a public address"),

@@ -59,3 +59,19 @@ def test_quickstart_keeps_a_public_address_the_user_set(
     env = supervised_environment(tmp_path, settings, monkeypatch)
     # then
     assert env["EFFECT_LEDGER_PUBLIC_URL"] == "https://ledger.example.test"
+
+
+def test_quickstart_hands_its_webhook_networks_to_the_processes_it_starts(
+    tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: embedded mode's loopback default in this process (quickstart itself has no
+    # DATABASE_URL in the environment, the processes it starts do)
+    settings.EFFECT_LEDGER = {
+        **settings.EFFECT_LEDGER,
+        "WEBHOOK_ALLOWED_NETWORKS": ["127.0.0.0/8", "::1/128"],
+    }
+    # when
+    env = supervised_environment(tmp_path, settings, monkeypatch)
+    # then: the web and worker processes allow the same networks (a third reviewer's loopback
+    # receiver was refused: they saw DATABASE_URL and took the production default, none)
+    assert env["EFFECT_LEDGER_WEBHOOK_ALLOWED_NETWORKS"] == "127.0.0.0/8,::1/128"

@@ -141,6 +141,11 @@ class Command(BaseCommand):
             # port it runs on here, unless the user named the address people reach it by.
             "EFFECT_LEDGER_PUBLIC_URL": os.environ.get("EFFECT_LEDGER_PUBLIC_URL")
             or f"http://127.0.0.1:{options['port']}",
+            # Agents' webhook receivers on this machine (README "Webhooks to agents"): the
+            # processes get DATABASE_URL, so they would not take the embedded default themselves.
+            "EFFECT_LEDGER_WEBHOOK_ALLOWED_NETWORKS": ",".join(
+                settings.EFFECT_LEDGER["WEBHOOK_ALLOWED_NETWORKS"]
+            ),
         }
         running = _running_supervisor(data_dir)
         if running:
