@@ -109,7 +109,10 @@ def transition(
     Any operator's assignment of the intent ends with it (``assignment.RELEASED``).
 
     Entering a state of ``ceilings.RELEASING_STATES`` also gives back the intent's spend and
-    effects reservation in the same statement (issue 18).
+    effects reservation in the same statement (issue 18). Entering AWAITING_APPROVAL queues its
+    approvers' notice (``notifications.notification_statements``), and entering a state an agent
+    is told of queues its signed webhook (``webhooks.webhook_statement``), both in that statement
+    too (issue 15).
 
     Returns:
         True when exactly one row moved; False when the compare-and-swap matched nothing.
