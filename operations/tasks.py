@@ -121,5 +121,6 @@ def status_rollup() -> dict[str, int]:
 def deliver_webhooks() -> dict[str, int]:
     """POST the due signed webhooks to agents (the beat's, every ``WEBHOOK_PERIOD_SECONDS``, and
     a kick after each commit that wrote one; see ``operations.services.webhooks``). Returns the
-    attempts by result."""
-    return services.webhooks_deliver_due()
+    attempts by result. The run is recorded for the health page."""
+    with services.periodic_job_run("operations.deliver_webhooks"):
+        return services.webhooks_deliver_due()

@@ -31,6 +31,8 @@ _RANK = {GREEN: 0, AMBER: 1, RED: 2}
 PERIODIC_JOBS: tuple[tuple[str, str, str], ...] = (
     ("operations.relay_outbox", "Outbox relay", "RELAY_PERIOD_SECONDS"),
     ("reconciliation.reconcile", "Reconciler", "RECONCILE_PERIOD_SECONDS"),
+    ("operations.deliver_webhooks", "Webhook deliveries", "WEBHOOK_PERIOD_SECONDS"),
+    ("operations.send_notifications", "Notifications", "NOTIFY_PERIOD_SECONDS"),
 )
 
 #: Attempt results counted as provider trouble: no definite answer (a timeout, a 5xx or 429 that
@@ -365,7 +367,7 @@ def periodic_jobs_signal(jobs: list[dict[str, Any]]) -> Signal:
             parts.append(
                 f"{job['label']}: {job['age_seconds']:.0f} s ago" + (" (failed)" if job["error"] else "")
             )
-    return Signal("jobs", "Relay and reconciler", worst(*(job["level"] for job in jobs)), "; ".join(parts))
+    return Signal("jobs", "Periodic jobs", worst(*(job["level"] for job in jobs)), "; ".join(parts))
 
 
 _PROVIDER_STATS_SQL = f"""

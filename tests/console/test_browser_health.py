@@ -30,7 +30,12 @@ def test_i16_5_health_page_shows_every_signal_and_refreshes(page: Any, settings:
         )
     WorkerHeartbeat.objects.filter(hostname="celery@web-2").update(beat_at=Now() - timedelta(minutes=5))
     OutboxMessage.objects.create(task="operations.execute_intent", body="{}", due_at=timezone.now())
-    for name in ("operations.relay_outbox", "reconciliation.reconcile"):
+    for name in (
+        "operations.relay_outbox",
+        "reconciliation.reconcile",
+        "operations.deliver_webhooks",
+        "operations.send_notifications",
+    ):
         periodic_job_record(name=name, started_at=timezone.now(), duration_ms=12)
     for kind in KINDS:
         call(kind, "succeeded", 0.3)

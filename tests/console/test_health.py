@@ -228,22 +228,34 @@ def test_i16_5_outbox_backlog_and_oldest_pending(admin_client: Client, settings:
 
 def test_i16_5_relay_and_reconciler_runs_are_recorded(admin_client: Client, settings: Any) -> None:
     # given
-    from operations.tasks import relay_outbox
+    from operations.tasks import deliver_webhooks, relay_outbox, send_notifications
     from reconciliation.tasks import reconcile
 
     settings.CELERY_BROKER_URL = AMQP
-    # when: the beat's tasks run (here in this process)
+    # when: the relay and the reconciler run (here in this process)
     relay_outbox()
     reconcile()
+    # then: the two senders of issue 15 are named as never run
+    body = admin_client.get("/health/").content.decode()
+    assert signal_level(body, "jobs") == RED
+    assert "Webhook deliveries: never ran" in body and "Notifications: never ran" in body
+    # when: they run too
+    deliver_webhooks()
+    send_notifications()
     # then: one row each, green
     runs = {run.name: run for run in PeriodicJobRun.objects.all()}
-    assert set(runs) == {"operations.relay_outbox", "reconciliation.reconcile"}
+    assert set(runs) == {
+        "operations.relay_outbox",
+        "reconciliation.reconcile",
+        "operations.deliver_webhooks",
+        "operations.send_notifications",
+    }
     assert all(run.last_error == "" and run.last_succeeded_at for run in runs.values())
     body = admin_client.get("/health/").content.decode()
     assert signal_level(body, "jobs") == GREEN and "never ran" not in body
     # when: they run again: still one row each (upserted)
     relay_outbox()
-    assert PeriodicJobRun.objects.count() == 2
+    assert PeriodicJobRun.objects.count() == 4
 
 
 def test_i16_5_a_failed_relay_run_is_recorded_with_its_error(monkeypatch: Any) -> None:
