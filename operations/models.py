@@ -277,6 +277,7 @@ class Outcome(models.Model):
 
     class Source(models.TextChoices):
         PROVIDER = "provider", "Provider"
+        PROVIDER_EVENT = "provider_event", "Provider event"
         RECONCILER = "reconciler", "Reconciler"
         OPERATOR = "operator", "Operator"
 

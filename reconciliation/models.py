@@ -93,3 +93,199 @@ class DuplicateFinding(models.Model):
 
     def __str__(self) -> str:
         return f"duplicate {self.provider_reference} of {self.intent_id} [{self.state}]"
+
+
+class ProviderEvent(models.Model):
+    """A signed event a provider sent to ``POST /providers/<source>/events``, stored once per
+    provider event id (a redelivery finds the row and changes nothing) and kept for good.
+
+    ``source`` names the adapter's event source (``sandbox-payments``, a generic HTTP action's
+    ``events.name``). What the event says is parsed into the matching fields when it is stored;
+    ``payload`` keeps the verified JSON body. ``result`` says what processing made of it:
+    ``pending`` until the outbox task ran, then ``applied`` (it ended an UNKNOWN or
+    lease-expired intent SUCCEEDED), ``recorded`` (evidence on the intent's timeline, nothing
+    moved), ``duplicate`` (a duplicate finding), ``orphan`` (no intent: an orphan finding) or
+    ``ignored`` (a type that proves nothing about an effect).
+    """
+
+    class Result(models.TextChoices):
+        PENDING = "pending", "Not processed yet"
+        APPLIED = "applied", "Resolved the intent"
+        RECORDED = "recorded", "Recorded as evidence"
+        DUPLICATE = "duplicate", "Duplicate effect"
+        ORPHAN = "orphan", "No matching intent"
+        IGNORED = "ignored", "Proves nothing"
+
+    source = models.CharField(max_length=60, help_text="the event source (adapter) it came through")
+    event_id = models.CharField(max_length=200, help_text="the provider's id of the event")
+    event_type = models.CharField(max_length=100)
+    occurred_at = models.DateTimeField(null=True, blank=True, help_text="when the provider says it happened")
+    received_at = models.DateTimeField(auto_now_add=True)
+    payload = models.JSONField(default=dict)
+    idempotency_key = models.CharField(max_length=255, blank=True, default="")
+    reference = models.CharField(max_length=200, blank=True, default="")
+    provider_reference = models.CharField(max_length=200, blank=True, default="")
+    amount = models.BigIntegerField(
+        null=True, blank=True, help_text="minor units, when the effect moves money"
+    )
+    currency = models.CharField(max_length=3, blank=True, default="")
+    intent = models.ForeignKey(
+        "operations.Intent", null=True, blank=True, on_delete=models.PROTECT, related_name="provider_events"
+    )
+    result = models.CharField(max_length=20, choices=Result.choices, default=Result.PENDING)
+    processed_at = models.DateTimeField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "event_id"], name="provider_event_once"),
+        ]
+        indexes = [
+            models.Index(fields=["intent", "occurred_at"], name="provider_event_intent"),
+            models.Index(fields=["-received_at"], name="provider_event_received"),
+            models.Index(
+                fields=["received_at"],
+                condition=models.Q(processed_at__isnull=True),
+                name="provider_event_pending",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source} event {self.event_id} ({self.event_type}) [{self.result}]"
+
+
+class StatementMapping(models.Model):
+    """The saved column mapping of one source's CSV statements: which CSV header holds each
+    statement field (``{"provider_reference": "Charge ID", "amount": "Amount", ...}``)."""
+
+    source = models.CharField(max_length=60, unique=True)
+    columns = models.JSONField(default=dict)
+    updated_by = models.CharField(max_length=200, blank=True, default="")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"statement mapping of {self.source}"
+
+
+class StatementRun(models.Model):
+    """One two-way reconciliation of a provider's statement for one day with the ledger.
+
+    ``origin`` is ``api`` (fetched from the provider) or ``upload`` (a CSV an operator uploaded).
+    The counts are what the run found; each non-matched result is a ``ProviderFinding``.
+    """
+
+    class Origin(models.TextChoices):
+        API = "api", "Provider API"
+        UPLOAD = "upload", "CSV upload"
+
+    source = models.CharField(max_length=60)
+    statement_date = models.DateField()
+    origin = models.CharField(max_length=10, choices=Origin.choices)
+    actor = models.CharField(max_length=200, default="reconciler")
+    filename = models.CharField(max_length=255, blank=True, default="")
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    lines = models.PositiveIntegerField(default=0)
+    matched = models.PositiveIntegerField(default=0)
+    missing_at_provider = models.PositiveIntegerField(default=0)
+    extra_at_provider = models.PositiveIntegerField(default=0)
+    amount_mismatches = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["source", "-statement_date"], name="statement_run_source_date")]
+
+    def __str__(self) -> str:
+        return f"statement of {self.source} for {self.statement_date} ({self.origin})"
+
+
+class StatementLine(models.Model):
+    """One line of a provider's statement as it was read (insert-only), with the intent it was
+    matched to, if any. Money in minor units by the currency's ISO 4217 exponent."""
+
+    run = models.ForeignKey(StatementRun, on_delete=models.PROTECT, related_name="statement_lines")
+    line_no = models.PositiveIntegerField()
+    provider_reference = models.CharField(max_length=200, blank=True, default="")
+    idempotency_key = models.CharField(max_length=255, blank=True, default="")
+    reference = models.CharField(max_length=200, blank=True, default="")
+    amount = models.BigIntegerField(null=True, blank=True)
+    currency = models.CharField(max_length=3, blank=True, default="")
+    raw = models.JSONField(default=dict, blank=True)
+    intent = models.ForeignKey(
+        "operations.Intent", null=True, blank=True, on_delete=models.PROTECT, related_name="statement_lines"
+    )
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "line_no"], name="statement_line_once")]
+
+    def __str__(self) -> str:
+        return f"line {self.line_no} of run {self.run_id}: {self.provider_reference}"
+
+
+class ProviderFinding(models.Model):
+    """A disagreement between the provider's evidence and the ledger, for an operator to work.
+
+    Kinds: ``orphan_event`` (a provider event matching no intent), ``missing_at_provider`` (a
+    SUCCEEDED intent with no statement line), ``extra_at_provider`` (a statement line with no
+    intent, or a second line for one intent), ``amount_mismatch`` (amount or currency differ).
+    ``fingerprint`` makes each finding once however often the same evidence is seen again.
+    ``state``: ``open`` until an operator links it to an intent, opens a compensation
+    (``compensating`` while it runs) or closes it with a reason (``resolved``); every step audited.
+    """
+
+    class Kind(models.TextChoices):
+        ORPHAN_EVENT = "orphan_event", "Event with no intent"
+        MISSING_AT_PROVIDER = "missing_at_provider", "Missing at the provider"
+        EXTRA_AT_PROVIDER = "extra_at_provider", "Extra at the provider"
+        AMOUNT_MISMATCH = "amount_mismatch", "Amount mismatch"
+
+    class State(models.TextChoices):
+        OPEN = "open", "Needs an operator"
+        COMPENSATING = "compensating", "Compensation running"
+        RESOLVED = "resolved", "Resolved"
+
+    fingerprint = models.CharField(max_length=400, unique=True)
+    kind = models.CharField(max_length=30, choices=Kind.choices)
+    source = models.CharField(max_length=60)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.OPEN)
+    intent = models.ForeignKey(
+        "operations.Intent", null=True, blank=True, on_delete=models.PROTECT, related_name="provider_findings"
+    )
+    event = models.ForeignKey(
+        ProviderEvent, null=True, blank=True, on_delete=models.PROTECT, related_name="findings"
+    )
+    run = models.ForeignKey(
+        StatementRun, null=True, blank=True, on_delete=models.PROTECT, related_name="findings"
+    )
+    line = models.ForeignKey(
+        StatementLine, null=True, blank=True, on_delete=models.PROTECT, related_name="findings"
+    )
+    provider_reference = models.CharField(max_length=200, blank=True, default="")
+    amount = models.BigIntegerField(null=True, blank=True, help_text="the provider's amount, minor units")
+    currency = models.CharField(max_length=3, blank=True, default="")
+    expected_amount = models.BigIntegerField(
+        null=True, blank=True, help_text="the intent's amount, minor units"
+    )
+    expected_currency = models.CharField(max_length=3, blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+    compensation = models.ForeignKey(
+        "operations.Intent", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    resolution = models.CharField(
+        max_length=20, blank=True, default="", help_text="linked, compensated or closed"
+    )
+    note = models.TextField(blank=True, default="")
+    resolved_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["created_at"], condition=models.Q(state="open"), name="provider_finding_open_q"
+            ),
+            models.Index(fields=["source", "kind", "state"], name="provider_finding_kind"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.provider_reference or self.intent_id} [{self.state}]"
