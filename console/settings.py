@@ -324,6 +324,20 @@ SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS = env_float(
     "SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS", 60.0
 )
 
+# The Standard Webhooks secret the sandbox provider signs its events with (``whsec_`` and
+# base64), for all three sandbox event sources. The sandbox is a test double: its default secret
+# is public; a real provider's secret goes in EFFECT_LEDGER_PROVIDER_EVENT_SECRETS.
+SANDBOX_EVENTS_SECRET = env_str(
+    "SANDBOX_EVENTS_SECRET", "whsec_ZWZmZWN0LWxlZGdlci1zYW5kYm94LWV2ZW50cy1zZWNyZXQ="
+)
+# Where the sandbox provider POSTs its events (``manage.py sandbox_provider --events-url``):
+# the ledger's ``/providers/`` prefix, e.g. http://127.0.0.1:8000/providers/; empty: no events.
+SANDBOX_EVENTS_URL = env_str("SANDBOX_EVENTS_URL")
+# Event secrets of other sources, by source name: {"acme-pay": "whsec_..."} (JSON).
+EFFECT_LEDGER_PROVIDER_EVENT_SECRETS: dict[str, str] = json.loads(
+    env_str("EFFECT_LEDGER_PROVIDER_EVENT_SECRETS") or "{}"
+)
+
 # Real providers behind the generic Idempotency-Key HTTP adapter: a JSON file mapping each
 # action to {"url", "lookup_url", "schema", "timeout_seconds", "headers", ...}
 # (see operations/adapters/generic_http.py).
