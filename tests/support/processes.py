@@ -123,6 +123,26 @@ class SandboxProvider:
         result: dict[str, Any] = response.json()["redelivered"]
         return result
 
+    def statement(self, date: str, product: str) -> list[dict[str, Any]]:
+        """The statement lines of ``product`` on UTC day ``date`` (``GET /v1/statements``)."""
+        response = self.client.get("/v1/statements", params={"date": date, "product": product})
+        response.raise_for_status()
+        lines: list[dict[str, Any]] = response.json()["lines"]
+        return lines
+
+    def omit_from_statement(self, product: str, item_id: str) -> None:
+        """Leave an effect out of statements (``POST /_sandbox/statements/omit``)."""
+        response = self.client.post("/_sandbox/statements/omit", json={"product": product, "id": item_id})
+        response.raise_for_status()
+
+    def statement_amount(self, product: str, item_id: str, amount: int) -> None:
+        """Make statements show ``amount`` (minor units) for an effect
+        (``POST /_sandbox/statements/amount``)."""
+        response = self.client.post(
+            "/_sandbox/statements/amount", json={"product": product, "id": item_id, "amount": amount}
+        )
+        response.raise_for_status()
+
     def request_count(self, product: str | None = None) -> int:
         """How many product POSTs the provider received since the last reset."""
         params = {"product": product} if product else {}

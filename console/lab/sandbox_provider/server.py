@@ -7,7 +7,8 @@ Products
     optional), ``GET /v1/charges?idempotency_key=K``, ``GET /v1/charges/{id}``, same for refunds;
     ``POST /v1/emails`` (header ``Message-ID``), ``GET /v1/emails?message_id=M``,
     ``GET /v1/emails/{id}``; ``POST /v1/reservations``, ``GET /v1/reservations?reference=R``,
-    ``GET /v1/reservations/{id}``, ``POST /v1/reservations/{id}/cancel``.
+    ``GET /v1/reservations/{id}``, ``POST /v1/reservations/{id}/cancel``;
+    ``GET /v1/statements?date=YYYY-MM-DD&product=P`` (``statements.py``).
 Control plane
     ``POST /_sandbox/faults`` / ``GET`` / ``DELETE``, ``POST /_sandbox/withdraw``
     ``{"product", "id"}``, ``POST /_sandbox/reset``, ``GET|POST /_sandbox/config``
@@ -18,6 +19,9 @@ Events (``events.py``; sent to ``<events URL>/<source>/events`` when an events U
     every event generated with its delivery state), ``POST /_sandbox/events`` ``{"url",
     "lag_seconds", "duplicates", "reorder", "loss"}`` (any of them), ``POST
     /_sandbox/events/redeliver`` ``{"id"}``.
+Statements (``statements.py``)
+    ``POST /_sandbox/statements/omit`` ``{"product", "id"}``, ``POST /_sandbox/statements/amount``
+    ``{"product", "id", "amount"}``.
 
 Faults (``faults.FaultMode``) come from the queue or the per-request header ``X-Sandbox-Fault``
 (with ``X-Sandbox-Fault-Delay`` seconds). Before-effect faults act as soon as the request is
@@ -39,7 +43,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from psycopg_pool import PoolTimeout
 
-from console.lab.sandbox_provider import events, messaging, payments, reservations, store
+from console.lab.sandbox_provider import events, messaging, payments, reservations, statements, store
 from console.lab.sandbox_provider.faults import (
     PRODUCTS,
     Fault,
@@ -165,6 +169,10 @@ def _get(app: SandboxApp, path: str, query: dict[str, list[str]]) -> Reply:
                 ),
             },
         )
+    if path == "/v1/statements":
+        return statements.get_statement(
+            pool, day_text=_query(query, "date"), product_text=_query(query, "product")
+        )
     if match := re.fullmatch(r"/v1/(charges|refunds)(?:/(?P<id>[^/]+))?", path):
         if match["id"]:
             return payments.get_item(pool, match[1], match["id"])
@@ -211,6 +219,10 @@ def _control_post(app: SandboxApp, path: str, body: dict[str, Any]) -> Reply | N
         if result is None:
             return error_reply(404, "resource_missing", f"No such event: {event_id!r}")
         return Reply(200, {"redelivered": result})
+    if path == "/_sandbox/statements/omit":
+        return statements.omit(app.pool, body)
+    if path == "/_sandbox/statements/amount":
+        return statements.set_amount(app.pool, body)
     if path == "/_sandbox/withdraw":
         product, item_id = body.get("product"), body.get("id")
         if product not in PRODUCTS:
