@@ -75,3 +75,13 @@ def test_quickstart_hands_its_webhook_networks_to_the_processes_it_starts(
     # then: the web and worker processes allow the same networks (a third reviewer's loopback
     # receiver was refused: they saw DATABASE_URL and took the production default, none)
     assert env["EFFECT_LEDGER_WEBHOOK_ALLOWED_NETWORKS"] == "127.0.0.0/8,::1/128"
+
+
+def test_i19_quickstart_points_the_sandboxs_events_at_its_web_process(tmp_path: Path) -> None:
+    # when
+    programs = quickstart.Command()._programs(OPTIONS, tmp_path)
+
+    # then: the sandbox POSTs its signed events to the ledger it runs beside
+    assert programs["sandbox"].endswith(
+        "sandbox_provider --port 8865 --events-url http://127.0.0.1:8410/providers/"
+    )

@@ -5,7 +5,8 @@ migrates, creates the console account ``operator`` (operator and approver; its n
 ``operator@localhost``, printed in the worker's log by the default email backend), a separate ``admin``
 for the Django admin site and a demo agent token on the first run (printing each secret
 once) and the sandbox provider's own database (``effect_ledger_sandbox``), then runs the web
-server, a Celery worker, Celery beat, the sandbox provider and, with the ``agents`` extra
+server, a Celery worker, Celery beat, the sandbox provider (its signed events going to the web
+server's ``/providers/<source>/events``) and, with the ``agents`` extra
 installed, the MCP server for agents (streamable HTTP, ``--mcp-port``) under supervisord, which
 restarts any of them that exits. Ctrl-C stops them all; a second run reuses the data.
 
@@ -159,6 +160,10 @@ class Command(BaseCommand):
             self.style.SUCCESS(f"console: http://127.0.0.1:{options['port']}/  (Ctrl-C stops everything)")
         )
         self.stdout.write(f"API: http://127.0.0.1:{options['port']}/api/v1/intents  docs: /api/docs/")
+        self.stdout.write(
+            f"sandbox provider: http://127.0.0.1:{options['sandbox_port']}  "
+            f"(its signed events go to {events_base_url(options['port'])})"
+        )
         if mcp_available():
             self.stdout.write(
                 f"MCP (streamable HTTP): http://127.0.0.1:{options['mcp_port']}/mcp  "
@@ -195,7 +200,10 @@ class Command(BaseCommand):
             "worker": f"{python} -m celery -A console worker -l INFO -P {pool} -c {max(2, options['workers'] * 2)}"
             f" -n worker@%%h --include {','.join(LAB_TASK_MODULES)}",
             "beat": f"{python} -m celery -A console beat -l INFO -s {data_dir / 'celerybeat-schedule'}",
-            "sandbox": f"{python} {manage} sandbox_provider --port {options['sandbox_port']}",
+            # The sandbox tells the ledger it runs beside about every effect (signed events to
+            # the web process's /providers/<source>/events, README "Provider evidence").
+            "sandbox": f"{python} {manage} sandbox_provider --port {options['sandbox_port']}"
+            f" --events-url {events_base_url(options['port'])}",
             # The MCP server for agents, on the public API like an agent's machine; it holds no
             # token (each MCP request's Authorization header is forwarded).
             **(
@@ -207,6 +215,12 @@ class Command(BaseCommand):
                 else {}
             ),
         }
+
+
+def events_base_url(port: int) -> str:
+    """Where quickstart's sandbox provider sends its events: the web process on ``port``,
+    e.g. ``http://127.0.0.1:8000/providers/`` (``<source>/events`` is appended per product)."""
+    return f"http://127.0.0.1:{port}/providers/"
 
 
 def mcp_available() -> bool:
