@@ -364,3 +364,30 @@ def test_i19_events_url_and_secret_options_of_the_command(
         assert provider.event_settings()["url"] == events_base(receiver)
     finally:
         provider.stop()
+
+
+def test_i19_events_survive_a_killed_provider_and_are_sent_by_the_next_one(
+    sandbox: SandboxProvider, receiver: Receiver
+) -> None:
+    # given: a provider of its own on the session's database, its events held back 3 s
+    from django.db import connection
+
+    from console.lab.sandbox_provider.store import default_dsn
+
+    dsn = default_dsn(connection.settings_dict)
+    first = start_sandbox_provider(dsn, events_url=events_base(receiver))
+    first.event_settings(lag_seconds=3.0)
+    charge(first, reference="killed-provider")
+
+    # when: SIGKILLed before sending anything, then another provider starts on its database
+    first.process.kill()
+    first.process.wait(timeout=10)
+    first.client.close()
+    assert receiver.received == []
+    second = start_sandbox_provider(dsn, events_url=events_base(receiver))
+    try:
+        # then: the stored events are sent by the new process
+        wait_until(lambda: len(receiver.received) >= 2)
+        assert {verify(r)["data"]["reference"] for r in receiver.received} == {"killed-provider"}
+    finally:
+        second.stop()
