@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import date
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -10,6 +11,7 @@ from django.conf import settings
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
+    StatementEntry,
     Adapter,
     AdapterError,
     Capabilities,
@@ -21,6 +23,7 @@ from operations.adapters.base import (
     Preview,
 )
 from operations.adapters.sandbox.common import (
+    fetch_statement,
     EMAIL_SCHEMA,
     inconclusive,
     message_id_for,
@@ -40,6 +43,7 @@ class SandboxEmailAdapter(Adapter):
     argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {"email.send": EMAIL_SCHEMA}
     #: An email affects its recipient.
     target_fields: ClassVar[dict[str, str]] = {"email.send": "to"}
+    evidence_source: ClassVar[str] = "sandbox-email"
     money_fields: ClassVar[tuple[str, ...]] = ()
 
     def capabilities_for(self, action: str) -> Capabilities:
@@ -115,3 +119,7 @@ class SandboxEmailAdapter(Adapter):
             target=arguments["to"],
             scope="one email to one recipient",
         )
+
+    def statement(self, day: date, *, deadline_seconds: float = 30.0) -> list[StatementEntry]:
+        """The sandbox's email statement of ``day`` (``common.fetch_statement``)."""
+        return fetch_statement("email", day, deadline_seconds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import date
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -11,6 +12,7 @@ from django.conf import settings
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
+    StatementEntry,
     Adapter,
     AdapterError,
     Capabilities,
@@ -23,6 +25,7 @@ from operations.adapters.base import (
     RetryableError,
 )
 from operations.adapters.sandbox.common import (
+    fetch_statement,
     CANCEL_RESERVATION_SCHEMA,
     READ_TIMEOUT_SECONDS,
     RESERVATION_SCHEMA,
@@ -59,6 +62,8 @@ class SandboxReservationsAdapter(Adapter):
         "reservations.create": "resource",
         "reservations.cancel": "reservation",
     }
+    evidence_source: ClassVar[str] = "sandbox-reservations"
+
     money_fields: ClassVar[tuple[str, ...]] = ()
 
     def capabilities_for(self, action: str) -> Capabilities:
@@ -207,3 +212,7 @@ class SandboxReservationsAdapter(Adapter):
         if action != "reservations.create":
             raise NotImplementedError(f"{action} has no compensation")
         return {"reservation": provider_reference, "reference": f"cancel:{provider_reference}"}
+
+    def statement(self, day: date, *, deadline_seconds: float = 30.0) -> list[StatementEntry]:
+        """The sandbox's reservations statement of ``day`` (``common.fetch_statement``)."""
+        return fetch_statement("reservations", day, deadline_seconds)
