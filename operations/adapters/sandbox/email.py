@@ -11,7 +11,6 @@ from django.conf import settings
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
-    StatementEntry,
     Adapter,
     AdapterError,
     Capabilities,
@@ -21,10 +20,11 @@ from operations.adapters.base import (
     LookupResult,
     LookupStatus,
     Preview,
+    StatementEntry,
 )
 from operations.adapters.sandbox.common import (
-    fetch_statement,
     EMAIL_SCHEMA,
+    fetch_statement,
     inconclusive,
     message_id_for,
     provider_id,

@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
-    StatementEntry,
     Adapter,
     AdapterError,
     Capabilities,
@@ -19,11 +18,12 @@ from operations.adapters.base import (
     LookupResult,
     LookupStatus,
     Preview,
+    StatementEntry,
 )
 from operations.adapters.sandbox.common import (
-    fetch_statement,
     CHARGE_SCHEMA,
     REFUND_SCHEMA,
+    fetch_statement,
     format_minor,
     inconclusive,
     provider_id,

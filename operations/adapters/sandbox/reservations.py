@@ -12,7 +12,6 @@ from django.conf import settings
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
-    StatementEntry,
     Adapter,
     AdapterError,
     Capabilities,
@@ -23,13 +22,14 @@ from operations.adapters.base import (
     LookupStatus,
     Preview,
     RetryableError,
+    StatementEntry,
 )
 from operations.adapters.sandbox.common import (
-    fetch_statement,
     CANCEL_RESERVATION_SCHEMA,
     READ_TIMEOUT_SECONDS,
     RESERVATION_SCHEMA,
     call_reference,
+    fetch_statement,
     inconclusive,
     provider_id,
     sandbox_url,
