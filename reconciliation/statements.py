@@ -17,8 +17,8 @@ makes no second finding:
 * ``missing_at_provider``: a SUCCEEDED intent whose effect falls on the day and that no line of
   this source's statements (this run's or another day's) was matched to.
 
-Which day an effect falls on: the UTC date of the intent's effect outcome's ``created_at`` (the
-first ``Outcome`` with a provider reference, else its first outcome). The provider stamps the
+Which day an effect falls on: the UTC date of the intent's first ``Outcome``'s ``created_at`` (the
+outcome that recorded its effect). The provider stamps the
 effect when it makes it, before our outcome is written, so an effect made just before midnight
 can be on day D's statement with our outcome on day D+1 (or, after an operator's late
 ``confirmed``, much later). Hence an intent is only reported missing when *no* statement line
@@ -196,8 +196,8 @@ def _run(
     provider_refs = {e.provider_reference for e in entries if e.provider_reference}
     by_key = {i.idempotency_key: i for i in intents.filter(idempotency_key__in=keys)}
     by_reference: dict[str, list[Intent]] = {}
-    for intent in intents.filter(reference__in=references).order_by("created_at"):
-        by_reference.setdefault(intent.reference, []).append(intent)
+    for candidate in intents.filter(reference__in=references).order_by("created_at"):
+        by_reference.setdefault(candidate.reference, []).append(candidate)
     by_provider: dict[str, Intent] = {}
     for outcome in (
         Outcome.objects.filter(provider_reference__in=provider_refs, intent__action__in=actions)
@@ -209,7 +209,7 @@ def _run(
     matched_ids: set[Any] = set()
     counts = {"matched": 0, "extra": 0, "mismatch": 0}
     for number, entry in enumerate(entries, start=1):
-        intent = by_key.get(_key_of(entry.idempotency_key)) if entry.idempotency_key else None
+        intent: Intent | None = by_key.get(_key_of(entry.idempotency_key)) if entry.idempotency_key else None
         if intent is None and entry.reference:
             candidates = by_reference.get(entry.reference, [])
             free = [i for i in candidates if i.id not in matched_ids]
