@@ -12,7 +12,7 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
-from console.permissions import console_role_required, on_every_tenant, reader_scope
+from console.permissions import console_role_required, every_tenant_only, on_every_tenant, reader_scope
 from console.views.common import HtmxHttpRequest, page_or_partial
 from operations.adapters.registry import ActionUnavailable, capabilities_for, evidence_sources
 from operations.exceptions import ResolutionRefused
@@ -161,7 +161,7 @@ def statements_page(request: HtmxHttpRequest) -> HttpResponse:
     """Recent statement runs with their counts, the CSV upload form and the column mappings.
     Runs span tenants: shown with a role on every tenant only."""
     if not on_every_tenant(request.user):
-        raise Http404("statement runs are shown to roles on every tenant only")
+        return every_tenant_only(request, "The statements page")
     return page_or_partial(request, STATEMENTS, "runs", statements_context(request))
 
 
@@ -177,7 +177,7 @@ def statement_upload(request: HtmxHttpRequest) -> HttpResponse:
     """Reconcile an uploaded CSV statement (source, date, file) with the source's saved mapping;
     a bad file is refused with its line and column named and nothing stored."""
     if not on_every_tenant(request.user):
-        raise Http404("statement runs are shown to roles on every tenant only")
+        return every_tenant_only(request, "Statements")
     posted = {"source": request.POST.get("source", ""), "date": request.POST.get("date", "")}
     if not _may_upload(request):
         return _refuse(
@@ -224,7 +224,7 @@ def statement_upload(request: HtmxHttpRequest) -> HttpResponse:
 def statement_mapping(request: HtmxHttpRequest) -> HttpResponse:
     """Save a source's CSV column mapping (which header holds each statement field)."""
     if not on_every_tenant(request.user):
-        raise Http404("statement runs are shown to roles on every tenant only")
+        return every_tenant_only(request, "Statements")
     source = request.POST.get("source", "")
     if not _may_upload(request):
         return _refuse(request, "Only operators and admins of every tenant can change column mappings.", 403)
