@@ -153,3 +153,24 @@ def test_c21_reconcile_statement_command_refuses_clearly() -> None:
     with pytest.raises(CommandError, match="unknown statement source 'nope'"):
         call_command("reconcile_statement", "--adapter", "nope", "--date", "2026-01-01")
     assert not StatementRun.objects.exists()
+
+
+def test_c21_the_daily_job_reconciles_yesterday_of_every_source_with_an_api(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import reconciliation.tasks as tasks
+    from console.celery import app
+    from operations.models import PeriodicJobRun
+
+    asked: list[tuple[str, dt.date]] = []
+
+    def fake(*, source: str, day: dt.date) -> StatementRun:
+        asked.append((source, day))
+        return StatementRun.objects.create(source=source, statement_date=day, origin="api")
+
+    monkeypatch.setattr(tasks, "fetch_and_run", fake)
+    tasks.reconcile_statements()
+    yesterday = (timezone.now() - dt.timedelta(days=1)).astimezone(dt.UTC).date()
+    assert asked == [(s, yesterday) for s in ("sandbox-email", "sandbox-payments", "sandbox-reservations")]
+    assert PeriodicJobRun.objects.get(name="reconciliation.reconcile_statements").last_error == ""
+    assert app.conf.beat_schedule["reconcile-statements"]["task"] == "reconciliation.reconcile_statements"
