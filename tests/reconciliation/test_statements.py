@@ -174,3 +174,12 @@ def test_c21_the_daily_job_reconciles_yesterday_of_every_source_with_an_api(
     assert asked == [(s, yesterday) for s in ("sandbox-email", "sandbox-payments", "sandbox-reservations")]
     assert PeriodicJobRun.objects.get(name="reconciliation.reconcile_statements").last_error == ""
     assert app.conf.beat_schedule["reconcile-statements"]["task"] == "reconciliation.reconcile_statements"
+
+
+def test_c21_reconcile_statement_refuses_a_source_without_an_api(settings: Any) -> None:
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {
+        "crm.note": {"url": "http://127.0.0.1:9/notes", "statements": {"source": "crm"}}
+    }
+    with pytest.raises(CommandError, match="crm publishes no statement API: upload its statement as a CSV"):
+        call_command("reconcile_statement", "--adapter", "crm", "--date", "2026-01-01")
+    assert not StatementRun.objects.exists()
