@@ -5,7 +5,7 @@ Three decisions, each with a required reason, on an open finding only:
 
 * ``link``: the line or event is the effect of an intent the operator names (it must exist and
   be an intent of one of the source's actions); the finding is resolved and the statement line
-  records the intent. For lines and events only (``extra_at_provider``, ``orphan_event``).
+  (or the event, when it has none yet) records the intent. For lines and events only (``extra_at_provider``, ``orphan_event``).
 * ``compensate``: open a compensation intent (``operations.services.intent_open_compensation``)
   that undoes the finding's provider reference, where the finding has an intent whose action
   has a compensation; the finding is ``compensating`` until it ends (``follow_up``: resolved
@@ -36,7 +36,7 @@ from operations.exceptions import ResolutionRefused
 from operations.models import Intent
 from operations.services import intent_record_refusal
 from operations.tenant_access import console_scope, role_scope
-from reconciliation.models import Evidence, ProviderFinding, StatementLine
+from reconciliation.models import Evidence, ProviderEvent, ProviderFinding, StatementLine
 from reconciliation.resolution import RESOLVER_GROUPS
 from reconciliation.selectors import intent_evidence
 from reconciliation.statements import StatementRefused, source_actions
@@ -167,6 +167,8 @@ def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str)
         finding.intent = target
         if finding.line_id is not None:
             StatementLine.objects.filter(id=finding.line_id).update(intent=target)
+        if finding.event_id is not None:  # the event is now on the intent's timeline
+            ProviderEvent.objects.filter(id=finding.event_id, intent__isnull=True).update(intent=target)
         finding.state, finding.resolution = ProviderFinding.State.RESOLVED, "linked"
         finding.note = f"linked to {target.id}: {reason}"[:1000]
     elif verb == "compensate":

@@ -205,3 +205,28 @@ def test_c21_a_viewer_cannot_upload(viewer_client: Client) -> None:
         HTTP_HX_REQUEST="true",
     )
     assert refused.status_code == 403 and not StatementRun.objects.exists()
+
+
+def test_c21_an_orphan_events_finding_is_listed_and_linked(operator_client: Client) -> None:
+    from reconciliation.models import ProviderEvent
+
+    target = succeeded("order-7", "ch_7")
+    event = ProviderEvent.objects.create(
+        source=SOURCE, event_id="evt_1", event_type="charge.succeeded", provider_reference="ch_orphan"
+    )
+    finding = ProviderFinding.objects.create(
+        fingerprint=f"orphan:{SOURCE}:ch_orphan",
+        kind=ProviderFinding.Kind.ORPHAN_EVENT,
+        source=SOURCE,
+        event=event,
+        provider_reference="ch_orphan",
+    )
+    listed = operator_client.get(reverse("provider-findings") + "?kind=orphan_event").content.decode()
+    assert "Event with no intent" in listed and "ch_orphan" in listed
+    detail = operator_client.get(reverse("provider-finding-detail", args=[finding.id])).content.decode()
+    assert "evt_1 (charge.succeeded)" in detail and "Link to an intent" in detail
+    linked = decide(operator_client, finding, "link", reason="the worker's charge", intent_id=str(target.id))
+    assert linked.status_code == 200
+    finding.refresh_from_db()
+    event.refresh_from_db()
+    assert (finding.state, finding.intent_id, event.intent_id) == ("resolved", target.id, target.id)
