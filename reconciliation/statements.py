@@ -87,6 +87,17 @@ def source_actions(source: str) -> list[str]:
     return sorted(actions)
 
 
+def statement_actions(source: str) -> list[str]:
+    """The actions of ``source`` whose effects are statement lines (``Adapter.statement_actions``),
+    sorted: the intents a run matches lines to and reports missing.
+
+    Raises:
+        StatementRefused: an unknown source.
+    """
+    actions = source_actions(source)
+    return sorted(action for action in actions if action in get_adapter(action).statement_actions())
+
+
 def api_sources() -> list[str]:
     """The evidence sources whose adapter publishes a statement through an API (overrides
     ``Adapter.statement``), sorted: the ones the daily beat reconciles."""
@@ -149,7 +160,7 @@ def run(
     Raises:
         StatementRefused: an unknown source.
     """
-    actions = source_actions(source)
+    actions = statement_actions(source)
     try:
         with transaction.atomic():
             return _run(source, day, entries, origin, actor, filename, raw, actions)

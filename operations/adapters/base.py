@@ -347,6 +347,11 @@ class Adapter:
         """
         raise NotImplementedError
 
+    def statement_actions(self) -> tuple[str, ...]:
+        """The actions whose effects are lines of this adapter's statement (default: every action
+        it serves; a cancellation that changes an effect rather than making one is left out)."""
+        return self.actions
+
     def statement(self, day: date, *, deadline_seconds: float = 30.0) -> list[StatementEntry]:
         """The provider's statement of ``day`` (UTC, by the effect's creation time): every
         effect of this adapter's evidence source, in the provider's order.

@@ -183,3 +183,10 @@ def test_c21_reconcile_statement_refuses_a_source_without_an_api(settings: Any) 
     with pytest.raises(CommandError, match="crm publishes no statement API: upload its statement as a CSV"):
         call_command("reconcile_statement", "--adapter", "crm", "--date", "2026-01-01")
     assert not StatementRun.objects.exists()
+
+
+def test_c21_a_reservation_cancellation_is_no_statement_line() -> None:
+    from reconciliation.statements import statement_actions
+
+    assert statement_actions("sandbox-reservations") == ["reservations.create"]
+    assert statement_actions(SOURCE) == ["payments.charge", "payments.refund"]

@@ -213,6 +213,10 @@ class SandboxReservationsAdapter(Adapter):
             raise NotImplementedError(f"{action} has no compensation")
         return {"reservation": provider_reference, "reference": f"cancel:{provider_reference}"}
 
+    def statement_actions(self) -> tuple[str, ...]:
+        """A cancellation changes a reservation's state; only a reservation is a statement line."""
+        return ("reservations.create",)
+
     def statement(self, day: date, *, deadline_seconds: float = 30.0) -> list[StatementEntry]:
         """The sandbox's reservations statement of ``day`` (``common.fetch_statement``)."""
         return fetch_statement("reservations", day, deadline_seconds)
