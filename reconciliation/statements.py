@@ -15,7 +15,9 @@ makes no second finding:
 * ``amount_mismatch``: matched, but the amount or the currency differ;
 * ``extra_at_provider``: a line no intent has, or a second line for an intent already matched;
 * ``missing_at_provider``: a SUCCEEDED intent whose effect falls on the day and that no line of
-  this source's statements (this run's or another day's) was matched to.
+  this source's statements (this run's or another day's) was matched to. A statement is final
+  only after the provider's settlement window: when a later run matches a line to the intent,
+  its open finding is resolved by the reconciler (``found_later``).
 
 Which day an effect falls on: the UTC date of the intent's first ``Outcome``'s ``created_at`` (the
 outcome that recorded its effect). The provider stamps the
@@ -279,6 +281,18 @@ def _run(
                 },
             )
 
+    # A line seen late (the provider's settlement window) closes an open "missing" of another day.
+    ProviderFinding.objects.filter(
+        source=source,
+        kind=ProviderFinding.Kind.MISSING_AT_PROVIDER,
+        state=ProviderFinding.State.OPEN,
+        intent_id__in=matched_ids,
+    ).update(
+        state=ProviderFinding.State.RESOLVED,
+        resolution="found_later",
+        resolved_by="reconciler",
+        note=f"its line is on the statement of {day.isoformat()} (run {statement_run.id})",
+    )
     missing = _record_missing(statement_run, source, day, actions)
     statement_run.lines = len(entries)
     statement_run.matched = counts["matched"]

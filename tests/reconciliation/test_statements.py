@@ -190,3 +190,20 @@ def test_c21_a_reservation_cancellation_is_no_statement_line() -> None:
 
     assert statement_actions("sandbox-reservations") == ["reservations.create"]
     assert statement_actions(SOURCE) == ["payments.charge", "payments.refund"]
+
+
+def test_c21_a_line_seen_late_resolves_the_open_missing_finding() -> None:
+    day = dt.date(2026, 3, 10)
+    late = succeeded("order-late", "ch_late", at=dt.datetime(2026, 3, 10, 23, 0, tzinfo=dt.UTC))
+    run(source=SOURCE, day=day, entries=[], origin="api")
+    finding = ProviderFinding.objects.get(kind="missing_at_provider")
+    assert finding.state == "open"
+    # the provider settled it a day late: it is on the next day's statement
+    run(source=SOURCE, day=dt.date(2026, 3, 11), entries=[line(late, "ch_late")], origin="api")
+    finding.refresh_from_db()
+    assert (finding.state, finding.resolution, finding.resolved_by) == (
+        "resolved",
+        "found_later",
+        "reconciler",
+    )
+    assert ProviderFinding.objects.count() == 1
