@@ -38,7 +38,7 @@ def test_c21_statement_run_finds_one_extra_one_missing_one_mismatch(
     )
     kept, omitted, changed = (Intent.objects.get(id=i) for i in ids)
     reference_of = {i.id: i.outcomes.get().provider_reference for i in (kept, omitted, changed)}
-    client = sandbox.client  # type: ignore[attr-defined]
+    client = sandbox.client
     # and: a charge made directly at the provider, outside the ledger, with a reference no intent has
     direct = client.post(
         "/v1/charges",
@@ -48,13 +48,8 @@ def test_c21_statement_run_finds_one_extra_one_missing_one_mismatch(
     assert direct.status_code in (200, 201), direct.text
     direct_id = direct.json()["id"]
     # and: the statement leaves one intent's effect out and shows another amount for one
-    client.post(
-        "/_sandbox/statements/omit", json={"product": "payments", "id": reference_of[omitted.id]}
-    ).raise_for_status()
-    client.post(
-        "/_sandbox/statements/amount",
-        json={"product": "payments", "id": reference_of[changed.id], "amount": 1},
-    ).raise_for_status()
+    sandbox.omit_from_statement("payments", reference_of[omitted.id])
+    sandbox.statement_amount("payments", reference_of[changed.id], 1)
     day = timezone.now().date().isoformat()
 
     # when: today's statement is reconciled
