@@ -207,3 +207,12 @@ def test_c21_a_line_seen_late_resolves_the_open_missing_finding() -> None:
         "reconciler",
     )
     assert ProviderFinding.objects.count() == 1
+
+
+def test_c21_a_provider_that_cannot_be_read_leaves_a_run_with_its_error(settings: Any) -> None:
+    settings.SANDBOX_PROVIDER_URL = "http://127.0.0.1:9"  # nothing listens there
+    with pytest.raises(CommandError, match="the provider's statement could not be read"):
+        call_command("reconcile_statement", "--adapter", SOURCE, "--date", "2026-01-01")
+    failed = StatementRun.objects.get()
+    assert failed.lines == 0 and "could not be read" in failed.error
+    assert not ProviderFinding.objects.exists()
