@@ -26,7 +26,10 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
+from django.db import transaction
+
 from operations.adapters.base import StatementEntry
+from operations.audit import audit_append_unattached
 from operations.money import exponent, is_currency
 from reconciliation.models import StatementMapping, StatementRun
 from reconciliation.statements import run, source_actions
@@ -73,7 +76,8 @@ def mapping_of(source: str) -> dict[str, str] | None:
 
 
 def save_mapping(*, source: str, columns: dict[str, str], actor: str) -> StatementMapping:
-    """Save ``source``'s column mapping (``{field: header}``; an empty header leaves a field out).
+    """Save ``source``'s column mapping (``{field: header}``; an empty header leaves a field out),
+    audited as ``statement_mapping_saved`` on the chain of events without an intent.
 
     Raises:
         StatementFileError: the mapping is not usable (``mapping_problem``).
@@ -82,9 +86,14 @@ def save_mapping(*, source: str, columns: dict[str, str], actor: str) -> Stateme
     problem = mapping_problem(cleaned)
     if problem:
         raise StatementFileError(problem)
-    mapping, _ = StatementMapping.objects.update_or_create(
-        source=source, defaults={"columns": cleaned, "updated_by": actor}
-    )
+    with transaction.atomic():
+        mapping, _ = StatementMapping.objects.update_or_create(
+            source=source, defaults={"columns": cleaned, "updated_by": actor}
+        )
+        # A mapping belongs to no intent: audited on the chain of events without an intent.
+        audit_append_unattached(
+            event="statement_mapping_saved", actor=actor, data={"source": source, "columns": cleaned}
+        )
     return mapping
 
 

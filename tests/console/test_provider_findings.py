@@ -175,6 +175,7 @@ def test_c21_csv_upload_in_the_console_and_a_bad_file_stores_nothing(operator_cl
     }
     saved = operator_client.post(reverse("statement-mapping"), mapping, HTTP_HX_REQUEST="true")
     assert saved.status_code == 200 and StatementMapping.objects.get().columns["amount"] == "Amount"
+    assert unattached("statement_mapping_saved")[0].data["columns"]["provider_reference"] == "Charge ID"
 
     bad = SimpleUploadedFile("s.csv", b"Charge ID,Order,Amount,Currency\nch_1,o,49.90,EUR\nch_2,o,lots,EUR\n")
     refused = operator_client.post(

@@ -216,3 +216,13 @@ def test_c21_a_provider_that_cannot_be_read_leaves_a_run_with_its_error(settings
     failed = StatementRun.objects.get()
     assert failed.lines == 0 and "could not be read" in failed.error
     assert not ProviderFinding.objects.exists()
+
+
+def test_c21_an_email_line_is_matched_by_the_key_in_its_message_id() -> None:
+    email = submit(action="email.send", arguments={"to": "a@example.com", "subject": "s", "body": "b"})
+    Intent.objects.filter(id=email.id).update(status=Intent.Status.SUCCEEDED)
+    Outcome.objects.create(intent=email, source=Outcome.Source.PROVIDER, provider_reference="em_1")
+    entry = StatementEntry("em_other", f"<{email.idempotency_key}@effect-ledger.local>", "", None, "")
+    result = run(source="sandbox-email", day=timezone.now().date(), entries=[entry], origin="api")
+    assert (result.matched, result.missing_at_provider, result.extra_at_provider) == (1, 0, 0)
+    assert StatementLine.objects.get().intent_id == email.id

@@ -180,7 +180,8 @@ def fetch_statement(product: str, day: date, deadline_seconds: float) -> list[St
         entries.append(
             StatementEntry(
                 provider_reference=line["id"],
-                idempotency_key=str(line.get("idempotency_key") or ""),
+                # An email carries our key in its Message-ID (``<KEY@effect-ledger.local>``).
+                idempotency_key=str(line.get("idempotency_key") or line.get("message_id") or ""),
                 reference=str(line.get("reference") or ""),
                 amount=amount,
                 currency=str(line.get("currency") or "").upper(),
