@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 from celery import Celery
+from celery.schedules import crontab
 from celery.signals import task_postrun, worker_init
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
@@ -67,6 +68,12 @@ app.conf.beat_schedule = {
     "deliver-webhooks": {
         "task": "operations.deliver_webhooks",
         "schedule": settings.EFFECT_LEDGER["WEBHOOK_PERIOD_SECONDS"],
+    },
+    # Yesterday's statement of every source with a statement API, reconciled both ways, daily
+    # at 02:00 UTC (after the day closed; reconciliation.statements).
+    "reconcile-statements": {
+        "task": "reconciliation.reconcile_statements",
+        "schedule": crontab(hour=2, minute=0),
     },
 }
 

@@ -372,6 +372,9 @@ EFFECT_LEDGER: dict[str, Any] = {
     # Beat periods in seconds (console/celery.py): the outbox relay's safety net and the reconciler.
     "RELAY_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RELAY_PERIOD_SECONDS", 2.0),
     "RECONCILE_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RECONCILE_PERIOD_SECONDS", 5.0),
+    # The statement reconciliation runs daily (beat: 02:00 UTC, yesterday's statements); the
+    # health page judges its age by this period (issue 19).
+    "STATEMENT_PERIOD_SECONDS": 86400.0,
     # Days a reconciliation run (a pass that did or found something) is kept.
     "RECONCILIATION_RUN_RETENTION_DAYS": env_float("EFFECT_LEDGER_RECONCILIATION_RUN_RETENTION_DAYS", 7),
     "RECONCILE_BATCH": env_int("EFFECT_LEDGER_RECONCILE_BATCH", 500),

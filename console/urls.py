@@ -68,6 +68,16 @@ urlpatterns = [
     path("held/<uuid:intent_id>/", views.held_detail, name="held-detail"),
     path("held/<uuid:intent_id>/resolve/<str:verb>", views.held_resolve, name="held-resolve"),
     path("duplicates/<int:finding_id>/", views.duplicate_detail, name="duplicate-detail"),
+    path("findings/", views.provider_findings_list, name="provider-findings"),
+    path("findings/<int:finding_id>/", views.provider_finding_detail, name="provider-finding-detail"),
+    path(
+        "findings/<int:finding_id>/resolve/<str:verb>",
+        views.provider_finding_resolve,
+        name="provider-finding-resolve",
+    ),
+    path("statements/", views.statements_page, name="statements"),
+    path("statements/upload", views.statement_upload, name="statement-upload"),
+    path("statements/mapping", views.statement_mapping, name="statement-mapping"),
     path(
         "duplicates/<int:finding_id>/resolve/<str:verb>",
         views.duplicate_resolve,

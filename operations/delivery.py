@@ -118,4 +118,10 @@ def stalled_ready_seconds() -> float:
     conf = settings.EFFECT_LEDGER
     relay = float(conf["RELAY_PERIOD_SECONDS"])
     prefetch = max(1, int(getattr(settings, "CELERY_WORKER_PREFETCH_MULTIPLIER", 1) or 1))
-    return relay + _publish_seconds() + prefetch * float(conf["LEASE_SECONDS"]) + DATABASE_RETRY_MAX_SECONDS + relay
+    return (
+        relay
+        + _publish_seconds()
+        + prefetch * float(conf["LEASE_SECONDS"])
+        + DATABASE_RETRY_MAX_SECONDS
+        + relay
+    )

@@ -25,6 +25,7 @@ from operations.delivery import MAX_COUNTDOWN_SECONDS, stalled_ready_seconds
 from operations.models import Intent, OutboxMessage
 from operations.selectors import ledger_gauges
 from reconciliation.duplicates import run_duplicate_checks, sweep_compensations
+from reconciliation.findings import follow_up as provider_findings_follow_up
 from reconciliation.held import decide_held
 from reconciliation.lookups import reconcile_unknown
 from reconciliation.models import ReconciliationRun
@@ -204,6 +205,11 @@ def reconcile_pass() -> dict[str, Any]:
             resolved += held.released + held.rejected
             escalated += held.to_a_person
             errors.extend(held.errors)
+        # Provider findings whose compensation ended (issue 19; reconciliation.findings).
+        followed = sweep("provider_findings", provider_findings_follow_up)
+        if followed:
+            detail["provider_findings_followed_up"] = followed
+            resolved += followed
         lag = sweep("outbox_lag", outbox_lag_seconds)
         if lag is not None:
             detail["outbox_lag_seconds"] = round(lag, 3)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from celery import shared_task
+from django.utils import timezone
 
 from operations.services import periodic_job_run
 from reconciliation.services import reconcile_pass
+from reconciliation.statements import api_sources, fetch_and_run
 
 
 @shared_task(name="reconciliation.reconcile")
@@ -16,3 +19,14 @@ def reconcile() -> dict[str, Any]:
     recorded for the health page (``operations.services.periodic_job_run``)."""
     with periodic_job_run("reconciliation.reconcile"):
         return reconcile_pass()
+
+
+@shared_task(name="reconciliation.reconcile_statements")
+def reconcile_statements() -> dict[str, Any]:
+    """Reconcile yesterday's (UTC) statement of every source with a statement API
+    (``reconciliation.statements.fetch_and_run``); recorded for the health page. A source whose
+    provider cannot be read leaves a run with its error and does not stop the others."""
+    with periodic_job_run("reconciliation.reconcile_statements"):
+        day = (timezone.now() - dt.timedelta(days=1)).astimezone(dt.UTC).date()
+        runs = {source: fetch_and_run(source=source, day=day) for source in api_sources()}
+        return {source: {"run": r.id, "error": r.error} for source, r in runs.items()}

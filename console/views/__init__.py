@@ -11,6 +11,14 @@ from console.views.duplicates import duplicate_detail, duplicate_resolve
 from console.views.health import health
 from console.views.held import held_detail, held_resolve
 from console.views.intents import intent_detail, intent_list
+from console.views.provider_evidence import (
+    provider_finding_detail,
+    provider_finding_resolve,
+    provider_findings_list,
+    statement_mapping,
+    statement_upload,
+    statements_page,
+)
 from console.views.unknown import unknown_detail, unknown_lookup, unknown_queue, unknown_resolve
 from console.views.webhooks import webhook_list, webhook_resend_view
 
@@ -34,6 +42,12 @@ __all__ = [
     "intent_list",
     "login_view",
     "metrics",
+    "provider_finding_detail",
+    "provider_finding_resolve",
+    "provider_findings_list",
+    "statement_mapping",
+    "statement_upload",
+    "statements_page",
     "unknown_detail",
     "unknown_lookup",
     "unknown_queue",

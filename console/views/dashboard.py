@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -14,6 +15,9 @@ from console.views.common import HtmxHttpRequest, page_or_partial
 from operations import selectors
 from operations.metrics import process_counters, render_metrics
 from operations.selectors import ledger_gauges
+from operations.tenant_access import EVERY_TENANT
+from reconciliation.models import ProviderFinding
+from reconciliation.provider_selectors import open_findings_by_kind
 from reconciliation.selectors import decision_counts
 
 
@@ -33,7 +37,33 @@ def metrics(request: HttpRequest) -> HttpResponse:
             refused["WWW-Authenticate"] = 'Bearer realm="metrics"'
             return refused
     body, content_type = render_metrics()
-    return HttpResponse(body, content_type=content_type)
+    return HttpResponse(body + provider_findings_metrics(), content_type=content_type)
+
+
+def provider_findings_metrics() -> bytes:
+    """Prometheus text of ``effect_ledger_provider_findings_open{kind}``: open provider findings
+    per kind, every tenant (issue 19). Appended to ``render_metrics``'s families here, in the
+    console, because the ledger's metrics module may not read reconciliation's tables."""
+    # Imported here, after ``operations.metrics`` chose the multiprocess mode (it must be imported
+    # first: prometheus_client reads PROMETHEUS_MULTIPROC_DIR on import).
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.core import GaugeMetricFamily
+
+    registry = CollectorRegistry()
+
+    class FindingsCollector:
+        def collect(self) -> Any:
+            family = GaugeMetricFamily(
+                "effect_ledger_provider_findings_open",
+                "Open provider findings (orphan events, statement lines extra or missing, amount mismatches) by kind",
+                labels=["kind"],
+            )
+            for kind, count in open_findings_by_kind(scope=EVERY_TENANT).items():
+                family.add_metric([kind], count)
+            yield family
+
+    registry.register(FindingsCollector())
+    return generate_latest(registry)
 
 
 @require_GET
@@ -54,6 +84,11 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
         "approvals": selectors.approvals_waiting(scope=scope),
         "unknown_ages": selectors.unknown_by_age(scope=scope),
         "decisions": decision_counts(scope=scope),
+        # Provider findings (issue 19) waiting for an operator, per kind.
+        "provider_findings": [
+            (kind, ProviderFinding.Kind(kind).label, count)
+            for kind, count in open_findings_by_kind(scope=scope).items()
+        ],
         # Figures of no tenant (this machine's counters, the outbox, failover): every tenant only.
         "every_tenant": every_tenant,
         "counters": process_counters() if every_tenant else {},

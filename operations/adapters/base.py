@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any, ClassVar
 
 
@@ -172,6 +173,30 @@ class Preview:
     checks: list[dict[str, Any]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class StatementEntry:
+    """One line of a provider's statement of a day (what the provider says it settled).
+
+    Attributes:
+        provider_reference: the provider's id of the effect (``ch_…``; a refund has its own).
+        idempotency_key: our key as the provider recorded it ("" when it keeps none).
+        reference: our business reference as the provider recorded it ("" when none).
+        amount: minor units by the currency's ISO 4217 exponent; None for an effect that moves
+            no money (an email, a reservation).
+        currency: ISO 4217 code, upper case ("" when no money moves).
+    """
+
+    provider_reference: str
+    idempotency_key: str = ""
+    reference: str = ""
+    amount: int | None = None
+    currency: str = ""
+
+
+class StatementsUnsupported(Exception):
+    """The adapter publishes no statement through an API (its statements come by CSV upload)."""
+
+
 class AdapterError(Exception):
     """Base class of what ``Adapter.execute`` raises for known cases.
 
@@ -254,6 +279,7 @@ class Adapter:
     #: a resource), per action: the "customer/target" column of the console's lists reads it
     #: through ``target_for`` (issue 16 item 3). An action not named here shows no target.
     target_fields: ClassVar[dict[str, str]] = {}
+    evidence_source: ClassVar[str] = ""
 
     def capabilities_for(self, action: str) -> Capabilities:
         """The capabilities of ``action`` (default: the class's ``capabilities``; an adapter
@@ -320,3 +346,19 @@ class Adapter:
             NotImplementedError: the action has no compensation.
         """
         raise NotImplementedError
+
+    def statement_actions(self) -> tuple[str, ...]:
+        """The actions whose effects are lines of this adapter's statement (default: every action
+        it serves; a cancellation that changes an effect rather than making one is left out)."""
+        return self.actions
+
+    def statement(self, day: date, *, deadline_seconds: float = 30.0) -> list[StatementEntry]:
+        """The provider's statement of ``day`` (UTC, by the effect's creation time): every
+        effect of this adapter's evidence source, in the provider's order.
+
+        Raises:
+            StatementsUnsupported: no statement API (default): statements come by CSV upload.
+            AdapterError: the provider could not be read (``RetryableError``/``AmbiguousOutcome``
+                from the transport) or answered something unreadable.
+        """
+        raise StatementsUnsupported(f"{type(self).__name__} publishes no statement API; upload a CSV")

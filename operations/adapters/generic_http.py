@@ -229,6 +229,12 @@ def _adapter_for(action: str, config_json: str) -> GenericHttpAdapter:
             ),
             "argument_schemas": {action: config.get("schema") or ANY_OBJECT_SCHEMA},
             "versions": {action: _versions(action, config)},
+            # The evidence source it declares (issue 19): ``events.source`` or ``statements.source``.
+            "evidence_source": str(
+                (config.get("events") or {}).get("source")
+                or (config.get("statements") or {}).get("source")
+                or ""
+            ),
         },
     )
     adapter: GenericHttpAdapter = cls()

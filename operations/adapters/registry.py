@@ -173,3 +173,18 @@ def served_argument_schemas() -> dict[str, dict[int, dict[str, Any]]]:
         except Exception:  # an adapter that cannot be loaded or answer serves nothing
             continue
     return served
+
+
+def evidence_sources() -> dict[str, Adapter]:
+    """Every evidence source this deployment serves: ``{slug: adapter}`` over every served
+    action whose adapter declares ``evidence_source`` (an adapter that cannot be loaded is
+    left out). Never raises."""
+    sources: dict[str, Adapter] = {}
+    for action in _known_or_none():
+        try:
+            adapter = get_adapter(action)
+        except Exception:  # noqa: BLE001 - an adapter that cannot be loaded declares nothing
+            continue
+        if adapter.evidence_source:
+            sources.setdefault(adapter.evidence_source, adapter)
+    return sources

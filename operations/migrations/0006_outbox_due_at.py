@@ -8,20 +8,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('operations', '0005_intent_risk_rank'),
+        ("operations", "0005_intent_risk_rank"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='outboxmessage',
-            name='outbox_pending_q',
+            model_name="outboxmessage",
+            name="outbox_pending_q",
         ),
         migrations.AddField(
-            model_name='outboxmessage',
-            name='due_at',
-            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), help_text="when the message may be delivered: the intent's not_before, or the time it was written"),
+            model_name="outboxmessage",
+            name="due_at",
+            field=models.DateTimeField(
+                db_default=django.db.models.functions.datetime.Now(),
+                help_text="when the message may be delivered: the intent's not_before, or the time it was written",
+            ),
         ),
         migrations.RunSQL(
             """
@@ -37,7 +39,9 @@ class Migration(migrations.Migration):
             migrations.RunSQL.noop,
         ),
         migrations.AddIndex(
-            model_name='outboxmessage',
-            index=models.Index(condition=models.Q(('sent_at__isnull', True)), fields=['due_at'], name='outbox_due_q'),
+            model_name="outboxmessage",
+            index=models.Index(
+                condition=models.Q(("sent_at__isnull", True)), fields=["due_at"], name="outbox_due_q"
+            ),
         ),
     ]

@@ -4,14 +4,13 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('operations', '0007_duplicate_checks_and_fenced_out'),
+        ("operations", "0007_duplicate_checks_and_fenced_out"),
     ]
 
     operations = [
         migrations.RemoveField(
-            model_name='intent',
-            name='cancel_requested',
+            model_name="intent",
+            name="cancel_requested",
         ),
     ]

@@ -5,41 +5,96 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('operations', '0008_drop_cancel_requested'),
+        ("operations", "0008_drop_cancel_requested"),
     ]
 
     operations = [
         migrations.RemoveConstraint(
-            model_name='intent',
-            name='intent_status_valid',
+            model_name="intent",
+            name="intent_status_valid",
         ),
         migrations.AddField(
-            model_name='intent',
-            name='business_key',
-            field=models.CharField(blank=True, db_default='', default='', help_text='sha256 of (tenant, action, business identity); blank when the intent names none', max_length=64),
+            model_name="intent",
+            name="business_key",
+            field=models.CharField(
+                blank=True,
+                db_default="",
+                default="",
+                help_text="sha256 of (tenant, action, business identity); blank when the intent names none",
+                max_length=64,
+            ),
         ),
         migrations.AddField(
-            model_name='intent',
-            name='held_behind',
-            field=models.ForeignKey(blank=True, help_text='the earlier intent for the same business action this one waits for', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='held_intents', to='operations.intent'),
+            model_name="intent",
+            name="held_behind",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="the earlier intent for the same business action this one waits for",
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="held_intents",
+                to="operations.intent",
+            ),
         ),
         migrations.AlterField(
-            model_name='intent',
-            name='status',
-            field=models.CharField(choices=[('AWAITING_APPROVAL', 'Awaiting approval'), ('READY', 'Ready'), ('RUNNING', 'Running'), ('SUCCEEDED', 'Succeeded'), ('FAILED', 'Failed'), ('UNKNOWN', 'Unknown'), ('COMPENSATING', 'Compensating'), ('COMPENSATED', 'Compensated'), ('REJECTED', 'Rejected'), ('EXPIRED', 'Expired'), ('CANCELLED', 'Cancelled'), ('HELD', 'Held behind an earlier intent for the same business action')], max_length=20),
+            model_name="intent",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("AWAITING_APPROVAL", "Awaiting approval"),
+                    ("READY", "Ready"),
+                    ("RUNNING", "Running"),
+                    ("SUCCEEDED", "Succeeded"),
+                    ("FAILED", "Failed"),
+                    ("UNKNOWN", "Unknown"),
+                    ("COMPENSATING", "Compensating"),
+                    ("COMPENSATED", "Compensated"),
+                    ("REJECTED", "Rejected"),
+                    ("EXPIRED", "Expired"),
+                    ("CANCELLED", "Cancelled"),
+                    ("HELD", "Held behind an earlier intent for the same business action"),
+                ],
+                max_length=20,
+            ),
         ),
         migrations.AddIndex(
-            model_name='intent',
-            index=models.Index(condition=models.Q(('business_key', ''), _negated=True), fields=['business_key', 'created_at'], name='intent_business_key'),
+            model_name="intent",
+            index=models.Index(
+                condition=models.Q(("business_key", ""), _negated=True),
+                fields=["business_key", "created_at"],
+                name="intent_business_key",
+            ),
         ),
         migrations.AddIndex(
-            model_name='intent',
-            index=models.Index(condition=models.Q(('status', 'HELD')), fields=['created_at'], name='intent_held_q'),
+            model_name="intent",
+            index=models.Index(
+                condition=models.Q(("status", "HELD")), fields=["created_at"], name="intent_held_q"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='intent',
-            constraint=models.CheckConstraint(condition=models.Q(('status__in', ['AWAITING_APPROVAL', 'READY', 'RUNNING', 'SUCCEEDED', 'FAILED', 'UNKNOWN', 'COMPENSATING', 'COMPENSATED', 'REJECTED', 'EXPIRED', 'CANCELLED', 'HELD'])), name='intent_status_valid'),
+            model_name="intent",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    (
+                        "status__in",
+                        [
+                            "AWAITING_APPROVAL",
+                            "READY",
+                            "RUNNING",
+                            "SUCCEEDED",
+                            "FAILED",
+                            "UNKNOWN",
+                            "COMPENSATING",
+                            "COMPENSATED",
+                            "REJECTED",
+                            "EXPIRED",
+                            "CANCELLED",
+                            "HELD",
+                        ],
+                    )
+                ),
+                name="intent_status_valid",
+            ),
         ),
     ]

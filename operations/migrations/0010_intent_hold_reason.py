@@ -4,15 +4,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('operations', '0009_held_intents'),
+        ("operations", "0009_held_intents"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='intent',
-            name='hold_reason',
-            field=models.TextField(blank=True, db_default='', default='', help_text='why a HELD intent waits for a person rather than for an earlier intent (e.g. its action version is no longer served); blank for a business-action hold'),
+            model_name="intent",
+            name="hold_reason",
+            field=models.TextField(
+                blank=True,
+                db_default="",
+                default="",
+                help_text="why a HELD intent waits for a person rather than for an earlier intent (e.g. its action version is no longer served); blank for a business-action hold",
+            ),
         ),
     ]

@@ -18,17 +18,23 @@ def fill_requested_by(apps, schema_editor):  # type: ignore[no-untyped-def]
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('operations', '0011_audit_refuses_truncate'),
+        ("operations", "0011_audit_refuses_truncate"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='intent',
-            name='requested_by',
-            field=models.ForeignKey(blank=True, help_text='the console user who asked (a user:<username> principal); four eyes compares this id, since a username can change. Null for agents and the system', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='+', to=settings.AUTH_USER_MODEL),
+            model_name="intent",
+            name="requested_by",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="the console user who asked (a user:<username> principal); four eyes compares this id, since a username can change. Null for agents and the system",
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="+",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.RunPython(fill_requested_by, migrations.RunPython.noop),
     ]

@@ -4,20 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('operations', '0018_status_rollup'),
+        ("operations", "0018_status_rollup"),
     ]
 
     operations = [
         migrations.RemoveIndex(
-            model_name='outboxmessage',
-            name='outbox_due_q',
+            model_name="outboxmessage",
+            name="outbox_due_q",
         ),
         migrations.AddField(
-            model_name='outboxmessage',
-            name='acked_at',
-            field=models.DateTimeField(blank=True, help_text='when a claim consumed it (or the relay found its intent no longer READY)', null=True),
+            model_name="outboxmessage",
+            name="acked_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="when a claim consumed it (or the relay found its intent no longer READY)",
+                null=True,
+            ),
         ),
         # Rows already published before this migration count as consumed (their intents moved
         # on, or the stalled-READY sweep re-dispatches one whose message was lost).
@@ -26,16 +29,28 @@ class Migration(migrations.Migration):
             migrations.RunSQL.noop,
         ),
         migrations.AlterField(
-            model_name='outboxmessage',
-            name='sent_at',
-            field=models.DateTimeField(blank=True, help_text='when last handed to the broker (after commit, or by the relay)', null=True),
+            model_name="outboxmessage",
+            name="sent_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="when last handed to the broker (after commit, or by the relay)",
+                null=True,
+            ),
         ),
         migrations.AddIndex(
-            model_name='outboxmessage',
-            index=models.Index(condition=models.Q(('acked_at__isnull', True), ('sent_at__isnull', True)), fields=['due_at'], name='outbox_due_q'),
+            model_name="outboxmessage",
+            index=models.Index(
+                condition=models.Q(("acked_at__isnull", True), ("sent_at__isnull", True)),
+                fields=["due_at"],
+                name="outbox_due_q",
+            ),
         ),
         migrations.AddIndex(
-            model_name='outboxmessage',
-            index=models.Index(condition=models.Q(('acked_at__isnull', True), ('sent_at__isnull', False)), fields=['sent_at'], name='outbox_unacked'),
+            model_name="outboxmessage",
+            index=models.Index(
+                condition=models.Q(("acked_at__isnull", True), ("sent_at__isnull", False)),
+                fields=["sent_at"],
+                name="outbox_unacked",
+            ),
         ),
     ]

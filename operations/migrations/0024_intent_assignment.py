@@ -6,20 +6,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('operations', '0023_health_heartbeats_and_periodic_runs'),
+        ("operations", "0023_health_heartbeats_and_periodic_runs"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='intent',
-            name='assigned_at',
-            field=models.DateTimeField(blank=True, help_text='when assigned_to took it; the assignment lapses EFFECT_LEDGER_ASSIGNMENT_SECONDS later', null=True),
+            model_name="intent",
+            name="assigned_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="when assigned_to took it; the assignment lapses EFFECT_LEDGER_ASSIGNMENT_SECONDS later",
+                null=True,
+            ),
         ),
         migrations.AddField(
-            model_name='intent',
-            name='assigned_to',
-            field=models.CharField(blank=True, db_default='', default='', help_text='username of the operator who said "I\'m on it" for this item of the operators\' queue (operations.services.assignment); blank when nobody is. Ends on any change of status', max_length=150),
+            model_name="intent",
+            name="assigned_to",
+            field=models.CharField(
+                blank=True,
+                db_default="",
+                default="",
+                help_text="username of the operator who said \"I'm on it\" for this item of the operators' queue (operations.services.assignment); blank when nobody is. Ends on any change of status",
+                max_length=150,
+            ),
         ),
     ]

@@ -33,6 +33,7 @@ PERIODIC_JOBS: tuple[tuple[str, str, str], ...] = (
     ("reconciliation.reconcile", "Reconciler", "RECONCILE_PERIOD_SECONDS"),
     ("operations.deliver_webhooks", "Webhook deliveries", "WEBHOOK_PERIOD_SECONDS"),
     ("operations.send_notifications", "Notifications", "NOTIFY_PERIOD_SECONDS"),
+    ("reconciliation.reconcile_statements", "Statement reconciliation", "STATEMENT_PERIOD_SECONDS"),
 )
 
 #: Attempt results counted as provider trouble: no definite answer (a timeout, a 5xx or 429 that

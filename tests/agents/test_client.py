@@ -186,7 +186,10 @@ def test_i15_wait_returns_at_once_for_a_settled_intent_or_one_already_past_the_g
         (lambda c: c.submit("payments.charge", {}, idempotency_key="k" * 256), "printable ASCII"),
         (lambda c: c.get("../actions"), "must be a UUID"),
         (lambda c: c.cancel("not-an-id"), "must be a UUID"),
-        (lambda c: c.wait("00000000-0000-4000-8000-000000000001", timeout_seconds=1, status="BOGUS"), "one of"),
+        (
+            lambda c: c.wait("00000000-0000-4000-8000-000000000001", timeout_seconds=1, status="BOGUS"),
+            "one of",
+        ),
     ],
 )
 def test_i15_what_the_api_would_refuse_or_misread_is_refused_before_sending(call: Any, message: str) -> None:

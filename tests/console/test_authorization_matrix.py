@@ -30,7 +30,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from operations.models import Attempt, Intent, WebhookDelivery
 from operations.services import agent_callback_set, intent_cancel
-from reconciliation.models import DuplicateFinding
+from reconciliation.models import DuplicateFinding, ProviderFinding, StatementMapping, StatementRun
 from tests.console.conftest import gated, make_unknown, seen, signed_in
 from tests.factories import UserFactory, make_agent, submit
 
@@ -60,6 +60,7 @@ class World:
     unknown: Intent
     held: Intent
     finding: DuplicateFinding
+    provider_finding: ProviderFinding
 
 
 def build(tenant: str) -> World:
@@ -74,8 +75,19 @@ def build(tenant: str) -> World:
         state=DuplicateFinding.State.OPEN,
     )
     assert first.id != held.id
+    provider_finding = ProviderFinding.objects.create(
+        fingerprint=f"mismatch:sandbox-payments:{unknown.id}:ch_pf_{tenant}",
+        kind=ProviderFinding.Kind.AMOUNT_MISMATCH,
+        source="sandbox-payments",
+        intent=unknown,
+        provider_reference=f"ch_pf_{tenant}",
+    )
     return World(
-        gated=gated(tenant=tenant, reference=f"gated-{tenant}"), unknown=unknown, held=held, finding=finding
+        gated=gated(tenant=tenant, reference=f"gated-{tenant}"),
+        unknown=unknown,
+        held=held,
+        finding=finding,
+        provider_finding=provider_finding,
     )
 
 
@@ -192,6 +204,34 @@ def _duplicate(client: Client, role: str, scope: str, own: World, other: World) 
         assert (finding.state == DuplicateFinding.State.RESOLVED) == allowed, tenant
 
 
+def _provider_finding(client: Client, role: str, scope: str, own: World, other: World) -> None:
+    for tenant, world in ((OWN, own), (OTHER, other)):
+        finding = world.provider_finding
+        response = client.post(
+            reverse("provider-finding-resolve", args=[finding.id, "close"]), {"reason": "matrix"}, **HTMX
+        )
+        allowed = may_resolve(role, scope, tenant)
+        assert response.status_code in decision_status(allowed, may_read(scope, tenant)), tenant
+        finding.refresh_from_db()
+        assert (finding.state == ProviderFinding.State.RESOLVED) == allowed, tenant
+
+
+def _statement_post(name: str) -> Check:
+    """Uploads and mappings span tenants: 403 for a role on named tenants, a refusal (403) for
+    viewers and approvers of every tenant, and for operators and admins of every tenant the
+    service's own refusal of the empty form (422); nothing stored in any case."""
+
+    def check(client: Client, role: str, scope: str, own: World, other: World) -> None:
+        response = client.post(reverse(name), {"source": "nope", "date": "2026-01-01"}, **HTMX)
+        if scope != "every" or role not in ("operator", "admin"):
+            assert response.status_code == 403
+        else:
+            assert response.status_code == 422
+        assert not StatementRun.objects.exists() and not StatementMapping.objects.exists()
+
+    return check
+
+
 def _every_tenant_page(name: str) -> Check:
     def check(client: Client, role: str, scope: str, own: World, other: World) -> None:
         assert client.get(reverse(name)).status_code == (200 if scope == "every" else 403)
@@ -295,6 +335,12 @@ CASES: dict[str, Check] = {
     "health": _health,
     "drill-start": _drill_start,
     "webhooks": _webhooks,
+    "provider-findings": _list_page("provider-findings", lambda w: [w.provider_finding.provider_reference]),
+    "provider-finding-detail": _detail("provider-finding-detail", lambda w: w.provider_finding),
+    "provider-finding-resolve": _provider_finding,
+    "statements": _every_tenant_page("statements"),
+    "statement-upload": _statement_post("statement-upload"),
+    "statement-mapping": _statement_post("statement-mapping"),
     "webhook-resend": _webhook_resend,
 }
 

@@ -35,6 +35,7 @@ def test_i16_5_health_page_shows_every_signal_and_refreshes(page: Any, settings:
         "reconciliation.reconcile",
         "operations.deliver_webhooks",
         "operations.send_notifications",
+        "reconciliation.reconcile_statements",
     ):
         periodic_job_record(name=name, started_at=timezone.now(), duration_ms=12)
     for kind in KINDS:

@@ -54,7 +54,9 @@ def registered_tasks(*args: str) -> dict[str, str]:
 
 
 def lab_tasks(tasks: dict[str, str]) -> set[str]:
-    return {name for name, module in tasks.items() if module.startswith("console.lab") or name.startswith("lab.")}
+    return {
+        name for name, module in tasks.items() if module.startswith("console.lab") or name.startswith("lab.")
+    }
 
 
 def test_production_worker_registers_no_lab_task() -> None:

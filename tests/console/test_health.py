@@ -242,6 +242,8 @@ def test_i16_5_relay_and_reconciler_runs_are_recorded(admin_client: Client, sett
     # when: they run too
     deliver_webhooks()
     send_notifications()
+    # (the daily statement run, issue 19, recorded as its task would: it reads the provider)
+    periodic_job_record(name="reconciliation.reconcile_statements", started_at=timezone.now(), duration_ms=40)
     # then: one row each, green
     runs = {run.name: run for run in PeriodicJobRun.objects.all()}
     assert set(runs) == {
@@ -249,13 +251,14 @@ def test_i16_5_relay_and_reconciler_runs_are_recorded(admin_client: Client, sett
         "reconciliation.reconcile",
         "operations.deliver_webhooks",
         "operations.send_notifications",
+        "reconciliation.reconcile_statements",
     }
     assert all(run.last_error == "" and run.last_succeeded_at for run in runs.values())
     body = admin_client.get("/health/").content.decode()
     assert signal_level(body, "jobs") == GREEN and "never ran" not in body
     # when: they run again: still one row each (upserted)
     relay_outbox()
-    assert PeriodicJobRun.objects.count() == 4
+    assert PeriodicJobRun.objects.count() == 5
 
 
 def test_i16_5_a_failed_relay_run_is_recorded_with_its_error(monkeypatch: Any) -> None:

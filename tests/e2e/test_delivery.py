@@ -60,7 +60,9 @@ def unexplained_gaps(intent_ids: list[Any]) -> list[str]:
     for event in events:
         if previous is not None and previous.intent_id == event.intent_id:
             gap = (event.created_at - previous.created_at).total_seconds()
-            backoff = float(previous.data.get("backoff_seconds", 0)) if previous.event == "retry_scheduled" else 0
+            backoff = (
+                float(previous.data.get("backoff_seconds", 0)) if previous.event == "retry_scheduled" else 0
+            )
             explained = (
                 gap <= GAP_SECONDS + backoff
                 or event.event in {"redispatched", "lease_taken_over"}
@@ -164,8 +166,10 @@ def test_c17_api_answers_503_with_retry_after_while_the_database_is_unreachable(
     # and once the database is back, the same request is accepted
     db_proxy.restore()
     wait_for(
-        lambda: client.post("/api/v1/intents", json=body, headers={"Idempotency-Key": "c17-api-1"}).status_code
-        == 201,
+        lambda: (
+            client.post("/api/v1/intents", json=body, headers={"Idempotency-Key": "c17-api-1"}).status_code
+            == 201
+        ),
         15,
         "the API to accept the submission again",
     )

@@ -103,7 +103,9 @@ def test_worker_refuses_a_critical_intent_when_one_of_its_two_approvals_expired(
 
 def test_a_rejected_intent_is_not_usable(approver: Any) -> None:
     intent = gated()
-    rejected = intent_reject(intent_id=intent.id, user=approver, request_hash=intent.request_hash, reason="no")
+    rejected = intent_reject(
+        intent_id=intent.id, user=approver, request_hash=intent.request_hash, reason="no"
+    )
     validity = approval_validity(rejected)
     assert validity.verdict == Verdict.REJECTED and not validity.usable
 

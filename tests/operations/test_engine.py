@@ -177,7 +177,9 @@ def test_duplicate_delivery_is_counted_and_does_nothing(sandbox: Any) -> None:
     assert len(sandbox.ledger()) == 1
 
 
-def test_i18_3_a_ceiling_reached_waits_for_an_approver_before_any_request(sandbox: Any, settings: Any) -> None:
+def test_i18_3_a_ceiling_reached_waits_for_an_approver_before_any_request(
+    sandbox: Any, settings: Any
+) -> None:
     settings.EFFECT_LEDGER_POLICIES = {
         **settings.EFFECT_LEDGER_POLICIES,
         "payments.charge": {"approval": "never", "ceilings": {"effects_per_day": 1}},

@@ -3,11 +3,21 @@ key, and small helpers for provider answers."""
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 from django.conf import settings
 
-from operations.adapters.base import AdapterError, AmbiguousOutcome, ExecutionCall, LookupResult, LookupStatus
+from operations.adapters import http_classifier as answers
+from operations.adapters import http_support as http
+from operations.adapters.base import (
+    AdapterError,
+    AmbiguousOutcome,
+    ExecutionCall,
+    LookupResult,
+    LookupStatus,
+    StatementEntry,
+)
 from operations.money import format_money
 
 CURRENCY = {"type": "string", "pattern": "^[A-Z]{3}$", "description": "ISO 4217 code, upper case"}
@@ -124,3 +134,57 @@ def inconclusive(error: AdapterError | None = None, **detail: Any) -> LookupResu
     if error is not None:
         detail = {**error.detail, "error": str(error)[:300], **detail}
     return LookupResult(status=LookupStatus.INCONCLUSIVE, detail=detail)
+
+
+def fetch_statement(product: str, day: date, deadline_seconds: float) -> list[StatementEntry]:
+    """The sandbox's statement of ``product`` (``payments``, ``email``, ``reservations``) for
+    ``day``: ``GET /v1/statements?date=YYYY-MM-DD&product=…`` (issue 19 contract), one
+    ``StatementEntry`` per line (amount in minor units, None where no money moves).
+
+    Raises:
+        RetryableError / AmbiguousOutcome: the transport failed (``http_support.send``).
+        AdapterError: a non-2xx answer (``code`` ``statement_refused``) or a body that is not
+            the contract's shape (``code`` ``statement_unreadable``, naming the line).
+    """
+    response = http.send(
+        "GET",
+        sandbox_url("/v1/statements"),
+        deadline_seconds=deadline_seconds,
+        params={"date": day.isoformat(), "product": product},
+    )
+    if not response.is_success:
+        raise AdapterError(
+            f"the sandbox refused the {product} statement of {day}: HTTP {response.status_code}",
+            detail={"code": "statement_refused", "status": response.status_code},
+        )
+    body = answers.json_object(response)
+    lines = body.get("lines") if body is not None else None
+    if not isinstance(lines, list):
+        raise AdapterError(
+            f"the sandbox's {product} statement of {day} is not a JSON object with a list of lines",
+            detail={"code": "statement_unreadable"},
+        )
+    entries = []
+    for number, line in enumerate(lines, start=1):
+        amount = line.get("amount") if isinstance(line, dict) else None
+        if (
+            not isinstance(line, dict)
+            or not isinstance(line.get("id"), str)
+            or not line["id"]
+            or not (amount is None or (isinstance(amount, int) and not isinstance(amount, bool)))
+        ):
+            raise AdapterError(
+                f"line {number} of the sandbox's {product} statement of {day} is unreadable",
+                detail={"code": "statement_unreadable", "line": number},
+            )
+        entries.append(
+            StatementEntry(
+                provider_reference=line["id"],
+                # An email carries our key in its Message-ID (``<KEY@effect-ledger.local>``).
+                idempotency_key=str(line.get("idempotency_key") or line.get("message_id") or ""),
+                reference=str(line.get("reference") or ""),
+                amount=amount,
+                currency=str(line.get("currency") or "").upper(),
+            )
+        )
+    return entries

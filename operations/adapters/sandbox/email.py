@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import date
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -19,9 +20,11 @@ from operations.adapters.base import (
     LookupResult,
     LookupStatus,
     Preview,
+    StatementEntry,
 )
 from operations.adapters.sandbox.common import (
     EMAIL_SCHEMA,
+    fetch_statement,
     inconclusive,
     message_id_for,
     provider_id,
@@ -40,6 +43,7 @@ class SandboxEmailAdapter(Adapter):
     argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {"email.send": EMAIL_SCHEMA}
     #: An email affects its recipient.
     target_fields: ClassVar[dict[str, str]] = {"email.send": "to"}
+    evidence_source: ClassVar[str] = "sandbox-email"
     money_fields: ClassVar[tuple[str, ...]] = ()
 
     def capabilities_for(self, action: str) -> Capabilities:
@@ -115,3 +119,7 @@ class SandboxEmailAdapter(Adapter):
             target=arguments["to"],
             scope="one email to one recipient",
         )
+
+    def statement(self, day: date, *, deadline_seconds: float = 30.0) -> list[StatementEntry]:
+        """The sandbox's email statement of ``day`` (``common.fetch_statement``)."""
+        return fetch_statement("email", day, deadline_seconds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import date
 from typing import Any, ClassVar
 
 from operations.adapters import http_classifier as answers
@@ -17,10 +18,12 @@ from operations.adapters.base import (
     LookupResult,
     LookupStatus,
     Preview,
+    StatementEntry,
 )
 from operations.adapters.sandbox.common import (
     CHARGE_SCHEMA,
     REFUND_SCHEMA,
+    fetch_statement,
     format_minor,
     inconclusive,
     provider_id,
@@ -48,6 +51,7 @@ class SandboxPaymentsAdapter(Adapter):
     }
     #: A charge affects its customer; a refund, the charge it refunds.
     target_fields: ClassVar[dict[str, str]] = {"payments.charge": "customer", "payments.refund": "charge"}
+    evidence_source: ClassVar[str] = "sandbox-payments"
 
     def capabilities_for(self, action: str) -> Capabilities:
         """A charge is compensated by a refund; a refund has no compensation of its own."""
@@ -169,3 +173,7 @@ class SandboxPaymentsAdapter(Adapter):
             "amount": arguments["amount"],
             "currency": arguments["currency"],
         }
+
+    def statement(self, day: date, *, deadline_seconds: float = 30.0) -> list[StatementEntry]:
+        """The sandbox's payments statement of ``day`` (``common.fetch_statement``)."""
+        return fetch_statement("payments", day, deadline_seconds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import date
 from typing import Any, ClassVar
 from urllib.parse import quote
 
@@ -21,12 +22,14 @@ from operations.adapters.base import (
     LookupStatus,
     Preview,
     RetryableError,
+    StatementEntry,
 )
 from operations.adapters.sandbox.common import (
     CANCEL_RESERVATION_SCHEMA,
     READ_TIMEOUT_SECONDS,
     RESERVATION_SCHEMA,
     call_reference,
+    fetch_statement,
     inconclusive,
     provider_id,
     sandbox_url,
@@ -59,6 +62,8 @@ class SandboxReservationsAdapter(Adapter):
         "reservations.create": "resource",
         "reservations.cancel": "reservation",
     }
+    evidence_source: ClassVar[str] = "sandbox-reservations"
+
     money_fields: ClassVar[tuple[str, ...]] = ()
 
     def capabilities_for(self, action: str) -> Capabilities:
@@ -207,3 +212,11 @@ class SandboxReservationsAdapter(Adapter):
         if action != "reservations.create":
             raise NotImplementedError(f"{action} has no compensation")
         return {"reservation": provider_reference, "reference": f"cancel:{provider_reference}"}
+
+    def statement_actions(self) -> tuple[str, ...]:
+        """A cancellation changes a reservation's state; only a reservation is a statement line."""
+        return ("reservations.create",)
+
+    def statement(self, day: date, *, deadline_seconds: float = 30.0) -> list[StatementEntry]:
+        """The sandbox's reservations statement of ``day`` (``common.fetch_statement``)."""
+        return fetch_statement("reservations", day, deadline_seconds)

@@ -1,0 +1,254 @@
+"""Operators' work on provider findings (issue 19): an orphan event, an effect extra at the
+provider, an intent missing at the provider, an amount mismatch (``ProviderFinding``).
+
+Three decisions, each with a required reason, on an open finding only:
+
+* ``link``: the line or event is the effect of an intent the operator names (it must exist and
+  be an intent of one of the source's actions); the finding is resolved and the statement line
+  (or the event, when it has none yet) records the intent. For lines and events only (``extra_at_provider``, ``orphan_event``).
+* ``compensate``: open a compensation intent (``operations.services.intent_open_compensation``)
+  that undoes the finding's provider reference, where the finding has an intent whose action
+  has a compensation; the finding is ``compensating`` until it ends (``follow_up``: resolved
+  when it SUCCEEDED, open again when it cannot). Not for ``missing_at_provider``: a missing
+  effect has nothing to undo.
+* ``close``: the finding stands explained (resolved), e.g. a line of a provider fee.
+
+Audit, as duplicate findings are (``reconciliation.resolution``): a decision on a finding with
+an intent is an ``Evidence`` row of kind ``resolution`` on that intent (who, the verb, the
+reason, the evidence shown); ``link`` records one on the linked intent too. A finding without
+an intent (an orphan event, a line no intent has) belongs to no intent's chain: the decision is
+an event on the chain of events without an intent (``operations.audit.audit_append_unattached``,
+event ``provider_finding_<verb>``), which ``verify_audit`` checks. Refusals are recorded the
+same two ways (``decision_refused``), after the refused decision was rolled back.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from operations import services
+from operations.audit import REFUSAL_EVENT, audit_append_unattached
+from operations.exceptions import ResolutionRefused
+from operations.models import Intent
+from operations.services import intent_record_refusal
+from operations.tenant_access import console_scope, role_scope
+from reconciliation.models import Evidence, ProviderEvent, ProviderFinding, StatementLine
+from reconciliation.resolution import RESOLVER_GROUPS
+from reconciliation.selectors import intent_evidence
+from reconciliation.statements import StatementRefused, source_actions
+
+VERBS = ("link", "compensate", "close")
+LINKABLE = (ProviderFinding.Kind.EXTRA_AT_PROVIDER, ProviderFinding.Kind.ORPHAN_EVENT)
+
+
+def can_work(user: User, finding: ProviderFinding) -> bool:
+    """Operators and admins may work a finding: of its intent's tenant, or, for a finding
+    without an intent (it belongs to no tenant), on every tenant."""
+    scope = role_scope(user, RESOLVER_GROUPS)
+    if finding.intent_id is not None:
+        return scope.allows(finding.intent.tenant)  # type: ignore[union-attr]
+    return scope.every
+
+
+def can_read(user: User, finding: ProviderFinding) -> bool:
+    """A console reader sees a finding of a tenant they may read; one without an intent only
+    with a role on every tenant."""
+    scope = console_scope(user)
+    return scope.allows(finding.intent.tenant) if finding.intent_id is not None else scope.every  # type: ignore[union-attr]
+
+
+def _actor(user: User) -> str:
+    return f"user:{user.get_username()}"
+
+
+def _evidence(
+    intent: Intent, user: User, verb: str, reason: str, finding: ProviderFinding, **detail: Any
+) -> None:
+    Evidence.objects.create(
+        intent=intent,
+        kind=Evidence.Kind.RESOLUTION,
+        result=f"finding_{verb}",
+        provider_references=[finding.provider_reference] if finding.provider_reference else [],
+        actor=_actor(user),
+        detail={
+            "reason": reason,
+            "finding_id": finding.id,
+            "finding_kind": finding.kind,
+            "source": finding.source,
+            "evidence_shown": [e.id for e in intent_evidence(intent)],
+            **detail,
+        },
+    )
+
+
+def _unattached(event: str, user: User, reason: str, finding: ProviderFinding, **detail: Any) -> None:
+    audit_append_unattached(
+        event=event,
+        actor=_actor(user),
+        reason=reason[:2000],
+        data={
+            "finding_id": finding.id,
+            "finding_kind": finding.kind,
+            "source": finding.source,
+            "fingerprint": finding.fingerprint,
+            "provider_reference": finding.provider_reference,
+            **detail,
+        },
+    )
+
+
+def resolve_provider_finding(
+    *, finding_id: int, user: User, verb: str, reason: str, intent_id: str = ""
+) -> ProviderFinding:
+    """Decide on an open provider finding (module docstring); the decision and any refusal
+    are audited.
+
+    Args:
+        verb: ``link``, ``compensate`` or ``close``.
+        intent_id: for ``link``, the intent the line or event belongs to (text, a UUID).
+
+    Raises:
+        ResolutionRefused: no such finding (or one the user may not read), no permission, no
+            reason, not open, an unknown verb; link: not a line or event, no such intent, or an
+            intent of another source's action; compensate: no intent, nothing to undo, or no
+            compensation action.
+    """
+    try:
+        with transaction.atomic():
+            return _decide(finding_id, user, verb, reason, intent_id)
+    except ResolutionRefused as refused:
+        finding = ProviderFinding.objects.select_related("intent").filter(id=finding_id).first()
+        if finding is not None and can_read(user, finding):
+            if finding.intent_id is not None:
+                intent_record_refusal(
+                    intent_id=finding.intent_id,
+                    actor=_actor(user),
+                    decision=f"provider finding {verb}",
+                    reason=refused.detail,
+                    shown={"finding_id": str(finding_id), "intent_id": intent_id[:100]},
+                    given_reason=reason,
+                )
+            else:
+                _unattached(
+                    REFUSAL_EVENT,
+                    user,
+                    refused.detail,
+                    finding,
+                    decision=f"provider finding {verb}",
+                    given_reason=reason[:2000],
+                    intent_id=intent_id[:100],
+                )
+        raise
+
+
+def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str) -> ProviderFinding:
+    finding = ProviderFinding.objects.select_for_update().filter(id=finding_id).first()
+    if finding is None or not can_read(user, finding):
+        raise ResolutionRefused(f"no provider finding {finding_id}")
+    if not can_work(user, finding):
+        raise ResolutionRefused("only operators and admins can work provider findings")
+    reason = reason.strip()
+    if not reason:
+        raise ResolutionRefused("a decision on a finding needs a reason")
+    if verb not in VERBS:
+        raise ResolutionRefused(f"unknown decision {verb!r}: link, compensate or close")
+    if finding.state != ProviderFinding.State.OPEN:
+        raise ResolutionRefused(f"this finding is {finding.get_state_display().lower()}, not open")
+    actor = _actor(user)
+    if verb == "link":
+        target = _link_target(finding, user, intent_id)
+        _evidence(target, user, "link", reason, finding, linked_from=str(finding.intent_id or ""))
+        if finding.intent_id is None:
+            _unattached("provider_finding_link", user, reason, finding, intent_id=str(target.id))
+        finding.intent = target
+        if finding.line_id is not None:
+            StatementLine.objects.filter(id=finding.line_id).update(intent=target)
+        if finding.event_id is not None:  # the event is now on the intent's timeline
+            ProviderEvent.objects.filter(id=finding.event_id, intent__isnull=True).update(intent=target)
+        finding.state, finding.resolution = ProviderFinding.State.RESOLVED, "linked"
+        finding.note = f"linked to {target.id}: {reason}"[:1000]
+    elif verb == "compensate":
+        original = finding.intent
+        if original is None:
+            raise ResolutionRefused("this finding has no intent: link it to one first, or close it")
+        if finding.kind == ProviderFinding.Kind.MISSING_AT_PROVIDER:
+            raise ResolutionRefused("the effect is missing at the provider: there is nothing to undo")
+        if not finding.provider_reference:
+            raise ResolutionRefused("this finding names no provider reference to undo")
+        cause = "duplicate" if finding.kind == ProviderFinding.Kind.EXTRA_AT_PROVIDER else "operator"
+        compensation = services.intent_open_compensation(
+            original=original,
+            provider_reference=finding.provider_reference,
+            principal=actor,
+            cause=cause,
+            generation=services.next_compensation_generation(
+                original_id=original.id, provider_reference=finding.provider_reference
+            ),
+            requested_by=user,
+        )
+        _evidence(original, user, "compensate", reason, finding, compensation=str(compensation.id))
+        finding.state, finding.compensation = ProviderFinding.State.COMPENSATING, compensation
+        finding.resolution = "compensated"
+        finding.note = f"compensation opened by {actor}: {reason}"[:1000]
+    else:
+        if finding.intent is not None:
+            _evidence(finding.intent, user, "close", reason, finding)
+        else:
+            _unattached("provider_finding_close", user, reason, finding)
+        finding.state, finding.resolution = ProviderFinding.State.RESOLVED, "closed"
+        finding.note = f"closed: {reason}"[:1000]
+    finding.resolved_by = actor
+    finding.save()
+    return finding
+
+
+def _link_target(finding: ProviderFinding, user: User, intent_id: str) -> Intent:
+    if finding.kind not in LINKABLE:
+        raise ResolutionRefused("only a statement line or an event with no intent can be linked to an intent")
+    try:
+        wanted = uuid.UUID(intent_id.strip())
+    except ValueError as exc:
+        raise ResolutionRefused(f"{intent_id.strip()[:60]!r} is not an intent id") from exc
+    target = Intent.objects.filter(id=wanted).first()
+    if target is None or not console_scope(user).allows(target.tenant):
+        raise ResolutionRefused(f"no intent {wanted}")
+    if not role_scope(user, RESOLVER_GROUPS).allows(target.tenant):
+        raise ResolutionRefused(
+            f"only operators and admins of tenant {target.tenant} can link to its intents"
+        )
+    try:
+        actions = source_actions(finding.source)
+    except StatementRefused as exc:
+        raise ResolutionRefused(str(exc)) from exc
+    if target.action not in actions:
+        raise ResolutionRefused(
+            f"intent {wanted} is a {target.action}, not an intent of {finding.source} ({', '.join(actions)})"
+        )
+    return target
+
+
+def follow_up() -> int:
+    """Findings whose compensation ended: resolved when it SUCCEEDED, open again (with why) when
+    it cannot succeed; returns how many changed. Run by the reconciler's pass."""
+    changed = 0
+    for finding in ProviderFinding.objects.filter(
+        state=ProviderFinding.State.COMPENSATING,
+        compensation__status__in=[Intent.Status.SUCCEEDED, *services.COMPENSATION_DEAD_ENDS],
+    ).select_related("compensation")[:200]:
+        compensation = finding.compensation
+        assert compensation is not None
+        if compensation.status == Intent.Status.SUCCEEDED:
+            state, note = ProviderFinding.State.RESOLVED, f"compensated by {compensation.id}"
+        else:
+            state = ProviderFinding.State.OPEN
+            note = f"compensation {compensation.id} ended {compensation.status}: {compensation.last_error}"[
+                :1000
+            ]
+        changed += ProviderFinding.objects.filter(
+            id=finding.id, state=ProviderFinding.State.COMPENSATING
+        ).update(state=state, note=note)
+    return changed

@@ -1,0 +1,214 @@
+"""Statements uploaded as CSV (issue 19), for sources without a statement API, and the saved
+column mapping of each source (``StatementMapping``).
+
+The file is read with Python's ``csv`` module (``csv.DictReader``: the first row is the header,
+RFC 4180 quoting). The source's mapping says which header holds each statement field
+(``FIELDS``); ``provider_reference`` must be mapped, the others may be left out.
+
+**Amounts are decimal major units** (``49.90`` EUR, ``125000`` JPY, ``1.234`` KWD), the form
+providers' dashboards export, converted to minor units by the line's currency's ISO 4217
+exponent (``operations.money.exponent``; Babel's CLDR data). An amount with more decimals than
+its currency has (``49.901`` EUR), thousands separators, a sign other than a leading ``-`` or
+an amount without a currency is refused; an empty amount means the effect moves no money.
+
+A bad file is refused whole, with the line (the file's physical line, the header is line 1)
+and the column named, before anything is stored: not UTF-8, empty, no header, a mapped column
+missing from the header, an empty provider reference, a bad amount or currency, too large
+(``MAX_UPLOAD_BYTES``, ``MAX_LINES``).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from datetime import date
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+
+from operations.adapters.base import StatementEntry
+from operations.audit import audit_append_unattached
+from operations.money import exponent, is_currency
+from reconciliation.models import StatementMapping, StatementRun
+from reconciliation.statements import run, source_actions
+
+#: The statement fields a mapping names columns for; ``provider_reference`` is required.
+FIELDS = ("provider_reference", "idempotency_key", "reference", "amount", "currency")
+REQUIRED_FIELDS = ("provider_reference",)
+#: The largest file accepted, in bytes (5 MiB), and the most lines.
+MAX_UPLOAD_BYTES = 5 * 1024 * 1024
+MAX_LINES = 100_000
+
+_AMOUNT = re.compile(r"^-?[0-9]+(\.[0-9]+)?$")
+
+
+class StatementFileError(ValueError):
+    """The file or mapping cannot be used; ``str()`` names the line and column, for operators."""
+
+
+def mapping_problem(columns: Any) -> str | None:
+    """Why ``columns`` (``{field: header}``) is not a usable mapping, or None when it is."""
+    if not isinstance(columns, dict):
+        return "a mapping is an object of statement field to CSV header"
+    unknown = sorted(set(columns) - set(FIELDS))
+    if unknown:
+        return f"unknown statement fields {', '.join(unknown)}; the fields are {', '.join(FIELDS)}"
+    for field in REQUIRED_FIELDS:
+        if not columns.get(field):
+            return f"the mapping must name the column of {field}"
+    for field, header in columns.items():
+        if not isinstance(header, str) or len(header) > 200:
+            return f"the column of {field} must be a header name of at most 200 characters"
+    headers = [h for h in columns.values() if h]
+    if len(headers) != len(set(headers)):
+        return "two fields are mapped to the same column"
+    return None
+
+
+def mapping_of(source: str) -> dict[str, str] | None:
+    """The saved mapping of ``source`` (``{field: header}``, empty headers left out), or None."""
+    saved = StatementMapping.objects.filter(source=source).first()
+    if saved is None:
+        return None
+    return {field: header for field, header in saved.columns.items() if header}
+
+
+def save_mapping(*, source: str, columns: dict[str, str], actor: str) -> StatementMapping:
+    """Save ``source``'s column mapping (``{field: header}``; an empty header leaves a field out),
+    audited as ``statement_mapping_saved`` on the chain of events without an intent.
+
+    Raises:
+        StatementFileError: the mapping is not usable (``mapping_problem``).
+    """
+    cleaned = {field: (columns.get(field) or "").strip() for field in FIELDS}
+    problem = mapping_problem(cleaned)
+    if problem:
+        raise StatementFileError(problem)
+    with transaction.atomic():
+        mapping, _ = StatementMapping.objects.update_or_create(
+            source=source, defaults={"columns": cleaned, "updated_by": actor}
+        )
+        # A mapping belongs to no intent: audited on the chain of events without an intent.
+        audit_append_unattached(
+            event="statement_mapping_saved", actor=actor, data={"source": source, "columns": cleaned}
+        )
+    return mapping
+
+
+def _amount(text: str, currency: str, where: str) -> int:
+    if not currency:
+        raise StatementFileError(f"{where}: an amount needs a currency on the same line")
+    if not _AMOUNT.match(text):
+        raise StatementFileError(
+            f"{where}: {text[:40]!r} is not an amount (decimal major units like 49.90, no separators)"
+        )
+    value = Decimal(text)
+    digits = exponent(currency)
+    minor = value.scaleb(digits)
+    if minor != minor.to_integral_value():
+        raise StatementFileError(f"{where}: {text!r} has more decimals than {currency} has ({digits})")
+    return int(minor)
+
+
+def parse_statement(
+    data: bytes, columns: dict[str, str]
+) -> tuple[list[StatementEntry], list[dict[str, str]]]:
+    """Read a CSV statement with ``columns`` (``{field: header}``).
+
+    Returns:
+        one ``StatementEntry`` per data line (amounts in minor units) and the rows as read.
+
+    Raises:
+        StatementFileError: the first problem, naming the line and column (module docstring).
+    """
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise StatementFileError(f"the file is too large: {len(data)} bytes, at most {MAX_UPLOAD_BYTES}")
+    if not data.strip():
+        raise StatementFileError("the file is empty")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise StatementFileError(f"line {line}: the file is not UTF-8 (byte {exc.start + 1})") from exc
+    problem = mapping_problem(columns)
+    if problem:
+        raise StatementFileError(f"the saved mapping is not usable: {problem}")
+    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    try:
+        header = reader.fieldnames
+    except csv.Error as exc:
+        raise StatementFileError(f"line 1: the header cannot be read: {exc}") from exc
+    if not header or not any(h.strip() for h in header):
+        raise StatementFileError("line 1: the file has no header")
+    for field, column in columns.items():
+        if column and column not in header:
+            raise StatementFileError(
+                f"line 1: column {column!r} (mapped to {field}) is not in the header; it has "
+                + ", ".join(repr(h) for h in header)
+            )
+    entries: list[StatementEntry] = []
+    rows: list[dict[str, str]] = []
+    try:
+        for row in reader:
+            where_line = f"line {reader.line_num}"
+            if len(rows) >= MAX_LINES:
+                raise StatementFileError(f"{where_line}: too many lines, at most {MAX_LINES}")
+            if None in row:
+                raise StatementFileError(f"{where_line}: more fields than the header has")
+            values = {field: (row.get(column) or "").strip() for field, column in columns.items() if column}
+            if not values.get("provider_reference"):
+                raise StatementFileError(
+                    f"{where_line}, column {columns['provider_reference']!r}: the provider reference is empty"
+                )
+            currency = values.get("currency", "")
+            if currency and not is_currency(currency):
+                raise StatementFileError(
+                    f"{where_line}, column {columns['currency']!r}: {currency[:20]!r} is not an ISO 4217 currency code"
+                )
+            amount = None
+            if values.get("amount"):
+                amount = _amount(values["amount"], currency, f"{where_line}, column {columns['amount']!r}")
+            for field, limit in (("provider_reference", 200), ("idempotency_key", 255), ("reference", 200)):
+                if len(values.get(field, "")) > limit:
+                    raise StatementFileError(
+                        f"{where_line}, column {columns[field]!r}: longer than {limit} characters"
+                    )
+            entries.append(
+                StatementEntry(
+                    provider_reference=values["provider_reference"],
+                    idempotency_key=values.get("idempotency_key", ""),
+                    reference=values.get("reference", ""),
+                    amount=amount,
+                    currency=currency,
+                )
+            )
+            rows.append({k: v for k, v in row.items() if k is not None})
+    except csv.Error as exc:
+        raise StatementFileError(f"line {reader.line_num}: the CSV cannot be read: {exc}") from exc
+    return entries, rows  # a header alone is a day without effects: every SUCCEEDED intent is missing
+
+
+def upload_statement(*, source: str, day: date, data: bytes, filename: str, actor: str) -> StatementRun:
+    """Reconcile an uploaded CSV statement of ``source`` for ``day`` (``statements.run``, origin
+    ``upload``). The file is read whole first: a bad one stores nothing at all (not even a run).
+
+    Raises:
+        StatementRefused: an unknown source.
+        StatementFileError: no saved mapping for the source, or a bad file (``parse_statement``).
+    """
+    source_actions(source)
+    columns = mapping_of(source)
+    if columns is None:
+        raise StatementFileError(f"{source} has no saved column mapping: save one first")
+    entries, rows = parse_statement(data, columns)
+    return run(
+        source=source,
+        day=day,
+        entries=entries,
+        origin=StatementRun.Origin.UPLOAD,
+        actor=actor,
+        filename=filename[:255],
+        raw=rows,
+    )

@@ -1,0 +1,348 @@
+"""Two-way statement reconciliation (issue 19): a provider's statement of one day against the
+ledger's intents of that statement source.
+
+A run stores the statement (``StatementRun`` and its ``StatementLine`` rows, insert-only) and
+matches its lines to intents one to one: by our idempotency key, then our business reference,
+then the provider's reference (``Outcome.provider_reference``). Then it compares amount and
+currency, for intents whose arguments move money (``amount`` in minor units and ``currency``).
+
+Results, each non-matched one a ``ProviderFinding`` made with ``get_or_create`` on its
+fingerprint (contract: ``missing:<source>:<date>:<intent id>``, ``extra:<source>:<provider
+reference>``, ``mismatch:<source>:<intent id>:<provider reference>``), so running a day again
+makes no second finding:
+
+* matched: the line has an intent (the first line for it) and the amounts agree;
+* ``amount_mismatch``: matched, but the amount or the currency differ;
+* ``extra_at_provider``: a line no intent has, or a second line for an intent already matched;
+* ``missing_at_provider``: a SUCCEEDED intent whose effect falls on the day and that no line of
+  this source's statements (this run's or another day's) was matched to. A statement is final
+  only after the provider's settlement window: when a later run matches a line to the intent,
+  its open finding is resolved by the reconciler (``found_later``).
+
+Which day an effect falls on: the UTC date of the intent's first ``Outcome``'s ``created_at`` (the
+outcome that recorded its effect). The provider stamps the
+effect when it makes it, before our outcome is written, so an effect made just before midnight
+can be on day D's statement with our outcome on day D+1 (or, after an operator's late
+``confirmed``, much later). Hence an intent is only reported missing when *no* statement line
+of the source was ever matched to it, not just none of this day's: a neighbouring day's
+statement that holds it clears it, and the daily beat runs days in order, so the earlier day
+is always read first.
+
+The whole run is one transaction: a failure (a line that cannot be stored, the database) stores
+nothing but the run with its ``error``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Min
+from django.utils import timezone
+
+from operations.adapters.base import AdapterError, StatementEntry, StatementsUnsupported
+from operations.adapters.registry import evidence_sources, get_adapter, known_actions
+from operations.models import Intent, Outcome
+from reconciliation.models import ProviderFinding, StatementLine, StatementRun
+
+#: The Message-ID that carries our key on an email (``<KEY@effect-ledger.local>``).
+_MESSAGE_ID = re.compile(r"^<(?P<key>[^@>]+)@effect-ledger\.local>$")
+
+#: Seconds a provider's statement fetch may take.
+FETCH_DEADLINE_SECONDS = 30.0
+
+
+class StatementRefused(ValueError):
+    """A run that cannot start: an unknown source, or a source without a statement API.
+    ``str()`` says which, for operators."""
+
+
+@dataclass
+class _Intent:
+    intent: Intent
+    amount: int | None
+    currency: str
+    moves_money: bool
+
+
+def source_actions(source: str) -> list[str]:
+    """Every served action whose adapter declares ``source`` as its ``evidence_source``, sorted.
+
+    Raises:
+        StatementRefused: no served action declares it (the known sources are named).
+    """
+    actions = []
+    for action in known_actions():
+        try:
+            adapter = get_adapter(action)
+        except Exception:  # noqa: BLE001 - an adapter that cannot be loaded declares nothing
+            continue
+        if adapter.evidence_source == source:
+            actions.append(action)
+    if not actions:
+        known = ", ".join(sorted(evidence_sources())) or "none"
+        raise StatementRefused(f"unknown statement source {source!r}; known sources: {known}")
+    return sorted(actions)
+
+
+def statement_actions(source: str) -> list[str]:
+    """The actions of ``source`` whose effects are statement lines (``Adapter.statement_actions``),
+    sorted: the intents a run matches lines to and reports missing.
+
+    Raises:
+        StatementRefused: an unknown source.
+    """
+    actions = source_actions(source)
+    return sorted(action for action in actions if action in get_adapter(action).statement_actions())
+
+
+def api_sources() -> list[str]:
+    """The evidence sources whose adapter publishes a statement through an API (overrides
+    ``Adapter.statement``), sorted: the ones the daily beat reconciles."""
+    from operations.adapters.base import Adapter
+
+    return sorted(
+        slug
+        for slug, adapter in evidence_sources().items()
+        if type(adapter).statement is not Adapter.statement
+    )
+
+
+def fetch_and_run(*, source: str, day: dt.date, actor: str = "reconciler") -> StatementRun:
+    """Fetch ``source``'s statement of ``day`` from its provider and reconcile it (``run``).
+    A provider that cannot be read stores a run with its ``error`` and no lines.
+
+    Raises:
+        StatementRefused: an unknown source, or one without a statement API (upload a CSV).
+    """
+    actions = source_actions(source)
+    adapter = get_adapter(actions[0])
+    try:
+        entries = adapter.statement(day, deadline_seconds=FETCH_DEADLINE_SECONDS)
+    except StatementsUnsupported as exc:
+        raise StatementRefused(
+            f"{source} publishes no statement API: upload its statement as a CSV in the console"
+        ) from exc
+    except AdapterError as exc:
+        return StatementRun.objects.create(
+            source=source,
+            statement_date=day,
+            origin=StatementRun.Origin.API,
+            actor=actor,
+            finished_at=timezone.now(),
+            error=f"the provider's statement could not be read: {exc}"[:2000],
+        )
+    return run(source=source, day=day, entries=entries, origin=StatementRun.Origin.API, actor=actor)
+
+
+def run(
+    *,
+    source: str,
+    day: dt.date,
+    entries: Sequence[StatementEntry],
+    origin: str,
+    actor: str = "reconciler",
+    filename: str = "",
+    raw: Sequence[dict[str, Any]] | None = None,
+) -> StatementRun:
+    """Store ``entries`` (``source``'s statement of ``day``, amounts in minor units) as a run
+    and reconcile them with the intents of the source's actions (the module docstring).
+
+    Args:
+        origin: ``StatementRun.Origin`` (``api`` or ``upload``).
+        raw: per entry, what was read (a CSV row), kept on the line.
+
+    Returns:
+        the finished run with its counts; on a failure, a run holding only its ``error``.
+
+    Raises:
+        StatementRefused: an unknown source.
+    """
+    actions = statement_actions(source)
+    try:
+        with transaction.atomic():
+            return _run(source, day, entries, origin, actor, filename, raw, actions)
+    except Exception as exc:  # the run's writes are rolled back; the error is stored instead
+        return StatementRun.objects.create(
+            source=source,
+            statement_date=day,
+            origin=origin,
+            actor=actor,
+            filename=filename,
+            finished_at=timezone.now(),
+            error=f"the run failed and stored nothing: {exc!r}"[:2000],
+        )
+
+
+def _key_of(value: str) -> str:
+    match = _MESSAGE_ID.match(value)
+    return match.group("key") if match else value
+
+
+def _money(intent: Intent) -> _Intent:
+    args = intent.arguments if isinstance(intent.arguments, dict) else {}
+    amount = args.get("amount")
+    moves = isinstance(amount, int) and not isinstance(amount, bool)
+    return _Intent(intent, amount if moves else None, str(args.get("currency") or "").upper(), moves)
+
+
+def _run(
+    source: str,
+    day: dt.date,
+    entries: Sequence[StatementEntry],
+    origin: str,
+    actor: str,
+    filename: str,
+    raw: Sequence[dict[str, Any]] | None,
+    actions: list[str],
+) -> StatementRun:
+    statement_run = StatementRun.objects.create(
+        source=source, statement_date=day, origin=origin, actor=actor, filename=filename
+    )
+    intents = Intent.objects.filter(action__in=actions)
+    keys = {_key_of(e.idempotency_key) for e in entries if e.idempotency_key}
+    references = {e.reference for e in entries if e.reference}
+    provider_refs = {e.provider_reference for e in entries if e.provider_reference}
+    by_key = {i.idempotency_key: i for i in intents.filter(idempotency_key__in=keys)}
+    by_reference: dict[str, list[Intent]] = {}
+    for candidate in intents.filter(reference__in=references).order_by("created_at"):
+        by_reference.setdefault(candidate.reference, []).append(candidate)
+    by_provider: dict[str, Intent] = {}
+    for outcome in (
+        Outcome.objects.filter(provider_reference__in=provider_refs, intent__action__in=actions)
+        .select_related("intent")
+        .order_by("created_at")
+    ):
+        by_provider.setdefault(outcome.provider_reference, outcome.intent)
+
+    matched_ids: set[Any] = set()
+    counts = {"matched": 0, "extra": 0, "mismatch": 0}
+    for number, entry in enumerate(entries, start=1):
+        intent: Intent | None = by_key.get(_key_of(entry.idempotency_key)) if entry.idempotency_key else None
+        if intent is None and entry.reference:
+            candidates = by_reference.get(entry.reference, [])
+            free = [i for i in candidates if i.id not in matched_ids]
+            succeeded = [i for i in free if i.status == Intent.Status.SUCCEEDED]
+            pick = succeeded or free or candidates
+            intent = pick[0] if pick else None
+        if intent is None and entry.provider_reference:
+            intent = by_provider.get(entry.provider_reference)
+        line = StatementLine.objects.create(
+            run=statement_run,
+            line_no=number,
+            provider_reference=entry.provider_reference,
+            idempotency_key=entry.idempotency_key,
+            reference=entry.reference,
+            amount=entry.amount,
+            currency=entry.currency,
+            raw=(raw[number - 1] if raw is not None else {}),
+            intent=intent,
+        )
+        finding: dict[str, Any] | None = None
+        if intent is None or intent.id in matched_ids:
+            counts["extra"] += 1
+            finding = {
+                "fingerprint": f"extra:{source}:{entry.provider_reference}",
+                "kind": ProviderFinding.Kind.EXTRA_AT_PROVIDER,
+                "intent": intent,
+                "detail": {"why": "second line for one intent" if intent else "no intent has this effect"},
+            }
+        else:
+            matched_ids.add(intent.id)
+            money = _money(intent)
+            if money.moves_money and (entry.amount != money.amount or entry.currency != money.currency):
+                counts["mismatch"] += 1
+                finding = {
+                    "fingerprint": f"mismatch:{source}:{intent.id}:{entry.provider_reference}",
+                    "kind": ProviderFinding.Kind.AMOUNT_MISMATCH,
+                    "intent": intent,
+                    "expected_amount": money.amount,
+                    "expected_currency": money.currency,
+                    "detail": {},
+                }
+            else:
+                counts["matched"] += 1
+        if finding is not None:
+            ProviderFinding.objects.get_or_create(
+                fingerprint=finding.pop("fingerprint"),
+                defaults={
+                    **finding,
+                    "source": source,
+                    "run": statement_run,
+                    "line": line,
+                    "provider_reference": entry.provider_reference,
+                    "amount": entry.amount,
+                    "currency": entry.currency,
+                    "detail": {**finding["detail"], "statement_date": day.isoformat(), "line_no": number},
+                },
+            )
+
+    # A line seen late (the provider's settlement window) closes an open "missing" of another day.
+    ProviderFinding.objects.filter(
+        source=source,
+        kind=ProviderFinding.Kind.MISSING_AT_PROVIDER,
+        state=ProviderFinding.State.OPEN,
+        intent_id__in=matched_ids,
+    ).update(
+        state=ProviderFinding.State.RESOLVED,
+        resolution="found_later",
+        resolved_by="reconciler",
+        note=f"its line is on the statement of {day.isoformat()} (run {statement_run.id})",
+    )
+    missing = _record_missing(statement_run, source, day, actions)
+    statement_run.lines = len(entries)
+    statement_run.matched = counts["matched"]
+    statement_run.extra_at_provider = counts["extra"]
+    statement_run.amount_mismatches = counts["mismatch"]
+    statement_run.missing_at_provider = missing
+    statement_run.finished_at = timezone.now()
+    statement_run.save()
+    return statement_run
+
+
+def effect_day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
+    """``day`` as the half-open UTC interval ``[00:00, next 00:00)``."""
+    start = dt.datetime.combine(day, dt.time.min, tzinfo=dt.UTC)
+    return start, start + dt.timedelta(days=1)
+
+
+def _record_missing(statement_run: StatementRun, source: str, day: dt.date, actions: list[str]) -> int:
+    """Findings for SUCCEEDED intents of ``actions`` whose effect outcome falls on ``day`` (UTC)
+    and that no statement line of ``source`` was ever matched to; returns how many."""
+    start, end = effect_day_bounds(day)
+    effect_at = (
+        Intent.objects.filter(action__in=actions, status=Intent.Status.SUCCEEDED)
+        .annotate(
+            effect_at=Min("outcomes__created_at"),
+        )
+        .filter(effect_at__gte=start, effect_at__lt=end)
+        .exclude(statement_lines__run__source=source)
+    )
+    missing = 0
+    for intent in effect_at:
+        outcome = (
+            Outcome.objects.filter(intent=intent)
+            .exclude(provider_reference="")
+            .order_by("created_at")
+            .first()
+        )
+        money = _money(intent)
+        missing += 1
+        ProviderFinding.objects.get_or_create(
+            fingerprint=f"missing:{source}:{day.isoformat()}:{intent.id}",
+            defaults={
+                "kind": ProviderFinding.Kind.MISSING_AT_PROVIDER,
+                "source": source,
+                "intent": intent,
+                "run": statement_run,
+                "provider_reference": outcome.provider_reference if outcome else "",
+                "expected_amount": money.amount,
+                "expected_currency": money.currency,
+                "detail": {"statement_date": day.isoformat()},
+            },
+        )
+    return missing

@@ -1,0 +1,233 @@
+"""Provider findings in the console (issue 19, case C21): listed with money formatted, counted
+on the dashboard and in /metrics, worked by operators (link, compensate, close; audited), with
+every refusal clear, audited and changing nothing; statement runs and the CSV upload."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from operations.adapters.base import StatementEntry
+from operations.models import AuditEvent, Intent, Outcome
+from reconciliation.models import Evidence, ProviderFinding, StatementLine, StatementMapping, StatementRun
+from reconciliation.statements import run
+from tests.factories import charge_arguments, submit
+
+pytestmark = pytest.mark.django_db
+
+SOURCE = "sandbox-payments"
+
+
+def succeeded(reference: str, provider_reference: str, amount: int = 4990) -> Intent:
+    intent = submit(arguments=charge_arguments(amount, reference=reference), reference=reference)
+    Intent.objects.filter(id=intent.id).update(status=Intent.Status.SUCCEEDED)
+    Outcome.objects.create(
+        intent=intent, source=Outcome.Source.PROVIDER, provider_reference=provider_reference
+    )
+    intent.refresh_from_db()
+    return intent
+
+
+@pytest.fixture
+def findings() -> dict[str, Any]:
+    """One finding of each statement kind: extra (no intent), missing, amount mismatch."""
+    omitted = succeeded("order-2", "ch_2")
+    changed = succeeded("order-3", "ch_3", amount=1000)
+    entries = [
+        StatementEntry("ch_3", changed.idempotency_key, "order-3", 999, "EUR"),
+        StatementEntry("ch_x", "direct", "nobody", 12345, "EUR"),
+    ]
+    run(source=SOURCE, day=timezone.now().date(), entries=entries, origin="api")
+    by_kind = {f.kind: f for f in ProviderFinding.objects.all()}
+    return {"omitted": omitted, "changed": changed, **by_kind}
+
+
+def decide(client: Client, finding: ProviderFinding, verb: str, **data: str) -> Any:
+    return client.post(
+        reverse("provider-finding-resolve", args=[finding.id, verb]), data, HTTP_HX_REQUEST="true"
+    )
+
+
+def unattached(event: str) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(intent_id__isnull=True, event=event))
+
+
+def test_c21_findings_are_listed_counted_on_the_dashboard_and_in_metrics(
+    operator_client: Client, findings: dict[str, Any]
+) -> None:
+    page = operator_client.get(reverse("provider-findings")).content.decode()
+    assert "Extra at the provider" in page and "Missing at the provider" in page and "Amount mismatch" in page
+    assert "123.45 EUR" in page and "9.99 EUR" in page and "10.00 EUR" in page
+    only_missing = operator_client.get(
+        reverse("provider-findings") + "?kind=missing_at_provider"
+    ).content.decode()
+    assert "ch_2" in only_missing and "ch_x" not in only_missing
+    dashboard = operator_client.get(reverse("dashboard")).content.decode()
+    assert '<td class="num" id="open-provider-findings-extra_at_provider">1</td>' in dashboard
+    assert '<td class="num" id="open-provider-findings-orphan_event">0</td>' in dashboard
+    metrics = Client().get(reverse("metrics")).content.decode()
+    assert 'effect_ledger_provider_findings_open{kind="missing_at_provider"} 1.0' in metrics
+    assert 'effect_ledger_provider_findings_open{kind="amount_mismatch"} 1.0' in metrics
+
+
+def test_c21_close_needs_a_reason_and_an_open_finding_and_is_audited(
+    operator_client: Client, findings: dict[str, Any]
+) -> None:
+    extra = findings["extra_at_provider"]
+    refused = decide(operator_client, extra, "close", reason="  ")
+    assert refused.status_code == 422 and "needs a reason" in refused.content.decode()
+    extra.refresh_from_db()
+    assert extra.state == "open"
+    assert [e.data["decision"] for e in unattached("decision_refused")] == ["provider finding close"]
+
+    closed = decide(operator_client, extra, "close", reason="a provider fee, not an effect")
+    assert closed.status_code == 200 and "Decided: close" in closed.content.decode()
+    extra.refresh_from_db()
+    assert (extra.state, extra.resolution, extra.resolved_by) == ("resolved", "closed", "user:otto")
+    [event] = unattached("provider_finding_close")
+    assert event.reason == "a provider fee, not an effect" and event.data["finding_id"] == extra.id
+
+    again = decide(operator_client, extra, "close", reason="twice")
+    assert again.status_code == 422 and "resolved, not open" in again.content.decode()
+    assert len(unattached("provider_finding_close")) == 1
+
+
+def test_c21_link_checks_the_intent_and_its_source(operator_client: Client, findings: dict[str, Any]) -> None:
+    extra = findings["extra_at_provider"]
+    unknown = decide(
+        operator_client, extra, "link", reason="ours", intent_id="00000000-0000-0000-0000-000000000000"
+    )
+    assert (
+        unknown.status_code == 422
+        and "no intent 00000000-0000-0000-0000-000000000000" in unknown.content.decode()
+    )
+    garbage = decide(operator_client, extra, "link", reason="ours", intent_id="order-9")
+    assert garbage.status_code == 422 and "is not an intent id" in garbage.content.decode()
+    email = submit(action="email.send", arguments={"to": "a@example.com", "subject": "s", "body": "b"})
+    other = decide(operator_client, extra, "link", reason="ours", intent_id=str(email.id))
+    assert (
+        other.status_code == 422
+        and "is a email.send, not an intent of sandbox-payments" in other.content.decode()
+    )
+    extra.refresh_from_db()
+    assert extra.state == "open" and extra.intent_id is None
+
+    target = findings["omitted"]
+    linked = decide(
+        operator_client,
+        extra,
+        "link",
+        reason="the order's charge, reference typed wrong",
+        intent_id=str(target.id),
+    )
+    assert linked.status_code == 200
+    extra.refresh_from_db()
+    assert (extra.state, extra.resolution, extra.intent_id) == ("resolved", "linked", target.id)
+    assert StatementLine.objects.get(provider_reference="ch_x").intent_id == target.id
+    assert (
+        Evidence.objects.get(intent=target, result="finding_link").detail["reason"].startswith("the order's")
+    )
+    assert unattached("provider_finding_link")[0].data["intent_id"] == str(target.id)
+
+
+def test_c21_compensate_opens_the_compensation_and_is_refused_for_a_missing_effect(
+    operator_client: Client, findings: dict[str, Any]
+) -> None:
+    missing = findings["missing_at_provider"]
+    page = operator_client.get(reverse("provider-finding-detail", args=[missing.id])).content.decode()
+    assert "Open a compensation" not in page
+    refused = decide(operator_client, missing, "compensate", reason="undo")
+    assert refused.status_code == 422 and "nothing to undo" in refused.content.decode()
+    assert AuditEvent.objects.filter(intent_id=missing.intent_id, event="decision_refused").count() == 1
+
+    mismatch = findings["amount_mismatch"]
+    done = decide(operator_client, mismatch, "compensate", reason="the provider charged 9.99, refund it")
+    assert done.status_code == 200
+    mismatch.refresh_from_db()
+    assert mismatch.state == "compensating" and mismatch.compensation is not None
+    assert mismatch.compensation.action == "payments.refund"
+    assert mismatch.compensation.arguments["charge"] == "ch_3"
+    assert Evidence.objects.filter(intent=findings["changed"], result="finding_compensate").count() == 1
+
+
+def test_c21_a_viewer_cannot_work_findings(viewer_client: Client, findings: dict[str, Any]) -> None:
+    mismatch = findings["amount_mismatch"]
+    page = viewer_client.get(reverse("provider-finding-detail", args=[mismatch.id])).content.decode()
+    assert "Only operators and admins can work provider findings." in page
+    refused = decide(viewer_client, mismatch, "close", reason="x")
+    assert refused.status_code == 403
+    mismatch.refresh_from_db()
+    assert mismatch.state == "open"
+
+
+def test_c21_csv_upload_in_the_console_and_a_bad_file_stores_nothing(operator_client: Client) -> None:
+    mapping = {
+        "source": SOURCE,
+        "provider_reference": "Charge ID",
+        "reference": "Order",
+        "amount": "Amount",
+        "currency": "Currency",
+    }
+    saved = operator_client.post(reverse("statement-mapping"), mapping, HTTP_HX_REQUEST="true")
+    assert saved.status_code == 200 and StatementMapping.objects.get().columns["amount"] == "Amount"
+    assert unattached("statement_mapping_saved")[0].data["columns"]["provider_reference"] == "Charge ID"
+
+    bad = SimpleUploadedFile("s.csv", b"Charge ID,Order,Amount,Currency\nch_1,o,49.90,EUR\nch_2,o,lots,EUR\n")
+    refused = operator_client.post(
+        reverse("statement-upload"),
+        {"source": SOURCE, "date": "2026-03-10", "file": bad},
+        HTTP_HX_REQUEST="true",
+    )
+    assert refused.status_code == 422 and "line 3, column &#x27;Amount&#x27;" in refused.content.decode()
+    assert not StatementRun.objects.exists() and not StatementLine.objects.exists()
+
+    good = SimpleUploadedFile("s.csv", b"Charge ID,Order,Amount,Currency\nch_1,o,49.90,EUR\n")
+    done = operator_client.post(
+        reverse("statement-upload"),
+        {"source": SOURCE, "date": "2026-03-10", "file": good},
+        HTTP_HX_REQUEST="true",
+    )
+    assert done.status_code == 200 and "1 lines, 0 matched" in done.content.decode()
+    assert StatementRun.objects.get().origin == "upload"
+    runs_page = operator_client.get(reverse("statements")).content.decode()
+    assert "s.csv" in runs_page and "2026-03-10" in runs_page
+
+
+def test_c21_a_viewer_cannot_upload(viewer_client: Client) -> None:
+    upload = SimpleUploadedFile("s.csv", b"Charge ID\nch_1\n")
+    refused = viewer_client.post(
+        reverse("statement-upload"),
+        {"source": SOURCE, "date": "2026-03-10", "file": upload},
+        HTTP_HX_REQUEST="true",
+    )
+    assert refused.status_code == 403 and not StatementRun.objects.exists()
+
+
+def test_c21_an_orphan_events_finding_is_listed_and_linked(operator_client: Client) -> None:
+    from reconciliation.models import ProviderEvent
+
+    target = succeeded("order-7", "ch_7")
+    event = ProviderEvent.objects.create(
+        source=SOURCE, event_id="evt_1", event_type="charge.succeeded", provider_reference="ch_orphan"
+    )
+    finding = ProviderFinding.objects.create(
+        fingerprint=f"orphan:{SOURCE}:ch_orphan",
+        kind=ProviderFinding.Kind.ORPHAN_EVENT,
+        source=SOURCE,
+        event=event,
+        provider_reference="ch_orphan",
+    )
+    listed = operator_client.get(reverse("provider-findings") + "?kind=orphan_event").content.decode()
+    assert "Event with no intent" in listed and "ch_orphan" in listed
+    detail = operator_client.get(reverse("provider-finding-detail", args=[finding.id])).content.decode()
+    assert "evt_1 (charge.succeeded)" in detail and "Link to an intent" in detail
+    linked = decide(operator_client, finding, "link", reason="the worker's charge", intent_id=str(target.id))
+    assert linked.status_code == 200
+    finding.refresh_from_db()
+    event.refresh_from_db()
+    assert (finding.state, finding.intent_id, event.intent_id) == ("resolved", target.id, target.id)
