@@ -21,7 +21,7 @@ from operations.selectors.list_filters import (
 )
 from operations.services.failover import RESTORE_GUARD_HOLD
 from operations.tenant_access import TenantScope
-from reconciliation.models import DuplicateFinding, Evidence, ReconciliationRun
+from reconciliation.models import DuplicateFinding, Evidence, ProviderEvent, ReconciliationRun
 
 #: How far back the queue lists operator confirmations the provider could not verify.
 UNVERIFIED_RECENT = timedelta(days=7)
@@ -228,3 +228,15 @@ def effect_on_record(intent: Intent) -> str | None:
     ).exists():
         return "it accepted an attempt but answered an id that cannot be stored (see the attempt's evidence)"
     return None
+
+
+def provider_events(*, scope: TenantScope, result: str = "") -> QuerySet[ProviderEvent]:
+    """Provider events newest first (by arrival), of one ``result`` when named: those of the
+    intents ``scope`` reads, and those matching no intent (orphans) only for a scope of every
+    tenant (an orphan belongs to no tenant)."""
+    rows = ProviderEvent.objects.select_related("intent").order_by("-received_at", "-id")
+    if not scope.every:
+        rows = rows.filter(scope.q("intent__tenant"))
+    if result in ProviderEvent.Result.values:
+        rows = rows.filter(result=result)
+    return rows

@@ -11,6 +11,7 @@ from console.views.duplicates import duplicate_detail, duplicate_resolve
 from console.views.health import health
 from console.views.held import held_detail, held_resolve
 from console.views.intents import intent_detail, intent_list
+from console.views.provider_events import provider_event_inbox, provider_event_list
 from console.views.unknown import unknown_detail, unknown_lookup, unknown_queue, unknown_resolve
 from console.views.webhooks import webhook_list, webhook_resend_view
 
@@ -34,6 +35,8 @@ __all__ = [
     "intent_list",
     "login_view",
     "metrics",
+    "provider_event_inbox",
+    "provider_event_list",
     "unknown_detail",
     "unknown_lookup",
     "unknown_queue",

@@ -173,3 +173,19 @@ def served_argument_schemas() -> dict[str, dict[int, dict[str, Any]]]:
         except Exception:  # an adapter that cannot be loaded or answer serves nothing
             continue
     return served
+
+
+def evidence_sources() -> dict[str, Adapter]:
+    """Every provider evidence source this deployment serves: slug -> the adapter declaring it
+    (``Adapter.evidence_source``), over every served action (issue 19). Where several actions'
+    adapters declare one slug (the sandbox's charge and refund), the first action's adapter
+    answers. An action whose adapter cannot be loaded declares nothing. Never raises."""
+    sources: dict[str, Adapter] = {}
+    for action in _known_or_none():
+        try:
+            adapter = get_adapter(action)
+        except Exception:  # noqa: BLE001 - a broken adapter serves nothing
+            continue
+        if adapter.evidence_source and adapter.evidence_source not in sources:
+            sources[adapter.evidence_source] = adapter
+    return sources

@@ -24,6 +24,7 @@ from operations.adapters.sandbox.common import (
     format_minor,
     inconclusive,
     provider_id,
+    sandbox_event_secret,
     sandbox_url,
     with_reference,
 )
@@ -40,6 +41,17 @@ class SandboxPaymentsAdapter(Adapter):
         compensation_action="payments.refund",
         fences=True,
     )
+    #: Its signed events (issue 19): ``POST /providers/sandbox-payments/events``.
+    evidence_source: ClassVar[str] = "sandbox-payments"
+    proving_event_types: ClassVar[dict[str, str]] = {
+        "charge.succeeded": "payments.charge",
+        "refund.succeeded": "payments.refund",
+    }
+
+    def event_secret(self) -> str:
+        """The sandbox's event secret (``sandbox_event_secret``)."""
+        return sandbox_event_secret(self.evidence_source)
+
     #: The action versions served (issue 21: declared by the adapter, not a constant).
     versions: ClassVar[dict[str, tuple[int, ...]]] = {"payments.charge": (1,), "payments.refund": (1,)}
     argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {
