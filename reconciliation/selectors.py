@@ -205,8 +205,19 @@ def found_by_lookup(intent: Intent) -> Evidence | None:
 
 def effect_on_record(intent: Intent) -> str | None:
     """What on record says the provider has the intent's effect, or None: a lookup that found
-    it, or one that found it under an id that cannot be stored, or an attempt the provider
-    accepted whose id cannot be stored (``operations.bounds.reference_problem``)."""
+    it, or one that found it under an id that cannot be stored, an attempt the provider
+    accepted whose id cannot be stored (``operations.bounds.reference_problem``), or a
+    provider's signed event proving it that waits to be applied (issue 19)."""
+    event = (
+        ProviderEvent.objects.filter(intent=intent, processed_at__isnull=True, detail__deferred=True)
+        .order_by("received_at")
+        .first()
+    )
+    if event is not None:
+        return (
+            f"the provider's signed event {event.event_id} ({event.event_type}, "
+            f"{event.received_at:%Y-%m-%d %H:%M:%S} UTC) shows {event.provider_reference or 'it'}"
+        )
     found = found_by_lookup(intent)
     if found is not None:
         return (

@@ -22,6 +22,7 @@ from standardwebhooks.webhooks import Webhook
 
 from operations.adapters.base import ExecutionResult
 from operations.adapters.events import EventFacts
+from operations.exceptions import ResolutionRefused
 from operations.models import Intent, OutboxMessage, Outcome
 from operations.services import intent_claim, intent_mark_unknown, intent_record_success
 from reconciliation.events import match_intent, process_provider_event
@@ -444,3 +445,24 @@ def test_provider_event_metrics(client: Client) -> None:
     assert 'effect_ledger_provider_events_received_total{delivery="new",source="sandbox-payments"}' in text
     assert 'effect_ledger_provider_events_refused_total{reason="signature"}' in text
     assert 'effect_ledger_provider_events_processed_total{result="applied"}' in text
+
+
+def test_absent_is_refused_while_a_signed_event_proving_the_effect_waits(client: Client) -> None:
+    # given: the event arrived while the worker held the lease; the worker then recorded UNKNOWN
+    operator = UserFactory(username="olga", groups=["operator"])
+    intent = submit(
+        action="email.send",
+        arguments={"to": "a@example.test", "subject": "Receipt", "body": "Thanks", "reference": "mail-2"},
+    )
+    claim = intent_claim(intent_id=intent.id, worker="w", lease_seconds=30)
+    assert claim is not None
+    deliver(client, "sandbox-email", email_event(intent, "email.sent", ref="em_1"))
+    assert process_all() == ["recorded"]
+    assert intent_mark_unknown(claim=claim, error="response lost", cause="ambiguous")
+    # when / then: the operator's "absent" is refused with the event
+    with pytest.raises(ResolutionRefused, match="signed event"):
+        resolve_absent(intent_id=intent.id, user=operator, reason="nothing there", accept_duplicate_risk=True)
+    reconcile_pass()
+    intent.refresh_from_db()
+    assert intent.status == "SUCCEEDED"
+    assert Outcome.objects.get(intent=intent).provider_reference == "em_1"
