@@ -100,7 +100,7 @@ PROVIDER_EVENTS_REFUSED = Counter(
 )
 PROVIDER_EVENTS_PROCESSED = Counter(
     "effect_ledger_provider_events_processed_total",
-    "Provider events processed, by what they proved (applied, recorded, duplicate, orphan, deferred)",
+    "Provider events processed, by what they proved (applied, recorded, duplicate, orphan, ignored, deferred)",
     ["result"],
 )
 AUDIT_CHECKPOINTS_REFUSED = Counter(

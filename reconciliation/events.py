@@ -18,7 +18,7 @@ event and intent                           result
 =========================================  ==========================================================
 no intent matches                          ``orphan``: one ``ProviderFinding`` (orphan_event) per
                                            provider reference (or event id)
-a type that proves no effect               ``recorded`` on the intent's timeline
+a type that proves no effect               ``ignored`` (on the intent's timeline all the same)
 proves the effect; intent UNKNOWN, RUNNING ``applied``: SUCCEEDED, outcome source ``provider_event``
 with an expired lease, or READY after a
 send (an operator's ``absent`` waiting)
@@ -279,7 +279,7 @@ def _decide(event: ProviderEvent, facts: EventFacts, intent: Intent | None) -> _
     if intent is None:
         return _orphan(event, facts)
     if not facts.proves_effect:
-        return _Decision(ProviderEvent.Result.RECORDED, {"note": f"{facts.event_type} proves no new effect"})
+        return _Decision(ProviderEvent.Result.IGNORED, {"note": f"{facts.event_type} proves no new effect"})
     if intent.action != facts.proves_action:
         return _Decision(
             ProviderEvent.Result.RECORDED, {"note": f"proves a {facts.proves_action}, not a {intent.action}"}
@@ -337,8 +337,8 @@ def process_provider_event(*, event_pk: int, message_id: uuid.UUID | None = None
     Locks: the intent's row first, then the event's (the same order as every caller), so two
     deliveries of one event, or the task and the reconciler's sweep, run one after the other.
 
-    Returns the event's result (``applied``, ``recorded``, ``duplicate``, ``orphan``;
-    ``missing`` when no such event).
+    Returns the event's result (``applied``, ``recorded``, ``duplicate``, ``orphan``,
+    ``ignored``; ``missing`` when no such event).
     """
     event = ProviderEvent.objects.filter(id=event_pk).first()
     if event is None or event.processed_at is not None:
