@@ -466,3 +466,28 @@ def test_absent_is_refused_while_a_signed_event_proving_the_effect_waits(client:
     intent.refresh_from_db()
     assert intent.status == "SUCCEEDED"
     assert Outcome.objects.get(intent=intent).provider_reference == "em_1"
+
+
+def test_c20_event_message_is_relayed_until_its_task_acknowledges_it(
+    client: Client, monkeypatch: Any
+) -> None:
+    # given: an event whose hand-off after commit never happened (the row is unsent)
+    from operations import outbox
+
+    intent = unknown(submit())
+    deliver(client, "sandbox-payments", charge_event(intent, "charge.succeeded"))
+    message = OutboxMessage.objects.get(intent__isnull=True)
+    OutboxMessage.objects.filter(id=message.id).update(sent_at=None)
+    published: list[str] = []
+    monkeypatch.setattr(outbox, "_publish", lambda handoff, countdown: published.append(handoff.task))
+    # when: the relay runs (a row with no intent is live, never obsolete)
+    outbox.outbox_relay()
+    # then: published, not acknowledged until the task ran
+    message.refresh_from_db()
+    assert published == ["reconciliation.process_provider_event"]
+    assert message.sent_at is not None and message.acked_at is None
+    kwargs = json.loads(message.body)
+    kwargs.pop("task")
+    process_task.run(**kwargs)
+    message.refresh_from_db()
+    assert message.acked_at is not None
