@@ -98,6 +98,51 @@ class SandboxProvider:
         )
         response.raise_for_status()
 
+    def event_settings(self, **changes: Any) -> dict[str, Any]:
+        """Change the event settings (``POST /_sandbox/events``: ``url``, ``lag_seconds``,
+        ``duplicates``, ``reorder``, ``loss``) and return them all."""
+        response = self.client.post("/_sandbox/events", json=changes)
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()["settings"]
+        return result
+
+    def events(self, *, source: str | None = None, type: str | None = None) -> list[dict[str, Any]]:  # noqa: A002
+        """The events generated since the last reset, oldest first, with their delivery state
+        (``GET /_sandbox/events``)."""
+        params = {k: v for k, v in {"source": source, "type": type}.items() if v}
+        response = self.client.get("/_sandbox/events", params=params)
+        response.raise_for_status()
+        found: list[dict[str, Any]] = response.json()["events"]
+        return found
+
+    def redeliver(self, event_id: str) -> dict[str, Any]:
+        """Send one event again now: same id and body, fresh signature
+        (``POST /_sandbox/events/redeliver``); returns ``{"id", "status_code"}``."""
+        response = self.client.post("/_sandbox/events/redeliver", json={"id": event_id})
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()["redelivered"]
+        return result
+
+    def statement(self, date: str, product: str) -> list[dict[str, Any]]:
+        """The statement lines of ``product`` on UTC day ``date`` (``GET /v1/statements``)."""
+        response = self.client.get("/v1/statements", params={"date": date, "product": product})
+        response.raise_for_status()
+        lines: list[dict[str, Any]] = response.json()["lines"]
+        return lines
+
+    def omit_from_statement(self, product: str, item_id: str) -> None:
+        """Leave an effect out of statements (``POST /_sandbox/statements/omit``)."""
+        response = self.client.post("/_sandbox/statements/omit", json={"product": product, "id": item_id})
+        response.raise_for_status()
+
+    def statement_amount(self, product: str, item_id: str, amount: int) -> None:
+        """Make statements show ``amount`` (minor units) for an effect
+        (``POST /_sandbox/statements/amount``)."""
+        response = self.client.post(
+            "/_sandbox/statements/amount", json={"product": product, "id": item_id, "amount": amount}
+        )
+        response.raise_for_status()
+
     def request_count(self, product: str | None = None) -> int:
         """How many product POSTs the provider received since the last reset."""
         params = {"product": product} if product else {}
@@ -125,8 +170,19 @@ def _drain(stream: Any, lines: list[str], ready: threading.Event) -> None:
     ready.set()  # EOF: the process ended; the caller checks which
 
 
-def start_sandbox_provider(dsn: str, *, email_lag_seconds: float = 0.0) -> SandboxProvider:
+def start_sandbox_provider(
+    dsn: str,
+    *,
+    email_lag_seconds: float = 0.0,
+    events_url: str = "",
+    events_secret: str | None = None,
+) -> SandboxProvider:
     """Start ``manage.py sandbox_provider --port 0 --dsn DSN`` and wait until it is ready.
+
+    ``events_url`` / ``events_secret`` are passed as ``--events-url`` / ``--events-secret``;
+    the URL is always passed, so ``SANDBOX_EVENTS_URL`` in the environment never applies and the
+    session's provider sends no events unless a test sets a URL through
+    ``SandboxProvider.event_settings(url=...)``.
 
     ``--port 0`` lets the kernel pick a free port (no race between choosing and binding); the
     real URL is read from the readiness line.
@@ -148,6 +204,9 @@ def start_sandbox_provider(dsn: str, *, email_lag_seconds: float = 0.0) -> Sandb
         dsn,
         "--email-lag-seconds",
         str(email_lag_seconds),
+        "--events-url",
+        events_url,
+        *(["--events-secret", events_secret] if events_secret is not None else []),
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(command, cwd=BASE_DIR, env=env, stdout=subprocess.PIPE, stderr=log, text=True)

@@ -15,10 +15,11 @@ import pytest
 
 @dataclass
 class Received:
-    """One request as it arrived: its headers (lower-case names) and body bytes."""
+    """One request as it arrived: its headers (lower-case names), body bytes and path."""
 
     headers: dict[str, str]
     body: bytes
+    path: str = ""
 
 
 @dataclass
@@ -43,7 +44,9 @@ def start_receiver(receiver: Receiver) -> ThreadingHTTPServer:
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             body = self.rfile.read(length)
-            receiver.received.append(Received({k.lower(): v for k, v in self.headers.items()}, body))
+            receiver.received.append(
+                Received({k.lower(): v for k, v in self.headers.items()}, body, self.path)
+            )
             status = receiver.next_status()
             time.sleep(receiver.delay)
             payload = b"ok" if status < 300 else b"receiver says no"

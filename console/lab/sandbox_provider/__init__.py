@@ -17,6 +17,10 @@ Products (see ``server.py`` for every route):
 * reservations — no keys and no lookup by key; list by our reference only (``reservations.py``).
 
 Faults are injected through the control plane under ``/_sandbox/`` (``faults.py``).
+
+Every effect also sends signed events (Standard Webhooks) to the ledger when an events URL is set,
+durably and at least once, with fault modes of their own (``events.py``), and each product
+publishes a daily statement of its effects (``statements.py``).
 """
 
 from __future__ import annotations

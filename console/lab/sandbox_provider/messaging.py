@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from console.lab.sandbox_provider.events import event_data
 from console.lab.sandbox_provider.replies import (
     BadRequest,
     Reply,
@@ -55,6 +56,12 @@ def _email_json(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _email_event(row: dict[str, Any], status: str) -> dict[str, Any]:
+    return event_data(
+        "email", row["id"], status=status, reference=row["reference"], message_id=row["message_id"]
+    )
+
+
 def send_email(pool: Pool, ctx: RequestContext, body: dict[str, Any]) -> Reply:
     """``POST /v1/emails`` ``{to, subject, body, reference?}`` with header ``Message-ID`` → 200
     email (a new one on every call). Without ``Message-ID`` the provider makes one up.
@@ -71,13 +78,17 @@ def send_email(pool: Pool, ctx: RequestContext, body: dict[str, Any]) -> Reply:
     email_id = new_id("em")
     message_id = ctx.headers.get("message-id", "").strip() or f"<{email_id}@sandbox.local>"
     ctx.before_apply()
-    with pool.connection() as conn:
+    with pool.connection() as conn, conn.transaction():
         row = conn.execute(
             "INSERT INTO sandbox.emails (id, message_id, recipient, subject, body, reference)"
             " VALUES (%s, %s, %s, %s, %s, %s) RETURNING *",
             [email_id, message_id, to, subject, text, reference],
         ).fetchone()
-    assert row is not None
+        assert row is not None
+        ctx.emit(
+            conn,
+            [("email.sent", _email_event(row, "sent")), ("email.delivered", _email_event(row, "delivered"))],
+        )
     return Reply(200, _email_json(row))
 
 

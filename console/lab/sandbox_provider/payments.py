@@ -30,6 +30,7 @@ from psycopg import Connection
 from psycopg.rows import DictRow
 from psycopg.types.json import Jsonb
 
+from console.lab.sandbox_provider.events import event_data
 from console.lab.sandbox_provider.replies import (
     BadRequest,
     Reply,
@@ -212,6 +213,19 @@ def _charge_json(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _charge_event(row: dict[str, Any], status: str | None = None) -> dict[str, Any]:
+    """The ``data`` of a charge event (status ``status``, else the charge's)."""
+    return event_data(
+        "charge",
+        row["id"],
+        status=status or row["status"],
+        reference=row["reference"],
+        idempotency_key=row["idempotency_key"],
+        amount=row["amount"],
+        currency=row["currency"],
+    )
+
+
 def _refund_json(row: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": row["id"],
@@ -261,6 +275,10 @@ def create_charge(pool: Pool, ctx: RequestContext, body: dict[str, Any]) -> Repl
             [new_id("ch"), key, fence, amount, currency, customer, reference, description, Jsonb(metadata)],
         ).fetchone()
         assert row is not None
+        ctx.emit(
+            conn,
+            [("charge.created", _charge_event(row, "pending")), ("charge.succeeded", _charge_event(row))],
+        )
         return Reply(200, _charge_json(row))
 
     return run_idempotent(pool, ctx, scope="charges", path="/v1/charges", body=body, apply=apply)
@@ -294,16 +312,31 @@ def create_refund(pool: Pool, ctx: RequestContext, body: dict[str, Any]) -> Repl
             return error_reply(
                 422, "amount_too_large", f"Refund amount {amount} is above the refundable {remaining}."
             )
-        conn.execute(
-            "UPDATE sandbox.charges SET amount_refunded = amount_refunded + %s WHERE id = %s",
+        charge = conn.execute(
+            "UPDATE sandbox.charges SET amount_refunded = amount_refunded + %s WHERE id = %s RETURNING *",
             [amount, charge_id],
-        )
+        ).fetchone()
+        assert charge is not None
         row = conn.execute(
             "INSERT INTO sandbox.refunds (id, charge_id, idempotency_key, fence, amount, currency, reference,"
             " reason) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
             [new_id("re"), charge_id, key, fence, amount, currency, reference, reason],
         ).fetchone()
         assert row is not None
+        refunded = "refunded" if charge["amount_refunded"] >= charge["amount"] else "partially_refunded"
+        ctx.emit(
+            conn,
+            [
+                (
+                    "refund.succeeded",
+                    event_data(
+                        "refund", row["id"], status=row["status"], reference=row["reference"],
+                        idempotency_key=row["idempotency_key"], amount=row["amount"], currency=row["currency"],
+                    ),
+                ),
+                ("charge.refunded", _charge_event(charge, refunded)),
+            ],
+        )  # fmt: skip
         return Reply(200, _refund_json(row))
 
     return run_idempotent(pool, ctx, scope="refunds", path="/v1/refunds", body=body, apply=apply)

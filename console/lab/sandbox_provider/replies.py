@@ -60,10 +60,13 @@ class RequestContext:
         headers: the request headers, names lower-cased.
         before_apply: called right before the effect is applied (after key checks); the
             ``delay_after_effect`` fault sleeps here.
+        emit: ``emit(conn, [(type, data), ...])`` records the effect's events on ``conn``, inside
+            the transaction that applies the effect (``events.record``; a no-op by default).
     """
 
     headers: dict[str, str]
     before_apply: Callable[[], None] = lambda: None
+    emit: Callable[[Any, list[tuple[str, dict[str, Any]]]], None] = lambda conn, emitted: None
 
 
 def _type_name(kind: type | tuple[type, ...]) -> str:

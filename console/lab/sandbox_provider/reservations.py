@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from console.lab.sandbox_provider.events import event_data
 from console.lab.sandbox_provider.replies import (
     Reply,
     RequestContext,
@@ -34,6 +35,10 @@ def _reservation_json(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _reservation_event(row: dict[str, Any]) -> dict[str, Any]:
+    return event_data("reservation", row["id"], status=row["status"], reference=row["reference"])
+
+
 def create_reservation(pool: Pool, ctx: RequestContext, body: dict[str, Any]) -> Reply:
     """``POST /v1/reservations`` ``{resource, start, seats, reference}`` → 200 reservation
     (status ``confirmed``), a new one on every call.
@@ -45,13 +50,14 @@ def create_reservation(pool: Pool, ctx: RequestContext, body: dict[str, Any]) ->
     resource, start = field_of(body, "resource", str), field_of(body, "start", str)
     seats, reference = positive_int(body, "seats"), field_of(body, "reference", str)
     ctx.before_apply()
-    with pool.connection() as conn:
+    with pool.connection() as conn, conn.transaction():
         row = conn.execute(
             "INSERT INTO sandbox.reservations (id, resource, start, seats, reference)"
             " VALUES (%s, %s, %s, %s, %s) RETURNING *",
             [new_id("rsv"), resource, start, seats, reference],
         ).fetchone()
-    assert row is not None
+        assert row is not None
+        ctx.emit(conn, [("reservation.created", _reservation_event(row))])
     return Reply(200, _reservation_json(row))
 
 
@@ -76,6 +82,7 @@ def cancel_reservation(pool: Pool, ctx: RequestContext, reservation_id: str) -> 
                 [reservation_id],
             ).fetchone()
             assert row is not None
+            ctx.emit(conn, [("reservation.cancelled", _reservation_event(row))])
     return Reply(200, _reservation_json(row))
 
 

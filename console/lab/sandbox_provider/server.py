@@ -7,12 +7,21 @@ Products
     optional), ``GET /v1/charges?idempotency_key=K``, ``GET /v1/charges/{id}``, same for refunds;
     ``POST /v1/emails`` (header ``Message-ID``), ``GET /v1/emails?message_id=M``,
     ``GET /v1/emails/{id}``; ``POST /v1/reservations``, ``GET /v1/reservations?reference=R``,
-    ``GET /v1/reservations/{id}``, ``POST /v1/reservations/{id}/cancel``.
+    ``GET /v1/reservations/{id}``, ``POST /v1/reservations/{id}/cancel``;
+    ``GET /v1/statements?date=YYYY-MM-DD&product=P`` (``statements.py``).
 Control plane
     ``POST /_sandbox/faults`` / ``GET`` / ``DELETE``, ``POST /_sandbox/withdraw``
     ``{"product", "id"}``, ``POST /_sandbox/reset``, ``GET|POST /_sandbox/config``
     ``{"email_lookup_lag_seconds"}``, ``GET /_sandbox/requests?since=ID&product=P``,
     ``GET /ledger?product=P&reference=R``, ``GET /healthz``.
+Events (``events.py``; sent to ``<events URL>/<source>/events`` when an events URL is set)
+    ``GET /_sandbox/events?source=S&type=T`` (``{"settings", "events"}``: the event settings and
+    every event generated with its delivery state), ``POST /_sandbox/events`` ``{"url",
+    "lag_seconds", "duplicates", "reorder", "loss"}`` (any of them), ``POST
+    /_sandbox/events/redeliver`` ``{"id"}``.
+Statements (``statements.py``)
+    ``POST /_sandbox/statements/omit`` ``{"product", "id"}``, ``POST /_sandbox/statements/amount``
+    ``{"product", "id", "amount"}``.
 
 Faults (``faults.FaultMode``) come from the queue or the per-request header ``X-Sandbox-Fault``
 (with ``X-Sandbox-Fault-Delay`` seconds). Before-effect faults act as soon as the request is
@@ -34,7 +43,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from psycopg_pool import PoolTimeout
 
-from console.lab.sandbox_provider import messaging, payments, reservations, store
+from console.lab.sandbox_provider import events, messaging, payments, reservations, statements, store
 from console.lab.sandbox_provider.faults import (
     PRODUCTS,
     Fault,
@@ -59,11 +68,19 @@ class DropConnection(Exception):
 class SandboxApp:
     """The provider's state: the database pool, the fault queue and the runtime settings."""
 
-    def __init__(self, pool: Pool, *, email_lag_seconds: float = 0.0) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        email_lag_seconds: float = 0.0,
+        events_url: str = "",
+        events_secret: str = events.DEFAULT_SECRET,
+    ) -> None:
         self.pool = pool
         self.faults = FaultBook()
         self.initial_email_lag = email_lag_seconds
         self.email = messaging.EmailSettings(email_lag_seconds)
+        self.events = events.EventSettings(initial_url=events_url, secret=events_secret)
         self.stopping = threading.Event()
 
     def wait(self, seconds: float) -> None:
@@ -71,10 +88,12 @@ class SandboxApp:
         self.stopping.wait(seconds)
 
     def reset(self) -> None:
-        """Truncate every sandbox table, clear the faults, restore the startup settings."""
+        """Truncate every sandbox table (events and statement adjustments too), clear the faults,
+        restore the startup settings (events URL included; event fault modes off)."""
         store.truncate_all(self.pool)
         self.faults.clear()
         self.email.lookup_lag_seconds = self.initial_email_lag
+        self.events.reset()
 
     def config(self) -> dict[str, Any]:
         """The runtime settings as JSON."""
@@ -140,6 +159,20 @@ def _get(app: SandboxApp, path: str, query: dict[str, list[str]]) -> Reply:
         return Reply(200, {"faults": app.faults.pending()})
     if path == "/_sandbox/config":
         return Reply(200, app.config())
+    if path == "/_sandbox/events":
+        return Reply(
+            200,
+            {
+                "settings": app.events.as_json(),
+                "events": store.list_events(
+                    pool, source=_query(query, "source"), event_type=_query(query, "type")
+                ),
+            },
+        )
+    if path == "/v1/statements":
+        return statements.get_statement(
+            pool, day_text=_query(query, "date"), product_text=_query(query, "product")
+        )
     if match := re.fullmatch(r"/v1/(charges|refunds)(?:/(?P<id>[^/]+))?", path):
         if match["id"]:
             return payments.get_item(pool, match[1], match["id"])
@@ -173,6 +206,23 @@ def _control_post(app: SandboxApp, path: str, body: dict[str, Any]) -> Reply | N
             lag = parse_seconds(body["email_lookup_lag_seconds"], param="email_lookup_lag_seconds")
             app.email.lookup_lag_seconds = lag or 0.0
         return Reply(200, app.config())
+    if path == "/_sandbox/events":
+        app.events.update(events.parse_event_settings(body))
+        return Reply(200, {"settings": app.events.as_json()})
+    if path == "/_sandbox/events/redeliver":
+        event_id = body.get("id")
+        if not isinstance(event_id, str) or not event_id:
+            raise BadRequest("id must be an event id (evt_...)", param="id")
+        if not app.events.snapshot()[0]:
+            return error_reply(409, "no_events_url", "No events URL is configured: nowhere to deliver to.")
+        result = events.redeliver(app.pool, app.events, event_id)
+        if result is None:
+            return error_reply(404, "resource_missing", f"No such event: {event_id!r}")
+        return Reply(200, {"redelivered": result})
+    if path == "/_sandbox/statements/omit":
+        return statements.omit(app.pool, body)
+    if path == "/_sandbox/statements/amount":
+        return statements.set_amount(app.pool, body)
     if path == "/_sandbox/withdraw":
         product, item_id = body.get("product"), body.get("id")
         if product not in PRODUCTS:
@@ -316,7 +366,9 @@ class SandboxHandler(BaseHTTPRequestHandler):
         if fault is not None and mode is FaultMode.HOLD_BEFORE_EFFECT:
             app.wait(fault.seconds)
             raise DropConnection
-        ctx = RequestContext(headers=headers)
+        ctx = RequestContext(
+            headers=headers, emit=lambda conn, emitted: events.record(conn, app.events, product, emitted)
+        )
         if fault is not None and mode is FaultMode.DELAY_AFTER_EFFECT:
             seconds = fault.seconds
             ctx.before_apply = lambda: app.wait(seconds)
@@ -351,6 +403,8 @@ def run_provider(
     email_lag_seconds: float,
     stop: threading.Event,
     on_ready: Callable[[str], None],
+    events_url: str = "",
+    events_secret: str = events.DEFAULT_SECRET,
 ) -> None:
     """Run the provider until ``stop`` is set, then shut down cleanly.
 
@@ -361,6 +415,9 @@ def run_provider(
         email_lag_seconds: initial email lookup lag.
         stop: set it (e.g. from a signal handler) to stop.
         on_ready: called once with ``http://HOST:PORT`` when requests can be served.
+        events_url: the events base URL (``http://127.0.0.1:8000/providers/``); ``""``: no events
+            until ``POST /_sandbox/events {"url"}`` sets one.
+        events_secret: the Standard Webhooks secret events are signed with (``whsec_…``).
 
     Raises:
         psycopg_pool.PoolTimeout: the database is unreachable at start.
@@ -369,10 +426,14 @@ def run_provider(
     pool = store.open_pool(dsn)
     try:
         store.ensure_schema(pool)
-        app = SandboxApp(pool, email_lag_seconds=email_lag_seconds)
+        app = SandboxApp(
+            pool, email_lag_seconds=email_lag_seconds, events_url=events_url, events_secret=events_secret
+        )
         server = SandboxHTTPServer((host, port), app)
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
         thread.start()
+        sender = events.EventSender(pool, app.events, app.stopping)
+        sender.start()
         url_host = host if host not in ("", "0.0.0.0") else "127.0.0.1"
         on_ready(f"http://{url_host}:{server.server_address[1]}")
         stop.wait()
@@ -380,5 +441,6 @@ def run_provider(
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+        sender.thread.join(timeout=5)
     finally:
         pool.close(timeout=5)

@@ -1,5 +1,5 @@
 """PostgreSQL storage of the sandbox provider: its own database, a connection pool, the ledger
-of applied effects and the request log.
+of applied effects, the request log, the events to send and the statement adjustments.
 
 The provider stands for the outside world, so its data lives outside the ledger's database: by
 default in a database of its own on the same server, named after the ledger's
@@ -13,8 +13,10 @@ from the database clock (``clock_timestamp()``).
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, TypeAlias, cast
 
 import psycopg
@@ -116,9 +118,48 @@ CREATE TABLE IF NOT EXISTS sandbox.requests (
     fault text,
     received_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
+-- Events to the ledger (events.py), written in the transaction of the effect they report, so an
+-- effect whose HTTP handler dies afterwards is still told. "body" is the exact JSON text sent.
+CREATE TABLE IF NOT EXISTS sandbox.events (
+    seq bigserial PRIMARY KEY,
+    id text NOT NULL UNIQUE,
+    source text NOT NULL,
+    type text NOT NULL,
+    object_id text NOT NULL,
+    body text NOT NULL,
+    state text NOT NULL CHECK (state IN ('pending', 'delivered', 'lost', 'failed')),
+    copies integer NOT NULL DEFAULT 1,
+    delivered integer NOT NULL DEFAULT 0,
+    attempts integer NOT NULL DEFAULT 0,
+    send_order integer NOT NULL DEFAULT 0,
+    next_attempt_at timestamptz NOT NULL,
+    last_attempt_at timestamptz,
+    last_status integer,
+    last_error text,
+    delivered_at timestamptz,
+    created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE INDEX IF NOT EXISTS events_due ON sandbox.events (next_attempt_at) WHERE state = 'pending';
+-- What statements (GET /v1/statements) show differently from the effects (statements.py).
+CREATE TABLE IF NOT EXISTS sandbox.statement_adjustments (
+    product text NOT NULL,
+    id text NOT NULL,
+    omitted boolean NOT NULL DEFAULT false,
+    amount bigint,
+    PRIMARY KEY (product, id)
+);
 """
 
-TABLES = ("refunds", "charges", "emails", "reservations", "idempotency_keys", "requests")
+TABLES = (
+    "refunds",
+    "charges",
+    "emails",
+    "reservations",
+    "idempotency_keys",
+    "requests",
+    "events",
+    "statement_adjustments",
+)
 
 #: A lock id for ``pg_advisory_xact_lock`` so two providers starting together do not race on DDL.
 SCHEMA_LOCK_ID = 0x5A4D_B0C5
@@ -365,6 +406,14 @@ def requests_since(pool: Pool, *, since: int = 0, product: str | None = None) ->
     return {"requests": rows, "counts": counts, "last_id": rows[-1]["id"] if rows else since}
 
 
+def item_table(product: str, item_id: str) -> str | None:
+    """The table holding ``product``'s item ``item_id`` (``payments``: ``re_…`` are refunds,
+    others charges), ``None`` for an unknown product."""
+    if product == "payments":
+        return "refunds" if item_id.startswith("re_") else "charges"
+    return {"email": "emails", "reservations": "reservations"}.get(product)
+
+
 def withdraw(pool: Pool, *, product: str, item_id: str) -> bool:
     """Hide an item from the read path (single GET answers 410, lists omit it).
 
@@ -375,13 +424,8 @@ def withdraw(pool: Pool, *, product: str, item_id: str) -> bool:
     Returns:
         ``True`` when the item exists (withdrawing twice is fine), ``False`` when unknown.
     """
-    if product == "payments":
-        table = "refunds" if item_id.startswith("re_") else "charges"
-    elif product == "email":
-        table = "emails"
-    elif product == "reservations":
-        table = "reservations"
-    else:
+    table = item_table(product, item_id)
+    if table is None:
         return False
     with pool.connection() as conn:
         cursor = conn.execute(
@@ -390,3 +434,223 @@ def withdraw(pool: Pool, *, product: str, item_id: str) -> bool:
             [item_id],
         )
         return cursor.rowcount == 1
+
+
+# --- events (events.py) ------------------------------------------------------------------------
+
+#: Seconds a claimed event stays out of other senders' reach while it is being sent; a sender
+#: that dies mid-send leaves it pending, due again after this.
+EVENT_CLAIM_SECONDS = 30.0
+
+
+def insert_event(
+    conn: Connection[DictRow],
+    *,
+    event_id: str,
+    source: str,
+    event_type: str,
+    object_id: str,
+    body: str,
+    state: str,
+    copies: int,
+    send_order: int,
+    delay_seconds: float,
+) -> None:
+    """Store one event to send, on ``conn`` (inside the effect's transaction).
+
+    Args:
+        body: the exact JSON text to POST.
+        state: ``pending`` (to send) or ``lost`` (the loss fault: never sent unless redelivered).
+        copies: how many successful deliveries to make (1 + the duplicates fault).
+        send_order: tie-break among events due at the same time (the reorder fault reverses it).
+        delay_seconds: the lag fault; the first attempt is not before ``now() + delay``.
+    """
+    conn.execute(
+        "INSERT INTO sandbox.events (id, source, type, object_id, body, state, copies, send_order,"
+        " next_attempt_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s))",
+        [event_id, source, event_type, object_id, body, state, copies, send_order, delay_seconds],
+    )
+
+
+def claim_due_events(pool: Pool, *, limit: int = 20) -> list[dict[str, Any]]:
+    """Claim up to ``limit`` pending events whose time has come, in sending order.
+
+    Claiming pushes ``next_attempt_at`` ``EVENT_CLAIM_SECONDS`` ahead (``FOR UPDATE SKIP LOCKED``:
+    two senders on one database never claim the same event at once); ``record_attempt`` then
+    sets the real next time.
+
+    Returns:
+        rows of ``sandbox.events``, ordered by due time, then ``send_order``, then creation.
+    """
+    with pool.connection() as conn:
+        rows = conn.execute(
+            "WITH due AS (SELECT seq, next_attempt_at AS due_at FROM sandbox.events"
+            "  WHERE state = 'pending' AND next_attempt_at <= clock_timestamp()"
+            "  ORDER BY next_attempt_at, send_order, seq LIMIT %s FOR UPDATE SKIP LOCKED)"
+            " UPDATE sandbox.events e SET next_attempt_at = clock_timestamp() + make_interval(secs => %s)"
+            " FROM due WHERE e.seq = due.seq RETURNING e.*, due.due_at",
+            [limit, EVENT_CLAIM_SECONDS],
+        ).fetchall()
+    return sorted(rows, key=lambda r: (r["due_at"], r["send_order"], r["seq"]))
+
+
+def claim_event_for_redelivery(pool: Pool, event_id: str) -> dict[str, Any] | None:
+    """Make event ``event_id`` owe one more delivery and claim it for sending now.
+
+    Returns:
+        its row, or ``None`` when no such event exists.
+    """
+    with pool.connection() as conn:
+        row: dict[str, Any] | None = conn.execute(
+            "UPDATE sandbox.events SET state = 'pending', copies = delivered + 1,"
+            " next_attempt_at = clock_timestamp() + make_interval(secs => %s) WHERE id = %s RETURNING *",
+            [EVENT_CLAIM_SECONDS, event_id],
+        ).fetchone()
+    return row
+
+
+def record_attempt(
+    pool: Pool,
+    seq: int,
+    *,
+    status: int | None,
+    error: str | None,
+    retry_in_seconds: float,
+    give_up_after_seconds: float,
+) -> None:
+    """Record one delivery attempt of event ``seq``.
+
+    A 2xx ``status`` counts a delivery; the event is ``delivered`` once it has its ``copies``,
+    else it is due again at once (the duplicates fault). Anything else (another status, or
+    ``status`` ``None`` with ``error`` when unreachable) makes it due again in
+    ``retry_in_seconds``, or ``failed`` when it is older than ``give_up_after_seconds``.
+    """
+    ok = status is not None and 200 <= status < 300
+    with pool.connection() as conn:
+        if ok:
+            conn.execute(
+                "UPDATE sandbox.events SET attempts = attempts + 1, delivered = delivered + 1,"
+                " last_attempt_at = clock_timestamp(), last_status = %s, last_error = NULL,"
+                " delivered_at = clock_timestamp(),"
+                " state = CASE WHEN delivered + 1 >= copies THEN 'delivered' ELSE 'pending' END,"
+                " next_attempt_at = clock_timestamp() WHERE seq = %s",
+                [status, seq],
+            )
+        else:
+            conn.execute(
+                "UPDATE sandbox.events SET attempts = attempts + 1, last_attempt_at = clock_timestamp(),"
+                " last_status = %s, last_error = %s,"
+                " state = CASE WHEN created_at < clock_timestamp() - make_interval(secs => %s)"
+                "   THEN 'failed' ELSE 'pending' END,"
+                " next_attempt_at = clock_timestamp() + make_interval(secs => %s) WHERE seq = %s",
+                [status, error, give_up_after_seconds, retry_in_seconds, seq],
+            )
+
+
+def list_events(
+    pool: Pool, *, source: str | None = None, event_type: str | None = None
+) -> list[dict[str, Any]]:
+    """Every event generated since the last reset, oldest first, with its delivery state.
+
+    Returns:
+        ``[{id, source, type, object_id, state, copies, delivered, attempts, last_status,
+        last_error, created, next_attempt_at, last_attempt_at, delivered_at, body}]``: ``body``
+        is the JSON object sent, times are ISO 8601 text.
+    """
+    sql, params = "SELECT * FROM sandbox.events WHERE TRUE", []
+    if source:
+        sql += " AND source = %s"
+        params.append(source)
+    if event_type:
+        sql += " AND type = %s"
+        params.append(event_type)
+    with pool.connection() as conn:
+        rows = conn.execute(sql + " ORDER BY seq", params).fetchall()
+    events = []
+    for row in rows:
+        events.append(
+            {
+                "id": row["id"],
+                "source": row["source"],
+                "type": row["type"],
+                "object_id": row["object_id"],
+                "state": row["state"],
+                "copies": row["copies"],
+                "delivered": row["delivered"],
+                "attempts": row["attempts"],
+                "last_status": row["last_status"],
+                "last_error": row["last_error"],
+                "created": row["created_at"].isoformat(),
+                "next_attempt_at": row["next_attempt_at"].isoformat(),
+                "last_attempt_at": row["last_attempt_at"].isoformat() if row["last_attempt_at"] else None,
+                "delivered_at": row["delivered_at"].isoformat() if row["delivered_at"] else None,
+                "body": json.loads(row["body"]),
+            }
+        )
+    return events
+
+
+# --- statements (statements.py) ------------------------------------------------------------------
+
+STATEMENT_SQL = {
+    "payments": """
+SELECT 'charge' AS object, id, idempotency_key, NULL AS message_id, reference, amount, currency,
+       created_at FROM sandbox.charges
+UNION ALL
+SELECT 'refund', id, idempotency_key, NULL, reference, amount, currency, created_at
+  FROM sandbox.refunds
+""",
+    "email": """
+SELECT 'email' AS object, id, NULL AS idempotency_key, message_id, reference, NULL::bigint AS amount,
+       NULL AS currency, created_at FROM sandbox.emails
+""",
+    "reservations": """
+SELECT 'reservation' AS object, id, NULL AS idempotency_key, NULL AS message_id, reference,
+       NULL::bigint AS amount, NULL AS currency, created_at FROM sandbox.reservations
+""",
+}
+
+
+def statement_lines(pool: Pool, *, product: str, start: datetime, end: datetime) -> list[dict[str, Any]]:
+    """The effects of ``product`` created in ``[start, end)``, as a statement shows them: without
+    the omitted ones, with an adjusted amount where one was set; oldest first. Withdrawn items
+    and cancelled reservations are included (the effect was made).
+
+    Returns:
+        rows ``{object, id, idempotency_key, message_id, reference, amount, currency, created_at}``.
+    """
+    with pool.connection() as conn:
+        rows: list[dict[str, Any]] = conn.execute(
+            f"SELECT e.object, e.id, e.idempotency_key, e.message_id, e.reference,"  # noqa: S608
+            f" coalesce(a.amount, e.amount) AS amount, e.currency, e.created_at"
+            f" FROM ({STATEMENT_SQL[product]}) e"
+            f" LEFT JOIN sandbox.statement_adjustments a ON a.product = %s AND a.id = e.id"
+            f" WHERE e.created_at >= %s AND e.created_at < %s AND NOT coalesce(a.omitted, false)"
+            f" ORDER BY e.created_at, e.id",
+            [product, start, end],
+        ).fetchall()
+    return rows
+
+
+def adjust_statement(
+    pool: Pool, *, product: str, item_id: str, omit: bool = False, amount: int | None = None
+) -> bool:
+    """Make statements leave item ``item_id`` out (``omit``) or show ``amount`` for it.
+
+    Returns:
+        ``True`` when the item exists, ``False`` when ``product`` has no such item.
+    """
+    table = item_table(product, item_id)
+    if table is None:
+        return False
+    with pool.connection() as conn, conn.transaction():
+        if not conn.execute(f"SELECT 1 FROM sandbox.{table} WHERE id = %s", [item_id]).fetchone():  # noqa: S608
+            return False
+        conn.execute(
+            "INSERT INTO sandbox.statement_adjustments (product, id, omitted, amount) VALUES (%s, %s, %s, %s)"
+            " ON CONFLICT (product, id) DO UPDATE SET"
+            " omitted = sandbox.statement_adjustments.omitted OR EXCLUDED.omitted,"
+            " amount = coalesce(EXCLUDED.amount, sandbox.statement_adjustments.amount)",
+            [product, item_id, omit, amount],
+        )
+    return True
