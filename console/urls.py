@@ -90,6 +90,9 @@ urlpatterns = [
     path("audit/export.jsonl", views.audit_export_jsonl, name="audit-export-jsonl"),
     path("audit/verify/", views.audit_verify_view, name="audit-verify"),
     path("webhooks/", views.webhook_list, name="webhooks"),
+    # Providers' signed events (issue 19): no session, the signature is the authentication.
+    path("providers/<slug:source>/events", views.provider_event_inbox, name="provider-event-inbox"),
+    path("provider-events/", views.provider_event_list, name="provider-events"),
     path("webhooks/<int:delivery_id>/resend", views.webhook_resend_view, name="webhook-resend"),
     # The lab's pages (drills), mounted by dotted name like an installed app: no product module
     # imports the lab (lint-imports), and the URLconf only names it.

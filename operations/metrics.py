@@ -88,6 +88,21 @@ RECONCILE_ITEM_ERRORS = Counter(
     "effect_ledger_reconcile_item_errors_total", "Reconciler items that raised, by sweep", ["sweep"]
 )
 LOOKUPS = Counter("effect_ledger_lookups_total", "Reconciler lookups by result", ["result"])
+PROVIDER_EVENTS_RECEIVED = Counter(
+    "effect_ledger_provider_events_received_total",
+    "Signed provider events accepted at /providers/<source>/events, by source and whether new or a redelivery",
+    ["source", "delivery"],
+)
+PROVIDER_EVENTS_REFUSED = Counter(
+    "effect_ledger_provider_events_refused_total",
+    "Provider events refused with nothing stored, by reason (unknown_source, signature, invalid)",
+    ["reason"],
+)
+PROVIDER_EVENTS_PROCESSED = Counter(
+    "effect_ledger_provider_events_processed_total",
+    "Provider events processed, by what they proved (applied, recorded, duplicate, orphan, ignored, deferred)",
+    ["result"],
+)
 AUDIT_CHECKPOINTS_REFUSED = Counter(
     "effect_ledger_audit_checkpoint_refused_total",
     "Periodic audit checkpoints not signed because the log no longer holds what the previous checkpoint "

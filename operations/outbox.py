@@ -163,7 +163,7 @@ def outbox_relay(*, batch: int | None = None, message_ids: list[uuid.UUID] | Non
     return len(sent)
 
 
-def enqueue_statement(handoff: Handoff, *, intent_id: uuid.UUID) -> Statement:
+def enqueue_statement(handoff: Handoff, *, intent_id: uuid.UUID | None) -> Statement:
     """The INSERT of an outbox row for ``handoff`` (run it in the state change's transaction,
     e.g. in ``operations.statements.run_together``)::
 
@@ -180,6 +180,9 @@ def enqueue_statement(handoff: Handoff, *, intent_id: uuid.UUID) -> Statement:
     ``publish_count`` 1 for the hand-off after commit (``handoff_after_commit``), whose
     countdown is the value returned. The intent's ``not_before`` is read as of the statement's
     snapshot: set it in an earlier statement of the transaction.
+
+    ``intent_id`` None: a message about no intent (a provider event to process, issue 19): due
+    now, and the relay publishes it until its task acknowledges it (``acked_at``).
     """
     table = OutboxMessage._meta.db_table
     sql = f"""

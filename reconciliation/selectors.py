@@ -21,7 +21,7 @@ from operations.selectors.list_filters import (
 )
 from operations.services.failover import RESTORE_GUARD_HOLD
 from operations.tenant_access import TenantScope
-from reconciliation.models import DuplicateFinding, Evidence, ReconciliationRun
+from reconciliation.models import DuplicateFinding, Evidence, ProviderEvent, ReconciliationRun
 
 #: How far back the queue lists operator confirmations the provider could not verify.
 UNVERIFIED_RECENT = timedelta(days=7)
@@ -205,8 +205,19 @@ def found_by_lookup(intent: Intent) -> Evidence | None:
 
 def effect_on_record(intent: Intent) -> str | None:
     """What on record says the provider has the intent's effect, or None: a lookup that found
-    it, or one that found it under an id that cannot be stored, or an attempt the provider
-    accepted whose id cannot be stored (``operations.bounds.reference_problem``)."""
+    it, or one that found it under an id that cannot be stored, an attempt the provider
+    accepted whose id cannot be stored (``operations.bounds.reference_problem``), or a
+    provider's signed event proving it that waits to be applied (issue 19)."""
+    event = (
+        ProviderEvent.objects.filter(intent=intent, processed_at__isnull=True, detail__deferred=True)
+        .order_by("received_at")
+        .first()
+    )
+    if event is not None:
+        return (
+            f"the provider's signed event {event.event_id} ({event.event_type}, "
+            f"{event.received_at:%Y-%m-%d %H:%M:%S} UTC) shows {event.provider_reference or 'it'}"
+        )
     found = found_by_lookup(intent)
     if found is not None:
         return (
@@ -228,3 +239,15 @@ def effect_on_record(intent: Intent) -> str | None:
     ).exists():
         return "it accepted an attempt but answered an id that cannot be stored (see the attempt's evidence)"
     return None
+
+
+def provider_events(*, scope: TenantScope, result: str = "") -> QuerySet[ProviderEvent]:
+    """Provider events newest first (by arrival), of one ``result`` when named: those of the
+    intents ``scope`` reads, and those matching no intent (orphans) only for a scope of every
+    tenant (an orphan belongs to no tenant)."""
+    rows = ProviderEvent.objects.select_related("intent").order_by("-received_at", "-id")
+    if not scope.every:
+        rows = rows.filter(scope.q("intent__tenant"))
+    if result in ProviderEvent.Result.values:
+        rows = rows.filter(result=result)
+    return rows

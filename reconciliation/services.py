@@ -25,6 +25,7 @@ from operations.delivery import MAX_COUNTDOWN_SECONDS, stalled_ready_seconds
 from operations.models import Intent, OutboxMessage
 from operations.selectors import ledger_gauges
 from reconciliation.duplicates import run_duplicate_checks, sweep_compensations
+from reconciliation.events import sweep_provider_events
 from reconciliation.findings import follow_up as provider_findings_follow_up
 from reconciliation.held import decide_held
 from reconciliation.lookups import reconcile_unknown
@@ -167,6 +168,12 @@ def reconcile_pass() -> dict[str, Any]:
             return None
 
     try:
+        # First: stored provider events settle what they prove before any lease is taken over
+        # or any lookup is made (issue 19).
+        events = sweep("provider_events", sweep_provider_events)
+        if events:
+            detail["provider_events"] = events
+            examined += events
         for name, function in (
             ("leases_taken_over", take_over_expired_leases),
             ("approvals_expired", expire_approvals),

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from typing import Any
 
 from celery import shared_task
 from django.utils import timezone
 
 from operations.services import periodic_job_run
+from reconciliation.events import process_provider_event as process_event
 from reconciliation.services import reconcile_pass
 from reconciliation.statements import api_sources, fetch_and_run
 
@@ -30,3 +32,10 @@ def reconcile_statements() -> dict[str, Any]:
         day = (timezone.now() - dt.timedelta(days=1)).astimezone(dt.UTC).date()
         runs = {source: fetch_and_run(source=source, day=day) for source in api_sources()}
         return {source: {"run": r.id, "error": r.error} for source, r in runs.items()}
+
+
+@shared_task(name="reconciliation.process_provider_event")
+def process_provider_event(*, message_id: str, provider_event_id: int) -> str:
+    """Process one stored provider event and acknowledge its outbox message
+    (``reconciliation.events.process_provider_event``)."""
+    return process_event(event_pk=provider_event_id, message_id=uuid.UUID(message_id))

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from operations.models import AuditEvent, Intent
-from reconciliation.models import Evidence
+from reconciliation.models import Evidence, ProviderEvent
 
 #: Records of one step are written in one transaction: further apart, they are two steps.
 SAME_STEP_SECONDS = 5.0
@@ -36,7 +36,8 @@ SAME_STEP_SECONDS = 5.0
 class TimelineEntry:
     """One step of an intent's timeline.
 
-    ``kind``: ``audit``, ``approval``, ``attempt``, ``outcome`` or ``evidence`` (the source of the
+    ``kind``: ``audit``, ``approval``, ``attempt``, ``outcome``, ``evidence`` or
+    ``provider_event`` (a provider's signed event, issue 19) (the source of the
     entry; after merging, the authoritative one). ``keys`` say which step it is (for merging);
     ``group`` is set on lookups (``lookup:<result>``) for ``group_lookups``. ``also``: the titles
     of the other records merged into this entry; ``sources``: the kinds merged into it.
@@ -216,8 +217,8 @@ def _evidence_entry(evidence: Evidence) -> TimelineEntry:
 
 
 def timeline_records(intent: Intent) -> list[TimelineEntry]:
-    """Every audit event, approval, attempt (start and finish), outcome and piece of evidence of
-    ``intent``, one entry each, oldest first (before merging and grouping)."""
+    """Every audit event, approval, attempt (start and finish), outcome, piece of evidence and
+    provider event of ``intent``, one entry each, oldest first (before merging and grouping)."""
     entries: list[TimelineEntry] = []
     for event in intent.audit_events.order_by("seq"):
         moved = f"{event.from_status or '·'} → {event.to_status}" if event.to_status else ""
@@ -282,7 +283,29 @@ def timeline_records(intent: Intent) -> list[TimelineEntry]:
         _evidence_entry(evidence)
         for evidence in Evidence.objects.filter(intent=intent).order_by("created_at", "id")
     )
+    entries.extend(
+        _provider_event_entry(event)
+        for event in ProviderEvent.objects.filter(intent=intent).order_by("received_at", "id")
+    )
     return sorted(entries, key=lambda entry: entry.at)
+
+
+def _provider_event_entry(event: ProviderEvent) -> TimelineEntry:
+    """A provider's signed event, when it arrived; never merged (it is the provider's record,
+    not the ledger's), so every event shows once on its own line."""
+    detail: dict[str, Any] = {
+        "event_id": event.event_id,
+        "occurred_at": event.occurred_at.isoformat() if event.occurred_at else None,
+        "provider_reference": event.provider_reference,
+        **(event.detail or {}),
+    }
+    return TimelineEntry(
+        event.received_at,
+        "provider_event",
+        f"provider event {event.event_type}: {event.get_result_display().lower()}",
+        f"provider:{event.source}",
+        detail,
+    )
 
 
 def intent_timeline(intent: Intent) -> list[Line]:

@@ -11,6 +11,7 @@ from console.views.duplicates import duplicate_detail, duplicate_resolve
 from console.views.health import health
 from console.views.held import held_detail, held_resolve
 from console.views.intents import intent_detail, intent_list
+from console.views.provider_events import provider_event_inbox, provider_event_list
 from console.views.provider_evidence import (
     provider_finding_detail,
     provider_finding_resolve,
@@ -48,6 +49,8 @@ __all__ = [
     "statement_mapping",
     "statement_upload",
     "statements_page",
+    "provider_event_inbox",
+    "provider_event_list",
     "unknown_detail",
     "unknown_lookup",
     "unknown_queue",

@@ -18,9 +18,12 @@ calls ``execute`` outside any database transaction and classifies what it raises
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, ClassVar
+
+from operations.adapters.events import EventFacts, parse_event_body, verify_standard_webhook
 
 
 class LookupKind(enum.StrEnum):
@@ -279,7 +282,12 @@ class Adapter:
     #: a resource), per action: the "customer/target" column of the console's lists reads it
     #: through ``target_for`` (issue 16 item 3). An action not named here shows no target.
     target_fields: ClassVar[dict[str, str]] = {}
+    #: The slug of the provider evidence source this adapter declares (``sandbox-payments``):
+    #: its events arrive at ``POST /providers/<slug>/events`` and its statements are read under
+    #: that name (issue 19). "" declares none.
     evidence_source: ClassVar[str] = ""
+    #: Event type -> the action whose effect that type proves exists; other types prove nothing.
+    proving_event_types: ClassVar[dict[str, str]] = {}
 
     def capabilities_for(self, action: str) -> Capabilities:
         """The capabilities of ``action`` (default: the class's ``capabilities``; an adapter
@@ -362,3 +370,32 @@ class Adapter:
                 from the transport) or answered something unreadable.
         """
         raise StatementsUnsupported(f"{type(self).__name__} publishes no statement API; upload a CSV")
+
+    def event_secret(self) -> str:
+        """The secret this source's events are signed with: by default
+        ``settings.EFFECT_LEDGER_PROVIDER_EVENT_SECRETS[evidence_source]`` ("" when unset: every
+        event is refused)."""
+        from django.conf import settings
+
+        secrets = getattr(settings, "EFFECT_LEDGER_PROVIDER_EVENT_SECRETS", {}) or {}
+        return str(secrets.get(self.evidence_source, ""))
+
+    def verify_event(self, body: bytes, headers: Mapping[str, str]) -> str:
+        """Verify the signature of a raw event ``body`` before anything reads it; returns the
+        signed message id. Default: Standard Webhooks with ``event_secret()`` and a 5-minute
+        tolerance (``operations.adapters.events.verify_standard_webhook``); an adapter whose
+        provider signs another way overrides this.
+
+        Raises:
+            EventSignatureInvalid: missing, wrong or stale signature.
+        """
+        return verify_standard_webhook(self.event_secret(), body, headers)
+
+    def parse_event(self, body: bytes, *, webhook_id: str) -> EventFacts:
+        """Read a verified event body into ``EventFacts`` (the shape in
+        ``operations.adapters.events``; ``proving_event_types`` says which types prove an effect).
+
+        Raises:
+            EventInvalid: the body is not such an event.
+        """
+        return parse_event_body(body, webhook_id=webhook_id, proving=self.proving_event_types)

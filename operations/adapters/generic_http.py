@@ -15,6 +15,12 @@ Configured per action in ``settings.EFFECT_LEDGER_GENERIC_HTTP``::
             "versions": [1],                                       # optional: action_version values served
             "target_field": "account",                             # optional: the argument naming who
                                                                    # or what is affected (console lists)
+            "events": {                                            # optional: the provider's signed events
+                "source": "acme-pay",                              # slug: POST /providers/acme-pay/events
+                "secret": "whsec_...",                             # Standard Webhooks secret (or set it in
+                                                                   # EFFECT_LEDGER_PROVIDER_EVENT_SECRETS)
+                "proving_types": ["transfer.succeeded"],           # optional; default: every type
+            },                                                     # ending in ".succeeded"
         },
     }
 
@@ -22,11 +28,26 @@ Every configured action is registered to this adapter (``registry.py``). The arg
 as the JSON body; the stored idempotency key goes in ``Idempotency-Key``. Outcomes follow the
 classification table in ``http_classifier``. With ``lookup_url`` the lookup is treated as
 authoritative (the API must answer by key from its committed state); without it, none.
+
+Events (issue 19): with ``events`` the provider's events are received at
+``POST /providers/<source>/events``, signed with Standard Webhooks (headers ``webhook-id``,
+``webhook-timestamp``, ``webhook-signature``; a timestamp more than 5 minutes off is refused),
+and must have the sandbox provider's body shape (``operations.adapters.events``)::
+
+    {"id": "<event id == webhook-id>", "type": "transfer.succeeded", "created": "<RFC 3339>",
+     "data": {"object": "transfer", "id": "<provider reference>", "idempotency_key": "<our key>",
+              "reference": "<business reference>", "amount": 1200, "currency": "EUR"}}
+
+``data.idempotency_key`` (the ``Idempotency-Key`` we sent), ``data.reference`` or ``data.id``
+(the id our execute recorded, ``id_field``) match it to its intent. A type in
+``proving_types`` proves the action's effect exists; other types are recorded only.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from functools import cache
 from typing import Any, ClassVar, cast
 from urllib.parse import quote, urlsplit
@@ -47,6 +68,7 @@ from operations.adapters.base import (
     LookupStatus,
     Preview,
 )
+from operations.adapters.events import EventFacts, parse_event_body
 
 #: An action without a ``schema`` accepts any JSON object.
 ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -64,7 +86,26 @@ def generic_http_config() -> dict[str, dict[str, Any]]:
     for action, entry in config.items():
         if not isinstance(entry, dict) or not isinstance(entry.get("url"), str) or not entry["url"]:
             raise ImproperlyConfigured(f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}] needs a 'url'")
+        if "events" in entry:
+            _check_events(action, entry["events"])
     return config
+
+
+def _check_events(action: str, events: Any) -> None:
+    """Refuse a malformed ``events`` entry: ``{"source": slug, "secret": "whsec_...",
+    "proving_types": [type, ...]}`` (secret and proving_types optional)."""
+    where = f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}]['events']"
+    if not isinstance(events, dict) or set(events) - {"source", "secret", "proving_types"}:
+        raise ImproperlyConfigured(f"{where} must be {{'source', 'secret', 'proving_types'}}")
+    source = events.get("source")
+    if not isinstance(source, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,59}", source):
+        raise ImproperlyConfigured(f"{where}['source'] must be a slug (a-z, 0-9, '-'; up to 60)")
+    secret = events.get("secret", "")
+    if not isinstance(secret, str) or (secret and not secret.startswith("whsec_")):
+        raise ImproperlyConfigured(f"{where}['secret'] must be a Standard Webhooks secret 'whsec_...'")
+    types = events.get("proving_types", [])
+    if not isinstance(types, list) or not all(isinstance(t, str) and t for t in types):
+        raise ImproperlyConfigured(f"{where}['proving_types'] must be a list of event types")
 
 
 class GenericHttpAdapter(Adapter):
@@ -77,6 +118,24 @@ class GenericHttpAdapter(Adapter):
     action_name: ClassVar[str] = ""
     config: ClassVar[dict[str, Any]] = {}
     capabilities = Capabilities(idempotency_keys=True, lookup=LookupKind.NONE)
+
+    def event_secret(self) -> str:
+        """The configuration's ``events.secret``, else
+        ``EFFECT_LEDGER_PROVIDER_EVENT_SECRETS[source]`` ("" refuses every event)."""
+        configured = str((self.config.get("events") or {}).get("secret", ""))
+        return configured or super().event_secret()
+
+    def parse_event(self, body: bytes, *, webhook_id: str) -> EventFacts:
+        """Read the body (module docstring); a type in ``events.proving_types`` (default: any
+        type ending in ``.succeeded``) proves this action's effect.
+
+        Raises:
+            EventInvalid: the body is not such an event.
+        """
+        facts = parse_event_body(body, webhook_id=webhook_id, proving={})
+        listed = (self.config.get("events") or {}).get("proving_types")
+        proves = facts.event_type in listed if listed else facts.event_type.endswith(".succeeded")
+        return replace(facts, proves_action=self.action_name) if proves else facts
 
     def _timeout(self, call: ExecutionCall) -> float:
         configured = self.config.get("timeout_seconds")

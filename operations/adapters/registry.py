@@ -176,15 +176,16 @@ def served_argument_schemas() -> dict[str, dict[int, dict[str, Any]]]:
 
 
 def evidence_sources() -> dict[str, Adapter]:
-    """Every evidence source this deployment serves: ``{slug: adapter}`` over every served
-    action whose adapter declares ``evidence_source`` (an adapter that cannot be loaded is
-    left out). Never raises."""
+    """Every provider evidence source this deployment serves: slug -> the adapter declaring it
+    (``Adapter.evidence_source``), over every served action (issue 19). Where several actions'
+    adapters declare one slug (the sandbox's charge and refund), the first action's adapter
+    answers. An action whose adapter cannot be loaded declares nothing. Never raises."""
     sources: dict[str, Adapter] = {}
     for action in _known_or_none():
         try:
             adapter = get_adapter(action)
-        except Exception:  # noqa: BLE001 - an adapter that cannot be loaded declares nothing
+        except Exception:  # noqa: BLE001 - a broken adapter serves nothing
             continue
-        if adapter.evidence_source:
-            sources.setdefault(adapter.evidence_source, adapter)
+        if adapter.evidence_source and adapter.evidence_source not in sources:
+            sources[adapter.evidence_source] = adapter
     return sources

@@ -20,7 +20,7 @@ from operations.adapters.registry import ActionUnavailable, capabilities_for, ge
 from operations.audit import audit_append
 from operations.calls import lookup_settle_seconds
 from operations.exceptions import IntentMoved, ResendRefused, ResolutionRefused
-from operations.models import ENDED_WITHOUT_EFFECT, Intent, Outcome
+from operations.models import ENDED_WITHOUT_EFFECT, Attempt, Intent, Outcome
 from operations.services.assignment import RELEASED as ASSIGNMENT_RELEASED
 from operations.services.assignment import refuse_if_assigned_elsewhere
 from operations.services.budget import resend_refusal
@@ -43,24 +43,31 @@ def intent_resolve_found(
 ) -> None:  # fmt: skip
     """UNKNOWN -> SUCCEEDED with the provider's receipt found by lookup or given by an operator.
 
-    ``from_status`` READY is the one other origin: a lookup that was in flight when the intent
-    was sent back to READY found the effect before any worker re-sent it (the READY intent is
-    still waiting out ``lookup_settle_seconds``); the evidence wins and nothing is re-sent.
+    ``from_status`` READY: a lookup that was in flight when the intent was sent back to READY
+    found the effect before any worker re-sent it (the READY intent is still waiting out
+    ``lookup_settle_seconds``), or a provider's signed event proved an earlier attempt's effect;
+    the evidence wins and nothing is re-sent.
+
+    ``from_status`` RUNNING: only once its lease expired by the database clock (the worker died
+    after the effect, before recording it) and only on a provider's signed event (issue 19):
+    the lease is released in the same compare-and-swap and the open attempt closed
+    ``abandoned``; a live worker's lease is never taken.
 
     An intent sent more than once to a provider without keys gets duplicate checks scheduled
     (``duplicate_check_updates``), as on every path that ends an intent.
 
     Args:
-        source: ``reconciler`` or ``operator`` (``Outcome.Source``).
+        source: ``reconciler``, ``operator`` or ``provider_event`` (``Outcome.Source``).
         detail: stored on the outcome and in the audit event (e.g. ``{"verified": False}``).
 
     Raises:
-        IntentMoved: the intent is no longer UNKNOWN.
+        IntentMoved: the intent is no longer in ``from_status`` (RUNNING: or its lease is live).
         AssignmentRefused: ``actor`` is an operator and another operator is on it.
     """
     with transaction.atomic():
         _operator_may_decide(intent_id, actor)
-        intent = Intent.objects.only("action", "attempt_count").get(id=intent_id)
+        intent = Intent.objects.only("action", "attempt_count", "fence").get(id=intent_id)
+        running = from_status == Intent.Status.RUNNING
         transition_or_raise(
             intent_id=intent_id,
             from_status=from_status,
@@ -74,8 +81,18 @@ def intent_resolve_found(
                 "next_lookup_at": None,
                 "not_before": None,
                 **duplicate_check_updates(action=intent.action, attempts=intent.attempt_count),
+                **({"lease_owner": "", "lease_expires_at": None} if running else {}),  # the lease ends
             },
+            # The race this stops (RUNNING): a live worker recording its own outcome; only an
+            # expired lease, by the database clock, may be ended by evidence from elsewhere.
+            where=Q(lease_expires_at__lt=Now()) if running else None,
         )
+        if running:
+            Attempt.objects.filter(intent_id=intent_id, fence=intent.fence, finished_at__isnull=True).update(
+                finished_at=Now(),
+                result=Attempt.Result.ABANDONED,
+                error=f"lease expired; the effect was proven by {source}",
+            )
         Outcome.objects.create(
             intent_id=intent_id, source=source, provider_reference=provider_reference, detail=detail or {}
         )

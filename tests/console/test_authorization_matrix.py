@@ -30,7 +30,13 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from operations.models import Attempt, Intent, WebhookDelivery
 from operations.services import agent_callback_set, intent_cancel
-from reconciliation.models import DuplicateFinding, ProviderFinding, StatementMapping, StatementRun
+from reconciliation.models import (
+    DuplicateFinding,
+    ProviderEvent,
+    ProviderFinding,
+    StatementMapping,
+    StatementRun,
+)
 from tests.console.conftest import gated, make_unknown, seen, signed_in
 from tests.factories import UserFactory, make_agent, submit
 
@@ -49,6 +55,7 @@ NOT_CONSOLE = {
     "healthz": "liveness, no data",
     "login": "the sign-in form",
     "logout": "signing out",
+    "provider-event-inbox": "providers' signed events (issue 19): the signature authenticates, no session",
 }
 
 
@@ -304,6 +311,22 @@ def _webhook_resend(client: Client, role: str, scope: str, own: World, other: Wo
         assert (delivery.state == "pending") == allowed, tenant
 
 
+def _provider_events(client: Client, role: str, scope: str, own: World, other: World) -> None:
+    """Events of a tenant's intents are read in that tenant's scope; an orphan event (no
+    intent, so no tenant) only in a scope of every tenant."""
+    rows = {
+        name: ProviderEvent.objects.create(
+            source="sandbox-payments", event_id=f"evt_matrix_{name}", event_type="charge.succeeded",
+            intent=intent, result="recorded" if intent else "orphan",
+        )
+        for name, intent in (("own", own.unknown), ("other", other.unknown), ("orphan", None))
+    }  # fmt: skip
+    body = client.get(reverse("provider-events")).content.decode()
+    assert rows["own"].event_id in body
+    assert (rows["other"].event_id in body) == (scope == "every")
+    assert (rows["orphan"].event_id in body) == (scope == "every")
+
+
 def _ids(world: World) -> list[str]:
     return [str(world.gated.id), str(world.unknown.id), str(world.held.id)]
 
@@ -342,6 +365,7 @@ CASES: dict[str, Check] = {
     "statement-upload": _statement_post("statement-upload"),
     "statement-mapping": _statement_post("statement-mapping"),
     "webhook-resend": _webhook_resend,
+    "provider-events": _provider_events,
 }
 
 

@@ -103,6 +103,13 @@ def sandbox_url(path: str) -> str:
     return str(settings.SANDBOX_PROVIDER_URL).rstrip("/") + path
 
 
+def sandbox_event_secret(source: str) -> str:
+    """The secret of a sandbox event source: ``EFFECT_LEDGER_PROVIDER_EVENT_SECRETS[source]``
+    when set, else ``settings.SANDBOX_EVENTS_SECRET`` (one secret for the three sandbox sources)."""
+    secrets = getattr(settings, "EFFECT_LEDGER_PROVIDER_EVENT_SECRETS", {}) or {}
+    return str(secrets.get(source) or getattr(settings, "SANDBOX_EVENTS_SECRET", ""))
+
+
 def message_id_for(idempotency_key: str) -> str:
     """The RFC 5322 Message-ID that carries our key: ``<{idempotency_key}@effect-ledger.local>``."""
     return f"<{idempotency_key}@effect-ledger.local>"

@@ -28,6 +28,7 @@ from operations.adapters.sandbox.common import (
     inconclusive,
     message_id_for,
     provider_id,
+    sandbox_event_secret,
     sandbox_url,
     with_reference,
 )
@@ -38,12 +39,22 @@ class SandboxEmailAdapter(Adapter):
 
     actions: ClassVar[tuple[str, ...]] = ("email.send",)
     capabilities = Capabilities(idempotency_keys=False, lookup=LookupKind.EVENTUAL)
+    #: Its signed events (issue 19): ``POST /providers/sandbox-email/events``.
+    evidence_source: ClassVar[str] = "sandbox-email"
+    proving_event_types: ClassVar[dict[str, str]] = {
+        "email.sent": "email.send",
+        "email.delivered": "email.send",
+    }
+
+    def event_secret(self) -> str:
+        """The sandbox's event secret (``sandbox_event_secret``)."""
+        return sandbox_event_secret(self.evidence_source)
+
     #: The action versions served (issue 21: declared by the adapter, not a constant).
     versions: ClassVar[dict[str, tuple[int, ...]]] = {"email.send": (1,)}
     argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {"email.send": EMAIL_SCHEMA}
     #: An email affects its recipient.
     target_fields: ClassVar[dict[str, str]] = {"email.send": "to"}
-    evidence_source: ClassVar[str] = "sandbox-email"
     money_fields: ClassVar[tuple[str, ...]] = ()
 
     def capabilities_for(self, action: str) -> Capabilities:

@@ -27,6 +27,7 @@ from operations.adapters.sandbox.common import (
     format_minor,
     inconclusive,
     provider_id,
+    sandbox_event_secret,
     sandbox_url,
     with_reference,
 )
@@ -43,6 +44,17 @@ class SandboxPaymentsAdapter(Adapter):
         compensation_action="payments.refund",
         fences=True,
     )
+    #: Its signed events (issue 19): ``POST /providers/sandbox-payments/events``.
+    evidence_source: ClassVar[str] = "sandbox-payments"
+    proving_event_types: ClassVar[dict[str, str]] = {
+        "charge.succeeded": "payments.charge",
+        "refund.succeeded": "payments.refund",
+    }
+
+    def event_secret(self) -> str:
+        """The sandbox's event secret (``sandbox_event_secret``)."""
+        return sandbox_event_secret(self.evidence_source)
+
     #: The action versions served (issue 21: declared by the adapter, not a constant).
     versions: ClassVar[dict[str, tuple[int, ...]]] = {"payments.charge": (1,), "payments.refund": (1,)}
     argument_schemas: ClassVar[dict[str, dict[str, Any]]] = {
@@ -51,7 +63,6 @@ class SandboxPaymentsAdapter(Adapter):
     }
     #: A charge affects its customer; a refund, the charge it refunds.
     target_fields: ClassVar[dict[str, str]] = {"payments.charge": "customer", "payments.refund": "charge"}
-    evidence_source: ClassVar[str] = "sandbox-payments"
 
     def capabilities_for(self, action: str) -> Capabilities:
         """A charge is compensated by a refund; a refund has no compensation of its own."""

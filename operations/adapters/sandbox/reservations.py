@@ -32,6 +32,7 @@ from operations.adapters.sandbox.common import (
     fetch_statement,
     inconclusive,
     provider_id,
+    sandbox_event_secret,
     sandbox_url,
     with_reference,
 )
@@ -48,6 +49,14 @@ class SandboxReservationsAdapter(Adapter):
         list_by_reference=True,
         compensation_action="reservations.cancel",
     )
+    #: Its signed events (issue 19): ``POST /providers/sandbox-reservations/events``.
+    evidence_source: ClassVar[str] = "sandbox-reservations"
+    proving_event_types: ClassVar[dict[str, str]] = {"reservation.created": "reservations.create"}
+
+    def event_secret(self) -> str:
+        """The sandbox's event secret (``sandbox_event_secret``)."""
+        return sandbox_event_secret(self.evidence_source)
+
     #: The action versions served (issue 21: declared by the adapter, not a constant).
     versions: ClassVar[dict[str, tuple[int, ...]]] = {
         "reservations.create": (1,),
@@ -62,7 +71,6 @@ class SandboxReservationsAdapter(Adapter):
         "reservations.create": "resource",
         "reservations.cancel": "reservation",
     }
-    evidence_source: ClassVar[str] = "sandbox-reservations"
 
     money_fields: ClassVar[tuple[str, ...]] = ()
 

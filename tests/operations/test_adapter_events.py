@@ -1,0 +1,137 @@
+"""Adapters declaring provider evidence (issue 19): the sandbox's three event sources, a generic
+HTTP action's ``events`` configuration (validated), and how each reads an event body."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import Client
+from django.utils import timezone
+from standardwebhooks.webhooks import Webhook
+
+from operations.adapters.events import EventInvalid, EventSignatureInvalid, key_from_message_id
+from operations.adapters.generic_http import generic_http_config
+from operations.adapters.registry import evidence_sources, get_adapter
+
+ACME_SECRET = "whsec_" + "YWNtZS1wYXktZXZlbnRzLXNlY3JldA=="
+
+
+def acme(events: Any) -> dict[str, Any]:
+    return {"acme.transfer": {"url": "https://api.acme.test/v1/transfers", "events": events}}
+
+
+def signed(event: dict[str, Any], secret: str) -> tuple[bytes, dict[str, str]]:
+    body = json.dumps(event).encode()
+    now = timezone.now()
+    return body, {
+        "webhook-id": event["id"],
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(secret).sign(event["id"], now, body.decode()),
+    }
+
+
+def test_sandbox_adapters_declare_their_sources() -> None:
+    sources = evidence_sources()
+    assert {slug: type(adapter).__name__ for slug, adapter in sources.items()} == {
+        "sandbox-payments": "SandboxPaymentsAdapter",
+        "sandbox-email": "SandboxEmailAdapter",
+        "sandbox-reservations": "SandboxReservationsAdapter",
+    }
+    assert get_adapter("email.send").proving_event_types == {
+        "email.sent": "email.send",
+        "email.delivered": "email.send",
+    }
+
+
+def test_sandbox_secret_from_settings_and_per_source_override(settings: Any) -> None:
+    adapter = get_adapter("payments.charge")
+    assert adapter.event_secret() == settings.SANDBOX_EVENTS_SECRET
+    settings.EFFECT_LEDGER_PROVIDER_EVENT_SECRETS = {"sandbox-payments": ACME_SECRET}
+    assert adapter.event_secret() == ACME_SECRET
+    assert get_adapter("email.send").event_secret() == settings.SANDBOX_EVENTS_SECRET
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        "acme-pay",
+        {"source": "Acme Pay"},
+        {"source": "acme-pay", "secret": "plain"},
+        {"source": "acme-pay", "proving_types": "transfer.succeeded"},
+        {"source": "acme-pay", "other": 1},
+    ],
+)
+def test_generic_events_configuration_is_validated(settings: Any, events: Any) -> None:
+    settings.EFFECT_LEDGER_GENERIC_HTTP = acme(events)
+    with pytest.raises(ImproperlyConfigured, match="events"):
+        generic_http_config()
+
+
+def test_generic_action_declares_its_source_and_proving_types(settings: Any) -> None:
+    settings.EFFECT_LEDGER_GENERIC_HTTP = acme({"source": "acme-pay", "secret": ACME_SECRET})
+    adapter = evidence_sources()["acme-pay"]
+    assert adapter.actions == ("acme.transfer",)
+    event = {
+        "id": "evt_1",
+        "type": "transfer.succeeded",
+        "data": {"object": "transfer", "id": "tr_1", "amount": 5},
+    }
+    body, headers = signed(event, ACME_SECRET)
+    webhook_id = adapter.verify_event(body, headers)
+    facts = adapter.parse_event(body, webhook_id=webhook_id)
+    assert (facts.proves_action, facts.provider_reference, facts.amount) == ("acme.transfer", "tr_1", 5)
+    other = adapter.parse_event(
+        json.dumps({**event, "type": "transfer.created"}).encode(), webhook_id="evt_1"
+    )
+    assert other.proves_action == ""
+    with pytest.raises(EventSignatureInvalid):
+        adapter.verify_event(*signed(event, "whsec_" + "b3RoZXI="))
+
+
+def test_generic_listed_proving_types_only(settings: Any) -> None:
+    settings.EFFECT_LEDGER_GENERIC_HTTP = acme(
+        {"source": "acme-pay", "secret": ACME_SECRET, "proving_types": ["transfer.paid"]}
+    )
+    adapter = evidence_sources()["acme-pay"]
+    body = json.dumps({"id": "e", "type": "transfer.succeeded", "data": {}}).encode()
+    assert adapter.parse_event(body, webhook_id="e").proves_action == ""
+    body = json.dumps({"id": "e", "type": "transfer.paid", "data": {}}).encode()
+    assert adapter.parse_event(body, webhook_id="e").proves_action == "acme.transfer"
+
+
+def test_source_without_a_secret_refuses_everything(settings: Any) -> None:
+    settings.EFFECT_LEDGER_GENERIC_HTTP = acme({"source": "acme-pay"})
+    adapter = evidence_sources()["acme-pay"]
+    with pytest.raises(EventSignatureInvalid, match="no event secret"):
+        adapter.verify_event(*signed({"id": "e"}, ACME_SECRET))
+
+
+def test_email_key_is_read_from_the_message_id() -> None:
+    assert key_from_message_id("<abc-123@effect-ledger.local>") == "abc-123"
+    assert key_from_message_id("<abc@elsewhere.test>") == ""
+    adapter = get_adapter("email.send")
+    body = json.dumps(
+        {
+            "id": "e",
+            "type": "email.sent",
+            "data": {"object": "email", "id": "em_1", "message_id": "<k1@effect-ledger.local>"},
+        }
+    ).encode()
+    facts = adapter.parse_event(body, webhook_id="e")
+    assert (facts.idempotency_key, facts.proves_action) == ("k1", "email.send")
+    with pytest.raises(EventInvalid):
+        adapter.parse_event(body, webhook_id="other")
+
+
+@pytest.mark.django_db
+def test_generic_source_inbox_end_to_end(settings: Any, client: Client) -> None:
+    settings.EFFECT_LEDGER_GENERIC_HTTP = acme({"source": "acme-pay", "secret": ACME_SECRET})
+    event = {"id": "evt_g", "type": "transfer.succeeded", "data": {"object": "transfer", "id": "tr_9"}}
+    body, headers = signed(event, ACME_SECRET)
+    response = client.post(
+        "/providers/acme-pay/events", data=body, content_type="application/json", headers=headers
+    )
+    assert response.status_code == 200 and response.json()["stored"] is True
