@@ -35,7 +35,6 @@ nothing but the run with its ``error``.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,12 +44,10 @@ from django.db.models import Min
 from django.utils import timezone
 
 from operations.adapters.base import AdapterError, StatementEntry, StatementsUnsupported
+from operations.adapters.events import key_from_message_id
 from operations.adapters.registry import evidence_sources, get_adapter, known_actions
 from operations.models import Intent, Outcome
 from reconciliation.models import ProviderFinding, StatementLine, StatementRun
-
-#: The Message-ID that carries our key on an email (``<KEY@effect-ledger.local>``).
-_MESSAGE_ID = re.compile(r"^<(?P<key>[^@>]+)@effect-ledger\.local>$")
 
 #: Seconds a provider's statement fetch may take.
 FETCH_DEADLINE_SECONDS = 30.0
@@ -179,8 +176,8 @@ def run(
 
 
 def _key_of(value: str) -> str:
-    match = _MESSAGE_ID.match(value)
-    return match.group("key") if match else value
+    """Our key in a line's key column: the key itself, or an email's Message-ID carrying it."""
+    return key_from_message_id(value) or value
 
 
 def _money(intent: Intent) -> _Intent:
