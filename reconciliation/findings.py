@@ -8,7 +8,10 @@ Three decisions, each with a required reason, on an open finding only:
   (or the event, when it has none yet) records the intent. For lines and events only (``extra_at_provider``, ``orphan_event``).
 * ``compensate``: open a compensation intent (``operations.services.intent_open_compensation``)
   that undoes the finding's provider reference, where the finding has an intent whose action
-  has a compensation; the finding is ``compensating`` until it ends (``follow_up``: resolved
+  has a compensation; an effect no intent has (an orphan event, a line with no intent) is
+  compensated against the intent the operator names (checked as for ``link``). The compensation
+  undoes the amount and currency the provider holds (the finding's), not the intent's: an amount
+  mismatch's refund is of what was charged; the finding is ``compensating`` until it ends (``follow_up``: resolved
   when it SUCCEEDED, open again when it cannot). Not for ``missing_at_provider``: a missing
   effect has nothing to undo.
 * ``close``: the finding stands explained (resolved), e.g. a line of a provider fee.
@@ -31,6 +34,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from operations import services
+from operations.adapters.registry import ActionUnavailable, capabilities_for
 from operations.audit import REFUSAL_EVENT, audit_append_unattached
 from operations.exceptions import ResolutionRefused
 from operations.models import Intent
@@ -174,7 +178,12 @@ def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str)
     elif verb == "compensate":
         original = finding.intent
         if original is None:
-            raise ResolutionRefused("this finding has no intent: link it to one first, or close it")
+            if not intent_id.strip():
+                raise ResolutionRefused(
+                    "this effect has no intent: name the intent whose compensation undoes it, or close it"
+                )
+            original = _link_target(finding, user, intent_id)
+            finding.intent = original
         if finding.kind == ProviderFinding.Kind.MISSING_AT_PROVIDER:
             raise ResolutionRefused("the effect is missing at the provider: there is nothing to undo")
         if not finding.provider_reference:
@@ -189,6 +198,7 @@ def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str)
                 original_id=original.id, provider_reference=finding.provider_reference
             ),
             requested_by=user,
+            effect_arguments=_effect_arguments(finding, original),
         )
         _evidence(original, user, "compensate", reason, finding, compensation=str(compensation.id))
         finding.state, finding.compensation = ProviderFinding.State.COMPENSATING, compensation
@@ -204,6 +214,39 @@ def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str)
     finding.resolved_by = actor
     finding.save()
     return finding
+
+
+def _effect_arguments(finding: ProviderFinding, original: Intent) -> dict[str, Any]:
+    """The provider's amount and currency of the finding's effect, for an action that moves
+    money (its arguments hold ``amount``); nothing to override otherwise."""
+    arguments = original.arguments if isinstance(original.arguments, dict) else {}
+    if finding.amount is None or "amount" not in arguments:
+        return {}
+    return {"amount": finding.amount, "currency": finding.currency or arguments.get("currency")}
+
+
+def compensation_action_for(finding: ProviderFinding) -> str | None:
+    """The action that would compensate ``finding``'s effect (``payments.refund``), or None when
+    compensating is not offered: a missing effect has nothing to undo, and an action without a
+    compensation (an email) cannot be undone. A finding without an intent is judged by its
+    source's actions (the first with a compensation)."""
+    if finding.kind == ProviderFinding.Kind.MISSING_AT_PROVIDER:
+        return None
+    if finding.intent is not None:
+        actions = [finding.intent.action]
+    else:
+        try:
+            actions = source_actions(finding.source)
+        except StatementRefused:
+            return None
+    for action in actions:
+        try:
+            compensation = capabilities_for(action).compensation_action
+        except ActionUnavailable:
+            continue
+        if compensation:
+            return compensation
+    return None
 
 
 def _link_target(finding: ProviderFinding, user: User, intent_id: str) -> Intent:

@@ -14,10 +14,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from console.permissions import console_role_required, every_tenant_only, on_every_tenant, reader_scope
 from console.views.common import HtmxHttpRequest, page_or_partial
-from operations.adapters.registry import ActionUnavailable, capabilities_for, evidence_sources
+from operations.adapters.registry import evidence_sources
 from operations.exceptions import ResolutionRefused
 from operations.tenant_access import role_scope
-from reconciliation.findings import VERBS, can_work, resolve_provider_finding
+from reconciliation.findings import VERBS, can_work, compensation_action_for, resolve_provider_finding
 from reconciliation.models import ProviderFinding
 from reconciliation.provider_selectors import provider_finding, provider_findings, statement_runs
 from reconciliation.resolution import RESOLVER_GROUPS
@@ -69,12 +69,7 @@ def provider_findings_list(request: HtmxHttpRequest) -> HttpResponse:
 def finding_context(request: HtmxHttpRequest, finding: ProviderFinding, **extra: Any) -> dict[str, Any]:
     """The finding, its intent's compensation action (None: compensate not offered), whether
     the user may work it, and what was posted (kept after a refusal)."""
-    compensation_action = None
-    if finding.intent is not None and finding.kind != ProviderFinding.Kind.MISSING_AT_PROVIDER:
-        try:
-            compensation_action = capabilities_for(finding.intent.action).compensation_action
-        except ActionUnavailable:
-            compensation_action = None
+    compensation_action = compensation_action_for(finding)
     context: dict[str, Any] = {
         "finding": finding,
         "intent": finding.intent,

@@ -214,6 +214,7 @@ def intent_open_compensation(
     cause: str,
     generation: int = 0,
     requested_by: User | None = None,
+    effect_arguments: dict[str, Any] | None = None,
 ) -> Intent:
     """Open (or find) the compensation intent that undoes ``provider_reference`` of ``original``.
 
@@ -227,6 +228,9 @@ def intent_open_compensation(
         generation: 0 for the first compensation of this effect, then 1, 2 ...
         requested_by: the operator behind a ``user:<username>`` principal (required then),
             recorded by id so that they cannot approve their own compensation (four eyes).
+        effect_arguments: argument values of the effect to undo where the provider's differ from
+            the original's (a provider finding's ``{"amount", "currency"}`` as the provider holds
+            them, minor units), so the compensation undoes what the provider holds.
 
     Raises:
         ResolutionRefused: the action has no compensation.
@@ -242,7 +246,7 @@ def intent_open_compensation(
         raise ResolutionRefused(f"{original.action} has no compensation action")
     try:
         arguments = get_adapter(original.action).compensation_arguments(
-            original.action, original.arguments, provider_reference
+            original.action, {**original.arguments, **(effect_arguments or {})}, provider_reference
         )
     except NotImplementedError as exc:
         raise ResolutionRefused(f"{original.action} cannot be compensated: {exc}") from exc

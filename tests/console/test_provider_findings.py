@@ -152,6 +152,11 @@ def test_c21_compensate_opens_the_compensation_and_is_refused_for_a_missing_effe
     assert mismatch.state == "compensating" and mismatch.compensation is not None
     assert mismatch.compensation.action == "payments.refund"
     assert mismatch.compensation.arguments["charge"] == "ch_3"
+    # the refund undoes what the provider charged (9.99), not what the intent asked (10.00)
+    assert (mismatch.compensation.arguments["amount"], mismatch.compensation.arguments["currency"]) == (
+        999,
+        "EUR",
+    )
     assert Evidence.objects.filter(intent=findings["changed"], result="finding_compensate").count() == 1
 
 
@@ -231,3 +236,33 @@ def test_c21_an_orphan_events_finding_is_listed_and_linked(operator_client: Clie
     finding.refresh_from_db()
     event.refresh_from_db()
     assert (finding.state, finding.intent_id, event.intent_id) == ("resolved", target.id, target.id)
+
+
+def test_c21_an_effect_no_intent_has_is_compensated_against_a_named_intent(
+    operator_client: Client, findings: dict[str, Any]
+) -> None:
+    extra = findings["extra_at_provider"]  # ch_x, 123.45 EUR, no intent
+    page = operator_client.get(reverse("provider-finding-detail", args=[extra.id])).content.decode()
+    assert "Open a compensation" in page and "Intent it is compensated against" in page
+    unnamed = decide(operator_client, extra, "compensate", reason="charged outside the ledger")
+    assert unnamed.status_code == 422 and "name the intent" in unnamed.content.decode()
+    email = submit(action="email.send", arguments={"to": "a@example.com", "subject": "s", "body": "b"})
+    other = decide(operator_client, extra, "compensate", reason="refund it", intent_id=str(email.id))
+    assert other.status_code == 422 and "not an intent of sandbox-payments" in other.content.decode()
+    extra.refresh_from_db()
+    assert (extra.state, extra.intent_id, extra.compensation_id) == ("open", None, None)
+    assert not Intent.objects.filter(action="payments.refund").exists()
+
+    target = findings["omitted"]
+    done = decide(operator_client, extra, "compensate", reason="refund it", intent_id=str(target.id))
+    assert done.status_code == 200
+    extra.refresh_from_db()
+    assert (extra.state, extra.intent_id) == ("compensating", target.id)
+    refund = extra.compensation
+    assert refund is not None and refund.action == "payments.refund"
+    assert (refund.arguments["charge"], refund.arguments["amount"], refund.arguments["currency"]) == (
+        "ch_x",
+        12345,
+        "EUR",
+    )
+    assert Evidence.objects.filter(intent=target, result="finding_compensate").count() == 1
