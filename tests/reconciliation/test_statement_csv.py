@@ -122,3 +122,51 @@ def test_c21_no_saved_mapping_is_refused() -> None:
 def test_c21_a_mapping_without_the_provider_reference_is_refused() -> None:
     with pytest.raises(StatementFileError, match="must name the column of provider_reference"):
         save_mapping(source=SOURCE, columns={"amount": "Amount"}, actor="user:otto")
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            b"Charge ID,Order,Amount,Currency\nch_1,o-1,92233720368547758.08,EUR\n",
+            "line 2, column 'Amount': '92233720368547758.08' is too large",
+        ),
+        (
+            b"Charge ID,Order,Amount,Currency\nch_1,o-1,-92233720368547758.08,EUR\n",
+            "line 2, column 'Amount': '-92233720368547758.08' is too large",
+        ),
+        (b"Charge ID,Order,Amount,Currency\nch_1,o-\x001,49.90,EUR\n", "line 2, column 'Order': a NUL byte"),
+        (b"Charge ID,Order,Amount,Currency,No\x00te\nch_1,o,49.90,EUR,x\n", "line 1, column 'No"),
+        (b"Charge ID,Order,Amount,Currency\nch_1,o-1,49.90,EUR\nch_2,o-2\n", "line 3: fewer fields"),
+        (
+            b'Charge ID,Order,Amount,Currency\nch_1,o-1,49.90,EUR\n"ch_2,o-2,1.00,EUR\nch_3,o-3,1.00,EUR\n',
+            "line 3: a quoted field opened on this line is never closed",
+        ),
+        (
+            b'Charge ID,Order,Amount,Currency\n"ch_1\nwrapped",o-1,49.90,EUR\n"ch_2,o-2,1.00,EUR\n',
+            "line 4: a quoted field opened on this line is never closed",
+        ),
+    ],
+    ids=[
+        "amount-too-large",
+        "amount-too-small",
+        "nul-in-field",
+        "nul-in-header",
+        "fewer-fields",
+        "open-quote",
+        "open-quote-after-wrapped",
+    ],
+)
+def test_c21_a_file_the_database_would_refuse_is_refused_first_and_stores_nothing(
+    data: bytes, message: str
+) -> None:
+    with pytest.raises(StatementFileError, match="^" + message.replace("(", r"\(").replace(".", r"\.")):
+        upload(data)
+    assert not StatementRun.objects.exists()
+    assert not StatementLine.objects.exists() and not ProviderFinding.objects.exists()
+
+
+def test_c21_a_repeated_header_is_refused_on_line_1() -> None:
+    with pytest.raises(StatementFileError, match="^line 1: column 'Order' appears twice in the header"):
+        upload(b"Charge ID,Order,Amount,Currency,Order\nch_1,o-1,49.90,EUR,o-2\n")
+    assert not StatementRun.objects.exists()

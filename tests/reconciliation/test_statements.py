@@ -226,3 +226,137 @@ def test_c21_an_email_line_is_matched_by_the_key_in_its_message_id() -> None:
     result = run(source="sandbox-email", day=timezone.now().date(), entries=[entry], origin="api")
     assert (result.matched, result.missing_at_provider, result.extra_at_provider) == (1, 0, 0)
     assert StatementLine.objects.get().intent_id == email.id
+
+
+def in_status(reference: str, status: str, *, attempts: int = 0) -> Intent:
+    """A charge put in ``status`` directly (with ``attempts`` sent), no outcome: only matching is under test."""
+    intent = submit(arguments=charge_arguments(4990, reference=reference), reference=reference)
+    Intent.objects.filter(id=intent.id).update(status=status, attempt_count=attempts)
+    intent.refresh_from_db()
+    return intent
+
+
+def test_c21_a_line_for_an_intent_without_an_effect_is_decided_by_its_status() -> None:
+    from operations.audit import audit_verify
+
+    unknown = in_status("o-unknown", Intent.Status.UNKNOWN, attempts=1)
+    running = in_status("o-running", Intent.Status.RUNNING, attempts=1)
+    resent = in_status("o-ready-sent", Intent.Status.READY, attempts=1)
+    failed = in_status("o-failed", Intent.Status.FAILED, attempts=1)
+    never = in_status("o-ready-never", Intent.Status.READY)
+    entries = [
+        line(unknown, "ch_u"),
+        line(running, "ch_r"),
+        line(resent, "ch_s"),
+        line(failed, "ch_f"),
+        line(never, "ch_n"),
+    ]
+    result = run(source=SOURCE, day=dt.date(2026, 3, 10), entries=entries, origin="api")
+    assert result.error == ""
+    assert (result.matched, result.extra_at_provider, result.amount_mismatches) == (3, 2, 0)
+    unknown.refresh_from_db()
+    assert unknown.status == Intent.Status.SUCCEEDED
+    outcome = Outcome.objects.get(intent=unknown)
+    assert (outcome.source, outcome.provider_reference) == (Outcome.Source.RECONCILER, "ch_u")
+    assert outcome.detail == {"statement_run": result.id, "line_no": 1}
+    running.refresh_from_db()
+    resent.refresh_from_db()
+    assert (running.status, resent.status) == (Intent.Status.RUNNING, Intent.Status.READY)
+    extra = {f.provider_reference: f for f in ProviderFinding.objects.filter(kind="extra_at_provider")}
+    assert sorted(extra) == ["ch_f", "ch_n"]
+    assert extra["ch_f"].intent_id == failed.id
+    assert "is FAILED: the ledger holds no effect for it" in extra["ch_f"].detail["why"]
+    assert "is READY: the ledger holds no effect for it" in extra["ch_n"].detail["why"]
+    assert list(audit_verify()) == []
+
+
+def test_c21_a_line_without_an_amount_is_no_amount_mismatch() -> None:
+    no_amount = succeeded("order-a", "ch_a")
+    no_currency = succeeded("order-b", "ch_b")
+    entries = [line(no_amount, "ch_a", amount=None, currency=""), line(no_currency, "ch_b", currency="")]
+    result = run(source=SOURCE, day=timezone.now().date(), entries=entries, origin="api")
+    assert (result.matched, result.amount_mismatches) == (2, 0)
+    assert not ProviderFinding.objects.exists()
+
+
+def test_c21_one_stray_effect_is_one_finding_from_its_event_and_its_line() -> None:
+    from reconciliation.events import process_provider_event
+    from reconciliation.models import ProviderEvent
+
+    payload = {
+        "id": "evt_stray",
+        "type": "charge.succeeded",
+        "created": "2026-03-10T12:00:00Z",
+        "data": {
+            "object": "charge",
+            "id": "ch_stray",
+            "idempotency_key": "made-outside",
+            "reference": "",
+            "amount": 700,
+            "currency": "EUR",
+            "status": "succeeded",
+        },
+    }
+    event = ProviderEvent.objects.create(
+        source=SOURCE,
+        event_id="evt_stray",
+        event_type="charge.succeeded",
+        payload=payload,
+        idempotency_key="made-outside",
+        provider_reference="ch_stray",
+        amount=700,
+        currency="EUR",
+    )
+    assert process_provider_event(event_pk=event.id) == "orphan"
+    entry = StatementEntry("ch_stray", "made-outside", "", 700, "EUR")
+    result = run(source=SOURCE, day=dt.date(2026, 3, 10), entries=[entry], origin="api")
+    assert result.extra_at_provider == 1
+    finding = ProviderFinding.objects.get()
+    assert finding.fingerprint == f"extra:{SOURCE}:ch_stray" and finding.kind == "orphan_event"
+    assert (finding.event_id, finding.run_id, finding.line_id) == (
+        event.id,
+        result.id,
+        StatementLine.objects.get().id,
+    )
+
+
+@pytest.mark.parametrize("text", ["20261202", "2026-W49-3", "2026-12-2"])
+def test_c21_reconcile_statement_takes_only_yyyy_mm_dd(text: str) -> None:
+    with pytest.raises(CommandError, match=f"--date {text!r} is not a date: use YYYY-MM-DD"):
+        call_command("reconcile_statement", "--adapter", SOURCE, "--date", text)
+    assert not StatementRun.objects.exists()
+
+
+def test_c21_reconcile_statement_refuses_a_day_after_today() -> None:
+    tomorrow = (timezone.now().astimezone(dt.UTC) + dt.timedelta(days=1)).date().isoformat()
+    with pytest.raises(CommandError, match=f"--date {tomorrow} is after today \\(UTC\\)"):
+        call_command("reconcile_statement", "--adapter", SOURCE, "--date", tomorrow)
+    assert not StatementRun.objects.exists()
+
+
+def test_c21_a_run_is_audited_on_the_chain_without_an_intent() -> None:
+    from operations.audit import audit_verify
+    from operations.models import AuditEvent
+
+    kept = succeeded("order-1", "ch_1")
+    result = run(
+        source=SOURCE,
+        day=timezone.now().date(),
+        entries=[line(kept, "ch_1")],
+        origin="api",
+        actor="reconciler",
+    )
+    event = AuditEvent.objects.get(intent_id__isnull=True, event="statement_reconciled")
+    assert event.actor == "reconciler"
+    assert event.data == {
+        "run": result.id,
+        "source": SOURCE,
+        "date": timezone.now().date().isoformat(),
+        "origin": "api",
+        "lines": 1,
+        "matched": 1,
+        "missing_at_provider": 0,
+        "extra_at_provider": 0,
+        "amount_mismatches": 0,
+    }
+    assert list(audit_verify()) == []
