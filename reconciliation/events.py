@@ -254,7 +254,11 @@ class _Decision:
 
 
 def _orphan(event: ProviderEvent, facts: EventFacts) -> _Decision:
-    fingerprint = f"orphan:{event.source}:{facts.provider_reference or facts.event_id}"
+    fingerprint = (
+        f"extra:{event.source}:{facts.provider_reference}"
+        if facts.provider_reference
+        else f"orphan:{event.source}:{facts.event_id}"
+    )
     finding, created = ProviderFinding.objects.get_or_create(
         fingerprint=fingerprint,
         defaults={

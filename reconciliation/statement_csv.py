@@ -11,10 +11,13 @@ exponent (``operations.money.exponent``; Babel's CLDR data). An amount with more
 its currency has (``49.901`` EUR), thousands separators, a sign other than a leading ``-`` or
 an amount without a currency is refused; an empty amount means the effect moves no money.
 
-A bad file is refused whole, with the line (the file's physical line, the header is line 1)
-and the column named, before anything is stored: not UTF-8, empty, no header, a mapped column
-missing from the header, an empty provider reference, a bad amount or currency, too large
-(``MAX_UPLOAD_BYTES``, ``MAX_LINES``).
+A bad file is refused whole, with the line (the physical line its record starts on, the header
+is line 1) and the column named, before anything is stored (not even a run: everything the
+database would refuse is caught here first): not UTF-8, empty, no header, a header naming a
+column twice, a mapped column missing from the header, a row with fewer or more fields than the
+header, a quoted field never closed, a NUL byte in any field, an empty provider reference, a
+bad amount or currency, an amount that does not fit a ``bigint`` (``|amount| < 2**63`` minor
+units), too large (``MAX_UPLOAD_BYTES``, ``MAX_LINES``).
 """
 
 from __future__ import annotations
@@ -40,6 +43,9 @@ REQUIRED_FIELDS = ("provider_reference",)
 #: The largest file accepted, in bytes (5 MiB), and the most lines.
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_LINES = 100_000
+
+#: Amounts in minor units are stored as a PostgreSQL ``bigint``: ``|amount| < 2**63``.
+MAX_MINOR_UNITS = 2**63
 
 _AMOUNT = re.compile(r"^-?[0-9]+(\.[0-9]+)?$")
 
@@ -109,6 +115,10 @@ def _amount(text: str, currency: str, where: str) -> int:
     minor = value.scaleb(digits)
     if minor != minor.to_integral_value():
         raise StatementFileError(f"{where}: {text!r} has more decimals than {currency} has ({digits})")
+    if abs(minor) >= MAX_MINOR_UNITS:
+        raise StatementFileError(
+            f"{where}: {text[:40]!r} is too large: at most {MAX_MINOR_UNITS - 1} minor units either way"
+        )
     return int(minor)
 
 
@@ -135,59 +145,96 @@ def parse_statement(
     problem = mapping_problem(columns)
     if problem:
         raise StatementFileError(f"the saved mapping is not usable: {problem}")
-    reader = csv.DictReader(io.StringIO(text, newline=""), strict=True)
+    # csv.reader, not DictReader: a short row, a repeated header and the line a record starts on
+    # must be seen (DictReader pads, merges and reports the line a record ends on).
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     try:
-        header = reader.fieldnames
+        header = next(reader, [])
     except csv.Error as exc:
-        raise StatementFileError(f"line 1: the header cannot be read: {exc}") from exc
+        raise StatementFileError(f"line 1: the header cannot be read: {_csv_problem(exc)}") from exc
     if not header or not any(h.strip() for h in header):
         raise StatementFileError("line 1: the file has no header")
+    _check_header(header, columns)
+    entries: list[StatementEntry] = []
+    rows: list[dict[str, str]] = []
+    ended = reader.line_num  # the physical line the last record read ends on
+    try:
+        for fields in reader:
+            first_line, ended = ended + 1, reader.line_num
+            if not fields:  # a blank line
+                continue
+            where_line = f"line {first_line}"
+            if len(rows) >= MAX_LINES:
+                raise StatementFileError(f"{where_line}: too many lines, at most {MAX_LINES}")
+            if len(fields) > len(header):
+                raise StatementFileError(f"{where_line}: more fields than the header has")
+            if len(fields) < len(header):
+                raise StatementFileError(
+                    f"{where_line}: fewer fields than the header has ({len(fields)} of {len(header)})"
+                )
+            row = dict(zip(header, fields, strict=True))
+            for name, value in row.items():
+                if "\x00" in value:  # PostgreSQL stores no NUL in text or JSON
+                    raise StatementFileError(f"{where_line}, column {name[:60]!r}: a NUL byte is not text")
+            entries.append(_entry(row, columns, where_line))
+            rows.append(row)
+    except csv.Error as exc:
+        raise StatementFileError(f"line {ended + 1}: {_csv_problem(exc)}") from exc
+    return entries, rows  # a header alone is a day without effects: every SUCCEEDED intent is missing
+
+
+def _csv_problem(exc: csv.Error) -> str:
+    """What ``csv`` could not read, for operators (a record's first line is named by the caller)."""
+    if "unexpected end of data" in str(exc):
+        return "a quoted field opened on this line is never closed"
+    return f"the CSV cannot be read: {exc}"
+
+
+def _check_header(header: list[str], columns: dict[str, str]) -> None:
+    """Refuse a header with a NUL, a repeated name (which column would be read?) or without a
+    mapped column; the header is line 1."""
+    seen: set[str] = set()
+    for name in header:
+        if "\x00" in name:
+            raise StatementFileError(f"line 1, column {name[:60]!r}: a NUL byte is not text")
+        if name in seen:
+            raise StatementFileError(f"line 1: column {name[:60]!r} appears twice in the header")
+        seen.add(name)
     for field, column in columns.items():
-        if column and column not in header:
+        if column and column not in seen:
             raise StatementFileError(
                 f"line 1: column {column!r} (mapped to {field}) is not in the header; it has "
                 + ", ".join(repr(h) for h in header)
             )
-    entries: list[StatementEntry] = []
-    rows: list[dict[str, str]] = []
-    try:
-        for row in reader:
-            where_line = f"line {reader.line_num}"
-            if len(rows) >= MAX_LINES:
-                raise StatementFileError(f"{where_line}: too many lines, at most {MAX_LINES}")
-            if None in row:
-                raise StatementFileError(f"{where_line}: more fields than the header has")
-            values = {field: (row.get(column) or "").strip() for field, column in columns.items() if column}
-            if not values.get("provider_reference"):
-                raise StatementFileError(
-                    f"{where_line}, column {columns['provider_reference']!r}: the provider reference is empty"
-                )
-            currency = values.get("currency", "")
-            if currency and not is_currency(currency):
-                raise StatementFileError(
-                    f"{where_line}, column {columns['currency']!r}: {currency[:20]!r} is not an ISO 4217 currency code"
-                )
-            amount = None
-            if values.get("amount"):
-                amount = _amount(values["amount"], currency, f"{where_line}, column {columns['amount']!r}")
-            for field, limit in (("provider_reference", 200), ("idempotency_key", 255), ("reference", 200)):
-                if len(values.get(field, "")) > limit:
-                    raise StatementFileError(
-                        f"{where_line}, column {columns[field]!r}: longer than {limit} characters"
-                    )
-            entries.append(
-                StatementEntry(
-                    provider_reference=values["provider_reference"],
-                    idempotency_key=values.get("idempotency_key", ""),
-                    reference=values.get("reference", ""),
-                    amount=amount,
-                    currency=currency,
-                )
+
+
+def _entry(row: dict[str, str], columns: dict[str, str], where_line: str) -> StatementEntry:
+    """One data row as a ``StatementEntry`` (amounts in minor units), or the first problem."""
+    values = {field: row[column].strip() for field, column in columns.items() if column}
+    if not values.get("provider_reference"):
+        raise StatementFileError(
+            f"{where_line}, column {columns['provider_reference']!r}: the provider reference is empty"
+        )
+    currency = values.get("currency", "")
+    if currency and not is_currency(currency):
+        raise StatementFileError(
+            f"{where_line}, column {columns['currency']!r}: {currency[:20]!r} is not an ISO 4217 currency code"
+        )
+    amount = None
+    if values.get("amount"):
+        amount = _amount(values["amount"], currency, f"{where_line}, column {columns['amount']!r}")
+    for field, limit in (("provider_reference", 200), ("idempotency_key", 255), ("reference", 200)):
+        if len(values.get(field, "")) > limit:
+            raise StatementFileError(
+                f"{where_line}, column {columns[field]!r}: longer than {limit} characters"
             )
-            rows.append({k: v for k, v in row.items() if k is not None})
-    except csv.Error as exc:
-        raise StatementFileError(f"line {reader.line_num}: the CSV cannot be read: {exc}") from exc
-    return entries, rows  # a header alone is a day without effects: every SUCCEEDED intent is missing
+    return StatementEntry(
+        provider_reference=values["provider_reference"],
+        idempotency_key=values.get("idempotency_key", ""),
+        reference=values.get("reference", ""),
+        amount=amount,
+        currency=currency,
+    )
 
 
 def upload_statement(*, source: str, day: date, data: bytes, filename: str, actor: str) -> StatementRun:

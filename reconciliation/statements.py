@@ -11,9 +11,19 @@ fingerprint (contract: ``missing:<source>:<date>:<intent id>``, ``extra:<source>
 reference>``, ``mismatch:<source>:<intent id>:<provider reference>``), so running a day again
 makes no second finding:
 
-* matched: the line has an intent (the first line for it) and the amounts agree;
-* ``amount_mismatch``: matched, but the amount or the currency differ;
-* ``extra_at_provider``: a line no intent has, or a second line for an intent already matched;
+* matched: the line has an intent (the first line for it) whose effect the ledger holds or will
+  hold, and the amounts agree. By the intent's status: SUCCEEDED, COMPENSATING, COMPENSATED hold
+  it; UNKNOWN: the line proves the effect, so the intent ends SUCCEEDED with the line's provider
+  reference (``intent_resolve_found``, source ``reconciler``); RUNNING, or READY after an attempt
+  was sent: in flight, and its own end records the effect (nothing is done to it here);
+* ``amount_mismatch``: matched, but the amount or the currency differ (each compared only when
+  the line has one: a statement without amounts proves no amount);
+* ``extra_at_provider``: a line no intent has, a second line for an intent already matched, or
+  a line of an intent that holds no effect and never will (FAILED, CANCELLED, REJECTED, EXPIRED,
+  AWAITING_APPROVAL, HELD, READY never sent): the provider holds an effect the ledger does not.
+  One stray effect is one finding: an orphan event of the same provider reference made
+  ``extra:<source>:<reference>`` first (``reconciliation.events``), and the line's run and line
+  are attached to it (it keeps its kind);
 * ``missing_at_provider``: a SUCCEEDED intent whose effect falls on the day and that no line of
   this source's statements (this run's or another day's) was matched to. A statement is final
   only after the provider's settlement window: when a later run matches a line to the intent,
@@ -29,12 +39,15 @@ statement that holds it clears it, and the daily beat runs days in order, so the
 is always read first.
 
 The whole run is one transaction: a failure (a line that cannot be stored, the database) stores
-nothing but the run with its ``error``.
+nothing but the run with its ``error``. A finished run is audited as ``statement_reconciled`` on
+the chain of events without an intent (source, date, origin, counts, actor), in the same
+transaction.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,9 +56,12 @@ from django.db import transaction
 from django.db.models import Min
 from django.utils import timezone
 
+from operations import services
 from operations.adapters.base import AdapterError, StatementEntry, StatementsUnsupported
 from operations.adapters.events import key_from_message_id
 from operations.adapters.registry import evidence_sources, get_adapter, known_actions
+from operations.audit import audit_append_unattached
+from operations.exceptions import IntentMoved
 from operations.models import Intent, Outcome
 from reconciliation.models import ProviderFinding, StatementLine, StatementRun
 
@@ -56,6 +72,36 @@ FETCH_DEADLINE_SECONDS = 30.0
 class StatementRefused(ValueError):
     """A run that cannot start: an unknown source, or a source without a statement API.
     ``str()`` says which, for operators."""
+
+
+#: Statuses whose intent holds its effect on record: a line for one is matched.
+HOLDS_EFFECT = (Intent.Status.SUCCEEDED, Intent.Status.COMPENSATING, Intent.Status.COMPENSATED)
+
+_DAY = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+
+
+def statement_day(text: str, *, today: dt.date | None = None) -> dt.date:
+    """A statement's day from ``YYYY-MM-DD`` (only that form: not ``20261202`` nor
+    ``2026-W49-3``, which ``date.fromisoformat`` also reads), at most ``today`` (UTC; no
+    provider has a statement of a day to come).
+
+    Raises:
+        ValueError: not that form or no such date (``str()``: "is not a date (YYYY-MM-DD)"),
+            or a day after today (``str()``: "is after today (UTC)").
+    """
+    text = text.strip()
+    try:
+        if not _DAY.match(text):
+            raise ValueError(text)
+        day = dt.date.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text[:40]!r} is not a date (YYYY-MM-DD)") from None
+    today = today or timezone.now().astimezone(dt.UTC).date()
+    if day > today:
+        raise ValueError(
+            f"{day.isoformat()} is after today (UTC), {today.isoformat()}: no statement exists yet"
+        )
+    return day
 
 
 @dataclass
@@ -240,18 +286,26 @@ def _run(
             intent=intent,
         )
         finding: dict[str, Any] | None = None
-        if intent is None or intent.id in matched_ids:
+        why = _no_effect(intent, statement_run, day, line) if intent is not None else ""
+        if intent is None or intent.id in matched_ids or why:
             counts["extra"] += 1
+            if not why:
+                why = "second line for one intent" if intent else "no intent has this effect"
             finding = {
                 "fingerprint": f"extra:{source}:{entry.provider_reference}",
                 "kind": ProviderFinding.Kind.EXTRA_AT_PROVIDER,
                 "intent": intent,
-                "detail": {"why": "second line for one intent" if intent else "no intent has this effect"},
+                "detail": {"why": why},
             }
         else:
+            assert intent is not None
             matched_ids.add(intent.id)
             money = _money(intent)
-            if money.moves_money and (entry.amount != money.amount or entry.currency != money.currency):
+            # A line without an amount (or currency) proves none: only what it states is compared.
+            if money.moves_money and (
+                (entry.amount is not None and entry.amount != money.amount)
+                or (entry.currency and entry.currency.upper() != money.currency)
+            ):
                 counts["mismatch"] += 1
                 finding = {
                     "fingerprint": f"mismatch:{source}:{intent.id}:{entry.provider_reference}",
@@ -264,7 +318,7 @@ def _run(
             else:
                 counts["matched"] += 1
         if finding is not None:
-            ProviderFinding.objects.get_or_create(
+            found, created = ProviderFinding.objects.get_or_create(
                 fingerprint=finding.pop("fingerprint"),
                 defaults={
                     **finding,
@@ -277,6 +331,13 @@ def _run(
                     "detail": {**finding["detail"], "statement_date": day.isoformat(), "line_no": number},
                 },
             )
+            if not created and found.run_id is None:
+                # The same effect seen first as an orphan event: one finding, now with its line too.
+                ProviderFinding.objects.filter(id=found.id, run__isnull=True).update(
+                    run=statement_run,
+                    line=line,
+                    detail={**found.detail, "statement_date": day.isoformat(), "line_no": number},
+                )
 
     # A line seen late (the provider's settlement window) closes an open "missing" of another day.
     ProviderFinding.objects.filter(
@@ -298,7 +359,54 @@ def _run(
     statement_run.missing_at_provider = missing
     statement_run.finished_at = timezone.now()
     statement_run.save()
+    audit_append_unattached(
+        event="statement_reconciled",
+        actor=actor,
+        data={
+            "run": statement_run.id,
+            "source": source,
+            "date": day.isoformat(),
+            "origin": origin,
+            "lines": statement_run.lines,
+            "matched": statement_run.matched,
+            "missing_at_provider": missing,
+            "extra_at_provider": statement_run.extra_at_provider,
+            "amount_mismatches": statement_run.amount_mismatches,
+        },
+    )
     return statement_run
+
+
+def _in_flight(intent: Intent) -> bool:
+    """Sent and not yet ended: its own end records the effect (RUNNING, or READY to be sent again)."""
+    return intent.status == Intent.Status.RUNNING or (
+        intent.status == Intent.Status.READY and intent.attempt_count > 0
+    )
+
+
+def _no_effect(intent: Intent, statement_run: StatementRun, day: dt.date, line: StatementLine) -> str:
+    """Why ``line``'s intent holds no effect the line could be matched to ("" when it holds or
+    will hold one). An UNKNOWN intent is ended SUCCEEDED here: the line proves its effect."""
+    if intent.status == Intent.Status.UNKNOWN and line.provider_reference:
+        try:
+            services.intent_resolve_found(
+                intent_id=intent.id,
+                provider_reference=line.provider_reference,
+                source=Outcome.Source.RECONCILER,
+                actor="reconciler",
+                reason=f"on the provider's statement of {day.isoformat()} (run {statement_run.id})",
+                detail={"statement_run": statement_run.id, "line_no": line.line_no},
+            )
+        except IntentMoved:  # it ended meanwhile (a lookup, an event, an operator): judge it now
+            intent.refresh_from_db(fields=["status", "attempt_count"])
+        else:
+            intent.status = Intent.Status.SUCCEEDED
+            return ""
+    if intent.status in HOLDS_EFFECT or _in_flight(intent):
+        return ""
+    if intent.status == Intent.Status.UNKNOWN:  # moved back to UNKNOWN meanwhile: still unproven here
+        return ""
+    return f"intent {intent.id} is {intent.status}: the ledger holds no effect for it"
 
 
 def effect_day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:

@@ -10,6 +10,7 @@ from typing import Any
 from django.contrib import messages
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from console.permissions import console_role_required, every_tenant_only, on_every_tenant, reader_scope
@@ -29,7 +30,7 @@ from reconciliation.statement_csv import (
     save_mapping,
     upload_statement,
 )
-from reconciliation.statements import StatementRefused, api_sources
+from reconciliation.statements import StatementRefused, api_sources, statement_day
 
 DETAIL = "console/provider_finding.html"
 STATEMENTS = "console/statements.html"
@@ -143,6 +144,7 @@ def statements_context(request: HtmxHttpRequest, **extra: Any) -> dict[str, Any]
         "mapping_fields": [(field, mapping.get(field, "")) for field in FIELDS],
         "may_upload": _may_upload(request),
         "max_upload_bytes": MAX_UPLOAD_BYTES,
+        "today": timezone.now().astimezone(dt.UTC).date(),  # the latest statement day
         "posted": {},
         "section": "findings",
     }
@@ -170,7 +172,8 @@ def _refuse(request: HtmxHttpRequest, message: str, status: int, **extra: Any) -
 @console_role_required
 def statement_upload(request: HtmxHttpRequest) -> HttpResponse:
     """Reconcile an uploaded CSV statement (source, date, file) with the source's saved mapping;
-    a bad file is refused with its line and column named and nothing stored."""
+    a bad file, or a date not ``YYYY-MM-DD`` or after today (UTC), is refused (its line and
+    column named) and nothing is stored."""
     if not on_every_tenant(request.user):
         return every_tenant_only(request, "Statements")
     posted = {"source": request.POST.get("source", ""), "date": request.POST.get("date", "")}
@@ -179,9 +182,9 @@ def statement_upload(request: HtmxHttpRequest) -> HttpResponse:
             request, "Only operators and admins of every tenant can upload statements.", 403, posted=posted
         )
     try:
-        day = dt.date.fromisoformat(posted["date"])
-    except ValueError:
-        return _refuse(request, f"{posted['date'][:40]!r} is not a date (YYYY-MM-DD).", 422, posted=posted)
+        day = statement_day(posted["date"])  # YYYY-MM-DD, not after today (UTC)
+    except ValueError as exc:
+        return _refuse(request, f"{exc}.", 422, posted=posted)
     upload = request.FILES.get("file")
     if upload is None:
         return _refuse(request, "Choose the statement's CSV file.", 422, posted=posted)

@@ -273,7 +273,7 @@ def test_c20_orphan_event_makes_one_orphan_finding(client: Client) -> None:
     finding = ProviderFinding.objects.get()
     assert (finding.kind, finding.fingerprint, finding.provider_reference, finding.amount) == (
         "orphan_event",
-        "orphan:sandbox-payments:ch_orphan",
+        "extra:sandbox-payments:ch_orphan",
         "ch_orphan",
         4990,
     )

@@ -1,15 +1,15 @@
 """``manage.py reconcile_statement --adapter SOURCE --date YYYY-MM-DD``: fetch a statement
 source's statement of one day from its provider and reconcile it now (two-way: every SUCCEEDED
-intent has its line, every line belongs to one intent; ``reconciliation.statements``)."""
+intent has its line, every line belongs to one intent; ``reconciliation.statements``). The date
+is ``YYYY-MM-DD`` only and at most today (UTC); a refused one stores nothing."""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from reconciliation.statements import StatementRefused, fetch_and_run
+from reconciliation.statements import StatementRefused, fetch_and_run, statement_day
 
 
 class Command(BaseCommand):
@@ -21,9 +21,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            day = dt.date.fromisoformat(options["date"])
+            day = statement_day(options["date"])
         except ValueError as exc:
-            raise CommandError(f"--date {options['date']!r} is not a date: use YYYY-MM-DD") from exc
+            if "after today" in str(exc):
+                raise CommandError(f"--date {exc}") from exc
+            raise CommandError(f"--date {options['date'][:40]!r} is not a date: use YYYY-MM-DD") from exc
         try:
             run = fetch_and_run(source=options["adapter"], day=day, actor="command:reconcile_statement")
         except StatementRefused as exc:
