@@ -3,9 +3,13 @@ provider, an intent missing at the provider, an amount mismatch (``ProviderFindi
 
 Three decisions, each with a required reason, on an open finding only:
 
-* ``link``: the line or event is the effect of an intent the operator names (it must exist and
-  be an intent of one of the source's actions); the finding is resolved and the statement line
-  (or the event, when it has none yet) records the intent. For lines and events only (``extra_at_provider``, ``orphan_event``).
+* ``link``: the line or event is the effect of an intent the operator names (it must exist, be
+  an intent of one of the source's actions and, where both are known, ask the amount and
+  currency the line or event holds: another amount is not its effect, so compensate or close
+  instead); the finding is resolved and the statement line (or the event, when it has none yet)
+  records the intent. The intent's open ``missing_at_provider`` findings of the same source are
+  resolved with it (``linked``: its effect is the linked one), in the same transaction. For
+  lines and events only (``extra_at_provider``, ``orphan_event``).
 * ``compensate``: open a compensation intent (``operations.services.intent_open_compensation``)
   that undoes the finding's provider reference, where the finding has an intent whose action
   has a compensation; an effect no intent has (an orphan event, a line with no intent) is
@@ -16,9 +20,12 @@ Three decisions, each with a required reason, on an open finding only:
   effect has nothing to undo.
 * ``close``: the finding stands explained (resolved), e.g. a line of a provider fee.
 
-Audit, as duplicate findings are (``reconciliation.resolution``): a decision on a finding with
-an intent is an ``Evidence`` row of kind ``resolution`` on that intent (who, the verb, the
-reason, the evidence shown); ``link`` records one on the linked intent too. A finding without
+Audit: a decision on a finding with an intent is an event ``provider_finding_<verb>`` on that
+intent's hash-chained audit log (who, the reason, the finding; appended under the intent's row
+lock, as ``operations.services.intent_record_refusal`` does) and, as duplicate findings are
+(``reconciliation.resolution``), an ``Evidence`` row of kind ``resolution`` on it (the evidence
+shown); ``link`` records both on the linked intent (and on the intent the finding had before,
+if another). A finding without
 an intent (an orphan event, a line no intent has) belongs to no intent's chain: the decision is
 an event on the chain of events without an intent (``operations.audit.audit_append_unattached``,
 event ``provider_finding_<verb>``), which ``verify_audit`` checks. Refusals are recorded the
@@ -35,9 +42,11 @@ from django.db import transaction
 
 from operations import services
 from operations.adapters.registry import ActionUnavailable, capabilities_for
-from operations.audit import REFUSAL_EVENT, audit_append_unattached
+from operations.audit import REFUSAL_EVENT, audit_append, audit_append_unattached
+from operations.bounds import clean_text
 from operations.exceptions import ResolutionRefused
 from operations.models import Intent
+from operations.money import format_plain
 from operations.services import intent_record_refusal
 from operations.tenant_access import console_scope, role_scope
 from reconciliation.models import Evidence, ProviderEvent, ProviderFinding, StatementLine
@@ -84,6 +93,27 @@ def _evidence(
             "finding_kind": finding.kind,
             "source": finding.source,
             "evidence_shown": [e.id for e in intent_evidence(intent)],
+            **detail,
+        },
+    )
+
+
+def _audit(
+    intent_id: uuid.UUID, user: User, verb: str, reason: str, finding: ProviderFinding, **detail: Any
+) -> None:
+    """Append ``provider_finding_<verb>`` to the intent's audit chain, under its row lock."""
+    Intent.objects.select_for_update().filter(id=intent_id).values("id").first()
+    audit_append(
+        intent_id=intent_id,
+        event=f"provider_finding_{verb}",
+        actor=_actor(user),
+        reason=clean_text(reason),
+        data={
+            "finding_id": finding.id,
+            "finding_kind": finding.kind,
+            "source": finding.source,
+            "fingerprint": finding.fingerprint,
+            "provider_reference": finding.provider_reference,
             **detail,
         },
     )
@@ -165,9 +195,23 @@ def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str)
     actor = _actor(user)
     if verb == "link":
         target = _link_target(finding, user, intent_id)
-        _evidence(target, user, "link", reason, finding, linked_from=str(finding.intent_id or ""))
+        _same_money(finding, target)
+        before = finding.intent_id
+        _evidence(target, user, "link", reason, finding, linked_from=str(before or ""))
         if finding.intent_id is None:
             _unattached("provider_finding_link", user, reason, finding, intent_id=str(target.id))
+        elif before != target.id:
+            _audit(before, user, "link", reason, finding, linked_to=str(target.id))  # type: ignore[arg-type]
+        cleared = _clear_missing(finding, target, actor)
+        _audit(
+            target.id,
+            user,
+            "link",
+            reason,
+            finding,
+            linked_from=str(before or ""),
+            missing_findings_resolved=cleared,
+        )
         finding.intent = target
         if finding.line_id is not None:
             StatementLine.objects.filter(id=finding.line_id).update(intent=target)
@@ -201,12 +245,14 @@ def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str)
             effect_arguments=_effect_arguments(finding, original),
         )
         _evidence(original, user, "compensate", reason, finding, compensation=str(compensation.id))
+        _audit(original.id, user, "compensate", reason, finding, compensation=str(compensation.id))
         finding.state, finding.compensation = ProviderFinding.State.COMPENSATING, compensation
         finding.resolution = "compensated"
         finding.note = f"compensation opened by {actor}: {reason}"[:1000]
     else:
         if finding.intent is not None:
             _evidence(finding.intent, user, "close", reason, finding)
+            _audit(finding.intent.id, user, "close", reason, finding)
         else:
             _unattached("provider_finding_close", user, reason, finding)
         finding.state, finding.resolution = ProviderFinding.State.RESOLVED, "closed"
@@ -214,6 +260,65 @@ def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str)
     finding.resolved_by = actor
     finding.save()
     return finding
+
+
+def _provider_money(finding: ProviderFinding) -> tuple[int | None, str]:
+    """The amount (minor units) and currency the provider holds for the finding's effect: its
+    statement line's, else its event's, else the finding's own."""
+    if finding.line_id is not None:
+        line = StatementLine.objects.get(id=finding.line_id)
+        return line.amount, line.currency
+    if finding.event_id is not None:
+        event = ProviderEvent.objects.get(id=finding.event_id)
+        return event.amount, event.currency
+    return finding.amount, finding.currency
+
+
+def _same_money(finding: ProviderFinding, target: Intent) -> None:
+    """Refuse linking an effect whose amount or currency (where the provider's and the intent's
+    are both known) differ from the intent's: another amount is not that intent's effect.
+
+    Raises:
+        ResolutionRefused: they differ (the message says both, and what to do instead).
+    """
+    amount, currency = _provider_money(finding)
+    arguments = target.arguments if isinstance(target.arguments, dict) else {}
+    asked = arguments.get("amount")
+    asked = asked if isinstance(asked, int) and not isinstance(asked, bool) else None
+    asked_currency = str(arguments.get("currency") or "").upper()
+    amount_differs = amount is not None and asked is not None and amount != asked
+    currency_differs = bool(currency) and bool(asked_currency) and currency.upper() != asked_currency
+    if amount_differs or currency_differs:
+
+        def shown(value: int | None, code: str) -> str:
+            if value is None:
+                return code or "no amount"
+            return format_plain(value, code) if code else f"{value} minor units"
+
+        raise ResolutionRefused(
+            f"the provider's effect {finding.provider_reference or ''} is {shown(amount, currency)} but "
+            f"intent {target.id} asked {shown(asked, asked_currency)}: it is not that intent's effect; "
+            "compensate or close instead"
+        )
+
+
+def _clear_missing(finding: ProviderFinding, target: Intent, actor: str) -> list[int]:
+    """Resolve ``target``'s open ``missing_at_provider`` findings of the finding's source: the
+    linked line or event is its effect. Returns their ids."""
+    missing = ProviderFinding.objects.select_for_update().filter(
+        source=finding.source,
+        kind=ProviderFinding.Kind.MISSING_AT_PROVIDER,
+        state=ProviderFinding.State.OPEN,
+        intent=target,
+    )
+    ids = sorted(missing.values_list("id", flat=True))
+    ProviderFinding.objects.filter(id__in=ids).update(
+        state=ProviderFinding.State.RESOLVED,
+        resolution="linked",
+        resolved_by=actor,
+        note=f"its effect is {finding.provider_reference}, linked by {actor}"[:1000],
+    )
+    return ids
 
 
 def _effect_arguments(finding: ProviderFinding, original: Intent) -> dict[str, Any]:

@@ -38,18 +38,28 @@ def provider_finding(finding_id: int, *, scope: TenantScope) -> ProviderFinding 
     )
 
 
-def open_findings_by_kind(*, scope: TenantScope) -> dict[str, int]:
-    """Open findings of ``scope`` per kind, every kind present (0 when none):
+def findings_by_kind(*, scope: TenantScope, state: str) -> dict[str, int]:
+    """Findings of ``scope`` in ``state`` per kind, every kind present (0 when none):
     ``{"orphan_event": n, "missing_at_provider": n, "extra_at_provider": n, "amount_mismatch": n}``."""
     counts = dict.fromkeys(ProviderFinding.Kind.values, 0)
     rows = (
-        ProviderFinding.objects.filter(findings_in_scope(scope), state=ProviderFinding.State.OPEN)
+        ProviderFinding.objects.filter(findings_in_scope(scope), state=state)
         .values("kind")
         .annotate(n=Count("id"))
     )
     for row in rows:
         counts[row["kind"]] = row["n"]
     return counts
+
+
+def open_findings_by_kind(*, scope: TenantScope) -> dict[str, int]:
+    """Open findings of ``scope`` per kind (``findings_by_kind``)."""
+    return findings_by_kind(scope=scope, state=ProviderFinding.State.OPEN)
+
+
+def compensating_findings_by_kind(*, scope: TenantScope) -> dict[str, int]:
+    """Findings of ``scope`` whose compensation has not ended yet, per kind (``findings_by_kind``)."""
+    return findings_by_kind(scope=scope, state=ProviderFinding.State.COMPENSATING)
 
 
 def statement_runs(*, source: str = "", limit: int = 100) -> QuerySet[StatementRun]:

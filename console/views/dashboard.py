@@ -17,7 +17,7 @@ from operations.metrics import process_counters, render_metrics
 from operations.selectors import ledger_gauges
 from operations.tenant_access import EVERY_TENANT
 from reconciliation.models import ProviderFinding
-from reconciliation.provider_selectors import open_findings_by_kind
+from reconciliation.provider_selectors import compensating_findings_by_kind, open_findings_by_kind
 from reconciliation.selectors import decision_counts
 
 
@@ -41,8 +41,10 @@ def metrics(request: HttpRequest) -> HttpResponse:
 
 
 def provider_findings_metrics() -> bytes:
-    """Prometheus text of ``effect_ledger_provider_findings_open{kind}``: open provider findings
-    per kind, every tenant (issue 19). Appended to ``render_metrics``'s families here, in the
+    """Prometheus text of ``effect_ledger_provider_findings_open{kind}`` (open provider findings
+    per kind, every tenant; issue 19) and ``effect_ledger_provider_findings_compensating{kind}``
+    (those whose compensation has not ended: neither open nor resolved yet). Two families rather
+    than a ``state`` label, so the open family's series stay as they were. Appended to ``render_metrics``'s families here, in the
     console, because the ledger's metrics module may not read reconciliation's tables."""
     # Imported here, after ``operations.metrics`` chose the multiprocess mode (it must be imported
     # first: prometheus_client reads PROMETHEUS_MULTIPROC_DIR on import).
@@ -61,6 +63,14 @@ def provider_findings_metrics() -> bytes:
             for kind, count in open_findings_by_kind(scope=EVERY_TENANT).items():
                 family.add_metric([kind], count)
             yield family
+            compensating = GaugeMetricFamily(
+                "effect_ledger_provider_findings_compensating",
+                "Provider findings whose compensation intent has not ended yet, by kind",
+                labels=["kind"],
+            )
+            for kind, count in compensating_findings_by_kind(scope=EVERY_TENANT).items():
+                compensating.add_metric([kind], count)
+            yield compensating
 
     registry.register(FindingsCollector())
     return generate_latest(registry)
@@ -72,7 +82,7 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     """Whether execution runs (paused after the database went back in time; the fence epoch,
     the restore guard and the latest recovery runs), counts by state, approvals waiting, UNKNOWN by age, compensations, duplicate findings and
     held intents (likely duplicates among them) waiting for an operator, the oldest held age,
-    absorbed duplicates, stale fences, outbox backlog and the last hour's throughput; htmx
+    absorbed duplicates, provider findings (open per kind, and being compensated), stale fences, outbox backlog and the last hour's throughput; htmx
     refreshes the figures. Every figure counts the tenants the user may read; those that belong
     to no tenant (counters, outbox, failover and recoveries) are shown to a role on every tenant
     only, except that execution is paused (it stops every tenant's intents)."""
@@ -84,11 +94,13 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
         "approvals": selectors.approvals_waiting(scope=scope),
         "unknown_ages": selectors.unknown_by_age(scope=scope),
         "decisions": decision_counts(scope=scope),
-        # Provider findings (issue 19) waiting for an operator, per kind.
+        # Provider findings (issue 19) waiting for an operator, per kind, and those whose
+        # compensation has not ended (counted nowhere else).
         "provider_findings": [
             (kind, ProviderFinding.Kind(kind).label, count)
             for kind, count in open_findings_by_kind(scope=scope).items()
         ],
+        "compensating_provider_findings": sum(compensating_findings_by_kind(scope=scope).values()),
         # Figures of no tenant (this machine's counters, the outbox, failover): every tenant only.
         "every_tenant": every_tenant,
         "counters": process_counters() if every_tenant else {},
