@@ -9,9 +9,9 @@ processing.
 
 Processing (``process_provider_event``, the outbox's task; also the reconciler's sweep of
 events not finally processed, ``sweep_provider_events``) is idempotent and does not depend on
-the order events arrive in. The event is matched to its intent by our idempotency key, then our
-business reference, then the provider's reference (a recorded outcome); then, under the
-intent's row lock:
+the order events arrive in. The event is matched to its intent by our idempotency key when it
+carries one (decisive: that intent or none), else by our business reference, then the
+provider's reference (a recorded outcome) (``match_intent``); then, under the intent's row lock:
 
 =========================================  ==========================================================
 event and intent                           result
@@ -22,6 +22,9 @@ a type that proves no effect               ``ignored`` (on the intent's timeline
 proves the effect; intent UNKNOWN, RUNNING ``applied``: SUCCEEDED, outcome source ``provider_event``
 with an expired lease, or READY after a
 send (an operator's ``absent`` waiting)
+the same, but the event's amount or        ``recorded``, ``detail.contradicts`` names both amounts;
+currency differs from the intent's         one ``ProviderFinding`` (amount_mismatch); the intent
+arguments                                  stays as it was (reconciler's lookup or an operator)
 proves it; intent SUCCEEDED (or            ``recorded`` when the provider reference is the one on
 compensated) already                       record, else ``duplicate``: a ``DuplicateFinding``
                                            (``reconciliation.duplicates.record_duplicates``)
@@ -53,7 +56,7 @@ from django.utils import timezone
 
 from operations import metrics, services
 from operations.adapters.base import Adapter
-from operations.adapters.events import EventFacts, EventInvalid, EventSignatureInvalid
+from operations.adapters.events import EventFacts, EventInvalid, EventSignatureInvalid, check_storable
 from operations.adapters.registry import evidence_sources
 from operations.idempotency import canonical_json
 from operations.models import Intent, OutboxMessage, Outcome
@@ -125,12 +128,19 @@ def receive_provider_event(*, source: str, body: bytes, headers: Mapping[str, st
     Raises:
         UnknownEventSource: no adapter declares ``source`` (404).
         EventSignatureInvalid: missing, wrong or stale signature (401), checked first.
-        EventInvalid: a signed body that is not such an event (400).
+        EventInvalid: a signed body that is not such an event (400): malformed, a type or
+            object the source does not send, a negative amount, ``created`` outside
+            2000-01-01..2100-01-01 UTC, a NUL or text not encodable as UTF-8 in any string.
     """
     try:
         adapter = event_source(source)
         webhook_id = adapter.verify_event(body, headers)
         facts = adapter.parse_event(body, webhook_id=webhook_id)
+        try:
+            payload = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            raise EventInvalid("the body is not JSON") from exc
+        check_storable(payload)  # whatever the adapter's reader: jsonb takes no NUL, no surrogate
     except UnknownEventSource:
         metrics.PROVIDER_EVENTS_REFUSED.labels(reason="unknown_source").inc()
         raise
@@ -140,7 +150,6 @@ def receive_provider_event(*, source: str, body: bytes, headers: Mapping[str, st
     except EventInvalid:
         metrics.PROVIDER_EVENTS_REFUSED.labels(reason="invalid").inc()
         raise
-    payload = json.loads(body)
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute(
@@ -184,11 +193,14 @@ def receive_provider_event(*, source: str, body: bytes, headers: Mapping[str, st
 def _facts(event: ProviderEvent) -> EventFacts:
     """The stored event's facts, with what its type proves read from its source's adapter now."""
     adapter = evidence_sources().get(event.source)
-    proving = (
-        adapter.parse_event(json.dumps(event.payload).encode(), webhook_id=event.event_id).proves_action
-        if adapter is not None
-        else ""
-    )
+    try:
+        proving = (
+            adapter.parse_event(json.dumps(event.payload).encode(), webhook_id=event.event_id).proves_action
+            if adapter is not None
+            else ""
+        )
+    except EventInvalid:  # stored before its adapter refused such events: it proves nothing
+        proving = ""
     return EventFacts(
         event_id=event.event_id,
         event_type=event.event_type,
@@ -212,19 +224,21 @@ def source_actions(source: str) -> tuple[str, ...]:
 def match_intent(*, facts: EventFacts, actions: tuple[str, ...]) -> Intent | None:
     """The intent an event is about, or None.
 
-    By our idempotency key (unique); then by our business reference (the intent's
-    ``reference`` or ``arguments.reference``; of several, the one whose outcome has the event's
-    provider reference, else the newest); then by the provider's reference on a recorded outcome.
-    An effect-proving event is matched only to intents of the action it proves
+    When the event carries our idempotency key (``data.idempotency_key``, or the key inside an
+    email's Message-ID) the key decides: the intent with that key, or none (an orphan) — an
+    effect made under another key is not this intent's, whatever reference it names. Only an
+    event without a key is matched by our business reference (the intent's ``reference`` or
+    ``arguments.reference``; of several, the one whose outcome has the event's provider
+    reference, else the newest), then by the provider's reference on a recorded outcome (so an
+    intent found that way never has a key the event contradicts). An
+    effect-proving event is matched only to intents of the action it proves
     (``charge.succeeded`` never matches a refund).
     """
     if facts.proves_action:
         actions = (facts.proves_action,)
     intents = Intent.objects.filter(action__in=actions)
     if facts.idempotency_key:
-        found = intents.filter(idempotency_key=facts.idempotency_key).first()
-        if found is not None:
-            return found
+        return intents.filter(idempotency_key=facts.idempotency_key).first()
     if facts.reference:
         candidates = intents.filter(Q(reference=facts.reference) | Q(arguments__reference=facts.reference))
         if facts.provider_reference:
@@ -274,6 +288,60 @@ def _orphan(event: ProviderEvent, facts: EventFacts) -> _Decision:
     return _Decision(ProviderEvent.Result.ORPHAN, {"finding": finding.id, "new_finding": created})
 
 
+def _asked(intent: Intent) -> tuple[int | None, str]:
+    """The intent's ``amount`` (minor units) and ``currency`` (ISO 4217) from its arguments;
+    None / "" where it has none."""
+    arguments = intent.arguments if isinstance(intent.arguments, dict) else {}
+    amount = arguments.get("amount")
+    currency = arguments.get("currency")
+    return (
+        amount if isinstance(amount, int) and not isinstance(amount, bool) else None,
+        currency.upper()[:3] if isinstance(currency, str) else "",
+    )
+
+
+def _money_disagrees(facts: EventFacts, intent: Intent) -> bool:
+    """Whether the event's amount or currency differ from the intent's; a side either lacks is
+    not compared."""
+    amount, currency = _asked(intent)
+    return (facts.amount is not None and amount is not None and facts.amount != amount) or bool(
+        facts.currency and currency and facts.currency != currency
+    )
+
+
+def _amount_mismatch(event: ProviderEvent, facts: EventFacts, intent: Intent) -> _Decision:
+    """An effect-proving event for ``intent`` whose money differs: not applied; one
+    ``ProviderFinding`` (amount_mismatch, ``mismatch:<source>:<intent id>:<provider reference>``)
+    for an operator; the intent is left as it is (its lookup or an operator decides it)."""
+    expected_amount, expected_currency = _asked(intent)
+    finding, created = ProviderFinding.objects.get_or_create(
+        fingerprint=f"mismatch:{event.source}:{intent.id}:{facts.provider_reference}",
+        defaults={
+            "kind": ProviderFinding.Kind.AMOUNT_MISMATCH,
+            "source": event.source,
+            "intent": intent,
+            "event": event,
+            "provider_reference": facts.provider_reference,
+            "amount": facts.amount,
+            "currency": facts.currency,
+            "expected_amount": expected_amount,
+            "expected_currency": expected_currency,
+            "detail": {"event_type": facts.event_type, "event_id": facts.event_id},
+        },
+    )
+    shown = f"{facts.amount if facts.amount is not None else '?'} {facts.currency or '?'}"
+    wanted = f"{expected_amount if expected_amount is not None else '?'} {expected_currency or '?'}"
+    return _Decision(
+        ProviderEvent.Result.RECORDED,
+        {
+            "contradicts": f"the provider shows {shown}, the intent asked {wanted} (minor units)",
+            "note": "not applied: the amount or currency differ; an operator decides",
+            "finding": finding.id,
+            "new_finding": created,
+        },
+    )
+
+
 def _lease_expired(intent: Intent) -> bool:
     return Intent.objects.filter(id=intent.id, lease_expires_at__lt=Now()).exists()
 
@@ -302,6 +370,8 @@ def _decide(event: ProviderEvent, facts: EventFacts, intent: Intent | None) -> _
         or (intent.status == Intent.Status.RUNNING and _lease_expired(intent))
         or (intent.status == Intent.Status.READY and intent.attempt_count > 0)
     )
+    if applicable and reference and _money_disagrees(facts, intent):
+        return _amount_mismatch(event, facts, intent)
     if applicable and reference:
         services.intent_resolve_found(
             intent_id=intent.id,

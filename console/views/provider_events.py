@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 
 from console.permissions import console_role_required, reader_scope
 from console.views.common import HtmxHttpRequest, capped, page_or_partial
@@ -32,16 +32,26 @@ def _problem(status: int, title: str, detail: str, code: str) -> JsonResponse:
 
 
 @csrf_exempt
-@require_POST
 def provider_event_inbox(request: HttpRequest, source: str) -> HttpResponse:
     """Receive one signed provider event for ``source``.
 
     Answers: 200 ``{"id", "stored"}`` (``stored`` false for a redelivery: nothing changed); 404
     for an unknown source; 401 for a missing, wrong or stale signature (Standard Webhooks, 5
-    minutes' tolerance); 400 for a signed body that is not an event; 413 past the body limit.
-    Nothing is stored on any refusal. No session or CSRF token: the signature is the only
-    authentication (``reconciliation.events``).
+    minutes' tolerance); 400 for a signed body that is not an event (a type the source does not
+    send, a negative amount, ``created`` outside 2000..2100 UTC, a NUL or non-UTF-8 text, ...);
+    413 past the body limit; 405 with ``Allow: POST`` for any other method. All refusals are
+    RFC 9457 problem details and store nothing. No session or CSRF token: the signature is the
+    only authentication (``reconciliation.events``).
     """
+    if request.method != "POST":
+        refused = _problem(
+            405,
+            "Method not allowed",
+            f"{request.method} is not allowed here; POST an event",
+            "method-not-allowed",
+        )
+        refused["Allow"] = "POST"
+        return refused
     try:
         body = request.body
     except RequestDataTooBig:

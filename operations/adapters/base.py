@@ -288,6 +288,9 @@ class Adapter:
     evidence_source: ClassVar[str] = ""
     #: Event type -> the action whose effect that type proves exists; other types prove nothing.
     proving_event_types: ClassVar[dict[str, str]] = {}
+    #: Every event type the source sends -> the ``data.object`` it carries ("" = any); a type
+    #: not listed is refused (400). Empty: any type is accepted.
+    event_types: ClassVar[dict[str, str]] = {}
 
     def capabilities_for(self, action: str) -> Capabilities:
         """The capabilities of ``action`` (default: the class's ``capabilities``; an adapter
@@ -393,9 +396,12 @@ class Adapter:
 
     def parse_event(self, body: bytes, *, webhook_id: str) -> EventFacts:
         """Read a verified event body into ``EventFacts`` (the shape in
-        ``operations.adapters.events``; ``proving_event_types`` says which types prove an effect).
+        ``operations.adapters.events``; ``proving_event_types`` says which types prove an effect,
+        ``event_types`` which types the source sends at all and their objects).
 
         Raises:
-            EventInvalid: the body is not such an event.
+            EventInvalid: the body is not such an event (or of a type the source never sends).
         """
-        return parse_event_body(body, webhook_id=webhook_id, proving=self.proving_event_types)
+        return parse_event_body(
+            body, webhook_id=webhook_id, proving=self.proving_event_types, types=self.event_types
+        )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from standardwebhooks.webhooks import Webhook
@@ -30,6 +30,11 @@ from operations.api_json import loads_strict
 
 #: The longest field values stored (the ``ProviderEvent`` columns).
 _LIMITS = {"id": 200, "type": 100, "idempotency_key": 255, "reference": 200, "provider_reference": 200}
+
+#: ``created`` must fall in [EARLIEST, LATEST) once converted to UTC: a date outside is no
+#: provider's clock (and years 1 or 9999 overflow once shifted to UTC or PostgreSQL's range).
+EARLIEST_CREATED = datetime(2000, 1, 1, tzinfo=UTC)
+LATEST_CREATED = datetime(2100, 1, 1, tzinfo=UTC)
 
 #: Our key inside an email's Message-ID (``operations.adapters.sandbox.common.message_id_for``).
 _MESSAGE_ID = re.compile(r"^<(?P<key>[^<>@\s]+)@effect-ledger\.local>$")
@@ -42,7 +47,8 @@ class EventSignatureInvalid(Exception):
 
 class EventInvalid(Exception):
     """A correctly signed body that is not an event this source sends (not JSON, not an object,
-    a required field missing or of the wrong type). Answered 400; nothing is stored."""
+    a required field missing or of the wrong type, a type the source does not send, a NUL or
+    text that is not UTF-8 anywhere). Answered 400; nothing is stored."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +121,12 @@ def _text(data: Mapping[str, Any], name: str, limit: int, *, required: bool = Fa
 
 
 def _occurred_at(value: Any) -> datetime | None:
+    """``created`` as an aware UTC datetime, or None when absent.
+
+    Raises:
+        EventInvalid: not an RFC 3339 timestamp with a zone, or its UTC value outside
+            [2000-01-01, 2100-01-01) (``EARLIEST_CREATED``/``LATEST_CREATED``).
+    """
     if value is None:
         return None
     if not isinstance(value, str):
@@ -125,7 +137,38 @@ def _occurred_at(value: Any) -> datetime | None:
         raise EventInvalid("created must be an RFC 3339 timestamp") from exc
     if moment.tzinfo is None:
         raise EventInvalid("created must carry a time zone (RFC 3339)")
+    try:
+        moment = moment.astimezone(UTC)
+    except OverflowError as exc:  # year 1 east of UTC, year 9999 west of it
+        raise EventInvalid("created must be between 2000-01-01 and 2100-01-01 (UTC)") from exc
+    if not EARLIEST_CREATED <= moment < LATEST_CREATED:
+        raise EventInvalid("created must be between 2000-01-01 and 2100-01-01 (UTC)")
     return moment
+
+
+def check_storable(payload: Any) -> None:
+    """Refuse a parsed JSON value that cannot be stored as PostgreSQL ``jsonb``: any string,
+    object keys included, holding a NUL (U+0000) or text that cannot be encoded as UTF-8 (a
+    lone surrogate such as ``"\\ud800"``). Walks the value without recursion.
+
+    Raises:
+        EventInvalid: naming what was found.
+    """
+    stack: list[Any] = [payload]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+        elif isinstance(value, str):
+            if "\x00" in value:
+                raise EventInvalid("the event holds a NUL character")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise EventInvalid("the event holds text that is not UTF-8 (a lone surrogate)") from exc
 
 
 def key_from_message_id(message_id: str) -> str:
@@ -134,7 +177,13 @@ def key_from_message_id(message_id: str) -> str:
     return match.group("key") if match else ""
 
 
-def parse_event_body(body: bytes, *, webhook_id: str, proving: Mapping[str, str]) -> EventFacts:
+def parse_event_body(
+    body: bytes,
+    *,
+    webhook_id: str,
+    proving: Mapping[str, str],
+    types: Mapping[str, str] | None = None,
+) -> EventFacts:
     """Read a verified event body of the shape in the module docstring.
 
     Args:
@@ -142,11 +191,15 @@ def parse_event_body(body: bytes, *, webhook_id: str, proving: Mapping[str, str]
         webhook_id: the signed ``webhook-id`` header; it must equal the body's ``id``.
         proving: event type -> the action whose effect that type proves
             (``{"charge.succeeded": "payments.charge"}``); other types prove nothing.
+        types: every event type the source sends -> the ``data.object`` that type carries
+            (``{"charge.succeeded": "charge"}``; "" = any object). Empty or None: any type.
 
     Raises:
-        EventInvalid: not strict JSON, not an object, ``id``/``type``/``data`` missing or of
-            the wrong type, ``id`` differs from ``webhook-id``, ``amount`` not an integer,
-            ``currency`` not three letters.
+        EventInvalid: not strict JSON, not an object, a NUL or non-UTF-8 text anywhere
+            (``check_storable``), ``id``/``type``/``data`` missing or of the wrong type, ``id``
+            differs from ``webhook-id``, a type not in ``types``, ``data.object`` not the
+            type's object, ``amount`` not an integer or negative, ``currency`` not three
+            letters, ``created`` outside [2000-01-01, 2100-01-01) UTC.
     """
     try:
         payload = loads_strict(body)
@@ -154,18 +207,27 @@ def parse_event_body(body: bytes, *, webhook_id: str, proving: Mapping[str, str]
         raise EventInvalid(f"the body is not JSON: {exc}"[:200]) from exc
     if not isinstance(payload, dict):
         raise EventInvalid("the body must be a JSON object")
+    check_storable(payload)
     event_id = _text(payload, "id", _LIMITS["id"], required=True)
     if event_id != webhook_id:
         raise EventInvalid("the body's id differs from the signed webhook-id")
     event_type = _text(payload, "type", _LIMITS["type"], required=True)
+    if types and event_type not in types:
+        raise EventInvalid(f"this source sends no events of type {event_type!r}"[:200])
     data = payload.get("data")
     if not isinstance(data, dict):
         raise EventInvalid("data must be an object")
+    object_kind = _text(data, "object", 60)
+    wanted = (types or {}).get(event_type, "")
+    if wanted and object_kind != wanted:
+        raise EventInvalid(f"data.object must be {wanted!r} for {event_type!r}"[:200])
     amount = data.get("amount")
     if amount is not None and (isinstance(amount, bool) or not isinstance(amount, int)):
         raise EventInvalid("data.amount must be an integer in minor units, or null")
-    if amount is not None and abs(amount) >= 2**63:
-        raise EventInvalid("data.amount is out of range")
+    if amount is not None and not 0 <= amount < 2**63:
+        raise EventInvalid(
+            "data.amount must not be negative (minor units)" if amount < 0 else "data.amount is out of range"
+        )
     currency = _text(data, "currency", 3)
     if currency and not re.fullmatch(r"[A-Z]{3}", currency):
         raise EventInvalid("data.currency must be an ISO 4217 code")
@@ -181,6 +243,6 @@ def parse_event_body(body: bytes, *, webhook_id: str, proving: Mapping[str, str]
         provider_reference=_text(data, "id", _LIMITS["provider_reference"]),
         amount=amount,
         currency=currency,
-        object_kind=_text(data, "object", 60),
+        object_kind=object_kind,
         proves_action=proving.get(event_type, ""),
     )

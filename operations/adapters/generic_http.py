@@ -20,7 +20,9 @@ Configured per action in ``settings.EFFECT_LEDGER_GENERIC_HTTP``::
                 "secret": "whsec_...",                             # Standard Webhooks secret (or set it in
                                                                    # EFFECT_LEDGER_PROVIDER_EVENT_SECRETS)
                 "proving_types": ["transfer.succeeded"],           # optional; default: every type
-            },                                                     # ending in ".succeeded"
+                                                                   # ending in ".succeeded"
+                "types": ["transfer.created", "transfer.succeeded"],  # optional: every type it
+            },                                                     # sends; others refused (400)
         },
     }
 
@@ -40,7 +42,11 @@ and must have the sandbox provider's body shape (``operations.adapters.events``)
 
 ``data.idempotency_key`` (the ``Idempotency-Key`` we sent), ``data.reference`` or ``data.id``
 (the id our execute recorded, ``id_field``) match it to its intent. A type in
-``proving_types`` proves the action's effect exists; other types are recorded only.
+``proving_types`` proves the action's effect exists; other types are recorded only. With
+``types`` (every type the provider sends; ``proving_types`` must be among them) an event of
+another type is refused 400 and nothing is stored; without it any type is accepted, but only
+the proving types prove anything. ``data.object`` is not checked (the configuration names no
+objects).
 """
 
 from __future__ import annotations
@@ -93,10 +99,11 @@ def generic_http_config() -> dict[str, dict[str, Any]]:
 
 def _check_events(action: str, events: Any) -> None:
     """Refuse a malformed ``events`` entry: ``{"source": slug, "secret": "whsec_...",
-    "proving_types": [type, ...]}`` (secret and proving_types optional)."""
+    "proving_types": [type, ...], "types": [type, ...]}`` (all but source optional; with
+    ``types``, every proving type must be one of them)."""
     where = f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}]['events']"
-    if not isinstance(events, dict) or set(events) - {"source", "secret", "proving_types"}:
-        raise ImproperlyConfigured(f"{where} must be {{'source', 'secret', 'proving_types'}}")
+    if not isinstance(events, dict) or set(events) - {"source", "secret", "proving_types", "types"}:
+        raise ImproperlyConfigured(f"{where} must be {{'source', 'secret', 'proving_types', 'types'}}")
     source = events.get("source")
     if not isinstance(source, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,59}", source):
         raise ImproperlyConfigured(f"{where}['source'] must be a slug (a-z, 0-9, '-'; up to 60)")
@@ -106,6 +113,12 @@ def _check_events(action: str, events: Any) -> None:
     types = events.get("proving_types", [])
     if not isinstance(types, list) or not all(isinstance(t, str) and t for t in types):
         raise ImproperlyConfigured(f"{where}['proving_types'] must be a list of event types")
+    if "types" in events:
+        sent = events["types"]
+        if not isinstance(sent, list) or not sent or not all(isinstance(t, str) and t for t in sent):
+            raise ImproperlyConfigured(f"{where}['types'] must be a non-empty list of event types")
+        if set(types) - set(sent):
+            raise ImproperlyConfigured(f"{where}['proving_types'] must be among its 'types'")
 
 
 class GenericHttpAdapter(Adapter):
@@ -127,12 +140,14 @@ class GenericHttpAdapter(Adapter):
 
     def parse_event(self, body: bytes, *, webhook_id: str) -> EventFacts:
         """Read the body (module docstring); a type in ``events.proving_types`` (default: any
-        type ending in ``.succeeded``) proves this action's effect.
+        type ending in ``.succeeded``) proves this action's effect. With ``events.types`` a type
+        not listed there is refused; without it, any type is read.
 
         Raises:
-            EventInvalid: the body is not such an event.
+            EventInvalid: the body is not such an event, or of a type not in ``events.types``.
         """
-        facts = parse_event_body(body, webhook_id=webhook_id, proving={})
+        sent = (self.config.get("events") or {}).get("types") or []
+        facts = parse_event_body(body, webhook_id=webhook_id, proving={}, types=dict.fromkeys(sent, ""))
         listed = (self.config.get("events") or {}).get("proving_types")
         proves = facts.event_type in listed if listed else facts.event_type.endswith(".succeeded")
         return replace(facts, proves_action=self.action_name) if proves else facts

@@ -135,3 +135,86 @@ def test_generic_source_inbox_end_to_end(settings: Any, client: Client) -> None:
         "/providers/acme-pay/events", data=body, content_type="application/json", headers=headers
     )
     assert response.status_code == 200 and response.json()["stored"] is True
+
+
+# --- fixes after review (issue 19): declared types, refusals of the reader -----------------
+
+
+def test_c20_sandbox_sources_declare_exactly_what_the_sandbox_sends() -> None:
+    from console.lab.sandbox_provider.events import EVENT_TYPES
+
+    sources = evidence_sources()
+    declared = {t: slug for slug, adapter in sources.items() for t in adapter.event_types}
+    assert sorted(declared) == sorted(EVENT_TYPES)
+    assert declared["refund.succeeded"] == "sandbox-payments"
+    assert sources["sandbox-payments"].event_types["refund.succeeded"] == "refund"
+    for slug, adapter in sources.items():
+        assert set(adapter.proving_event_types) <= set(adapter.event_types), slug
+
+
+@pytest.mark.parametrize(
+    "action,kind,obj",
+    [
+        ("email.send", "charge.succeeded", "charge"),
+        ("payments.charge", "charge.exploded", "charge"),
+        ("payments.charge", "charge.succeeded", "email"),
+        ("payments.charge", "charge.succeeded", ""),
+        ("reservations.create", "reservation.created", "charge"),
+    ],
+)
+def test_c20_sandbox_reader_refuses_types_and_objects_not_sent(action: str, kind: str, obj: str) -> None:
+    body = json.dumps({"id": "e", "type": kind, "data": {"object": obj, "id": "x_1"}}).encode()
+    with pytest.raises(EventInvalid, match=kind):
+        get_adapter(action).parse_event(body, webhook_id="e")
+
+
+def test_c20_generic_types_limit_what_is_accepted(settings: Any) -> None:
+    # without types: any type is read; only proving types prove
+    settings.EFFECT_LEDGER_GENERIC_HTTP = acme({"source": "acme-pay", "secret": ACME_SECRET})
+    body = json.dumps({"id": "e", "type": "transfer.whatever", "data": {"object": "x"}}).encode()
+    assert evidence_sources()["acme-pay"].parse_event(body, webhook_id="e").proves_action == ""
+    # with types: another type is refused
+    settings.EFFECT_LEDGER_GENERIC_HTTP = acme(
+        {"source": "acme-pay", "secret": ACME_SECRET, "types": ["transfer.created", "transfer.succeeded"]}
+    )
+    adapter = evidence_sources()["acme-pay"]
+    with pytest.raises(EventInvalid, match="transfer.whatever"):
+        adapter.parse_event(body, webhook_id="e")
+    ok = json.dumps({"id": "e", "type": "transfer.succeeded", "data": {"object": "transfer"}}).encode()
+    assert adapter.parse_event(ok, webhook_id="e").proves_action == "acme.transfer"
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        {"source": "acme-pay", "types": "transfer.succeeded"},
+        {"source": "acme-pay", "types": []},
+        {"source": "acme-pay", "types": ["transfer.created"], "proving_types": ["transfer.succeeded"]},
+    ],
+)
+def test_c20_generic_types_configuration_is_validated(settings: Any, events: Any) -> None:
+    settings.EFFECT_LEDGER_GENERIC_HTTP = acme(events)
+    with pytest.raises(ImproperlyConfigured, match=r"\['types'\] must|among its 'types'"):
+        generic_http_config()
+
+
+@pytest.mark.parametrize(
+    "data,created,words",
+    [
+        ({"object": "charge", "amount": -1}, None, "negative"),
+        ({"object": "charge"}, "0001-01-01T00:00:00+05:00", "created"),
+        ({"object": "charge"}, "9999-12-31T23:59:59-05:00", "created"),
+        ({"object": "charge"}, "2100-01-01T00:00:00Z", "created"),
+        ({"object": "charge", "note": "a\x00b"}, None, "NUL"),
+        ({"object": "charge", "note": "\ud800"}, None, "UTF-8"),
+        ({"object": "charge", "a\x00": 1}, None, "NUL"),
+    ],
+)
+def test_c20_reader_refuses_what_cannot_be_stored(
+    data: dict[str, Any], created: str | None, words: str
+) -> None:
+    event: dict[str, Any] = {"id": "e", "type": "charge.succeeded", "data": data}
+    if created is not None:
+        event["created"] = created
+    with pytest.raises(EventInvalid, match=words):
+        get_adapter("payments.charge").parse_event(json.dumps(event).encode(), webhook_id="e")

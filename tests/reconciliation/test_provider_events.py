@@ -491,3 +491,180 @@ def test_c20_event_message_is_relayed_until_its_task_acknowledges_it(
     process_task.run(**kwargs)
     message.refresh_from_db()
     assert message.acked_at is not None
+
+
+# --- fixes after review (issue 19): the key decides, money must agree, refusals ------------
+
+
+def signed_raw(body: bytes, event_id: str) -> dict[str, str]:
+    moment = timezone.now()
+    return {
+        "webhook-id": event_id,
+        "webhook-timestamp": str(int(moment.timestamp())),
+        "webhook-signature": Webhook(settings.SANDBOX_EVENTS_SECRET).sign(event_id, moment, body.decode()),
+    }
+
+
+def assert_refused(response: Any, before: tuple[int, int], *, words: str = "") -> None:
+    assert response.status_code == 400, response.content
+    assert response["Content-Type"] == "application/problem+json"
+    assert response.json()["code"] == "event-invalid"
+    assert words in response.json()["detail"]
+    assert counts() == before
+
+
+def test_c20_event_under_another_key_never_settles_the_intent_whose_reference_it_names(
+    client: Client,
+) -> None:
+    # given: a charge RUNNING whose worker was killed (lease expired), with a business reference
+    intent = submit(reference=f"order-{uuid.uuid4().hex[:8]}")
+    assert intent_claim(intent_id=intent.id, worker="w", lease_seconds=30) is not None
+    Intent.objects.filter(id=intent.id).update(lease_expires_at=Now() - timedelta(seconds=1))
+    # when: a signed charge.succeeded made under another key names that reference
+    event = charge_event(intent, "charge.succeeded", ref="ch_OUTSIDE", key="el_not_ours")
+    assert deliver(client, "sandbox-payments", event).status_code == 200
+    # then: not this intent's effect: an orphan; the intent is untouched
+    assert process_all() == ["orphan"]
+    intent.refresh_from_db()
+    assert intent.status == "RUNNING"
+    assert not Outcome.objects.filter(intent=intent).exists()
+    assert ProviderFinding.objects.get().fingerprint == "orphan:sandbox-payments:ch_OUTSIDE"
+    assert ProviderEvent.objects.get().intent_id is None
+
+
+def test_c20_match_key_is_decisive_over_reference_and_provider_reference() -> None:
+    intent = submit(reference="order-c20")
+    Outcome.objects.create(intent=intent, source="provider", provider_reference="ch_c20")
+    other_key = "el_not_ours"
+    assert (
+        match_intent(facts=facts(idempotency_key=other_key, reference="order-c20"), actions=ACTIONS) is None
+    )
+    assert (
+        match_intent(facts=facts(idempotency_key=other_key, provider_reference="ch_c20"), actions=ACTIONS)
+        is None
+    )
+    # without a key, reference and provider reference still match
+    assert match_intent(facts=facts(reference="order-c20"), actions=ACTIONS) == intent
+    assert match_intent(facts=facts(provider_reference="ch_c20"), actions=ACTIONS) == intent
+
+
+@pytest.mark.parametrize("money", [(9999, "EUR"), (4990, "USD")])
+def test_c20_proving_event_with_another_amount_is_not_applied(client: Client, money: tuple[int, str]) -> None:
+    # given: an UNKNOWN charge of 4990 EUR
+    intent = unknown(submit(arguments=charge_arguments(4990)))
+    event = charge_event(intent, "charge.succeeded", ref="ch_money")
+    event["data"]["amount"], event["data"]["currency"] = money
+    # when: its signed event (our key) shows another amount or currency, processed twice
+    assert deliver(client, "sandbox-payments", event).status_code == 200
+    assert process_all() == ["recorded"]
+    assert process_all() == ["recorded"]
+    # then: the intent stays for the reconciler/an operator; one amount_mismatch finding
+    intent.refresh_from_db()
+    assert intent.status == "UNKNOWN"
+    assert not Outcome.objects.filter(intent=intent).exists()
+    stored = ProviderEvent.objects.get()
+    assert f"{money[0]} {money[1]}" in stored.detail["contradicts"]
+    assert "4990 EUR" in stored.detail["contradicts"]
+    finding = ProviderFinding.objects.get()
+    assert (
+        finding.kind,
+        finding.fingerprint,
+        finding.intent_id,
+        finding.amount,
+        finding.currency,
+        finding.expected_amount,
+        finding.expected_currency,
+    ) == (
+        "amount_mismatch",
+        f"mismatch:sandbox-payments:{intent.id}:ch_money",
+        intent.id,
+        money[0],
+        money[1],
+        4990,
+        "EUR",
+    )
+
+
+@pytest.mark.parametrize(
+    "created",
+    [
+        "0001-01-01T00:00:00+05:00",
+        "9999-12-31T23:59:59-05:00",
+        "1999-12-31T23:59:59Z",
+        "2100-01-01T04:00:00+03:00",
+    ],
+)
+def test_c20_created_outside_2000_to_2100_utc_is_400(client: Client, created: str) -> None:
+    intent = unknown(submit())
+    event = {**charge_event(intent, "charge.succeeded"), "created": created}
+    before = counts()
+    assert_refused(deliver(client, "sandbox-payments", event), before, words="created")
+    client.force_login(UserFactory(username="otto", groups=["operator"], tenants=["acme"]))
+    assert client.get("/provider-events/").status_code == 200
+
+
+def test_c20_created_near_the_bounds_is_compared_in_utc(client: Client) -> None:
+    # 2100-01-01T02:00+05:00 is 2099-12-31T21:00Z: inside
+    intent = unknown(submit())
+    event = {**charge_event(intent, "charge.succeeded"), "created": "2100-01-01T02:00:00+05:00"}
+    assert deliver(client, "sandbox-payments", event).status_code == 200
+    assert ProviderEvent.objects.get().occurred_at.year == 2099
+
+
+@pytest.mark.parametrize(
+    "source,kind,obj",
+    [
+        ("sandbox-email", "charge.succeeded", "charge"),
+        ("sandbox-payments", "charge.exploded", "charge"),
+        ("sandbox-reservations", "email.sent", "email"),
+        ("sandbox-payments", "charge.succeeded", "refund"),
+        ("sandbox-payments", "refund.succeeded", "charge"),
+    ],
+)
+def test_c20_type_or_object_the_source_never_sends_is_400(
+    client: Client, source: str, kind: str, obj: str
+) -> None:
+    intent = unknown(submit())
+    event = charge_event(intent, kind)
+    event["data"]["object"] = obj
+    before = counts()
+    response = deliver(client, source, event)
+    assert_refused(response, before)
+    assert kind in response.json()["detail"]
+    assert not ProviderFinding.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        b'"note": "a\\u0000b"',
+        b'"note": "\\ud800"',
+        b'"a\\u0000": 1',
+        b'"deep": [{"x": ["\\udfff"]}]',
+    ],
+)
+def test_c20_nul_or_lone_surrogate_anywhere_is_400(client: Client, extra: bytes) -> None:
+    intent = unknown(submit())
+    event = charge_event(intent, "charge.succeeded")
+    body = json.dumps(event).encode()
+    body = body[:-1] + b", " + extra + b"}"
+    before = counts()
+    response = post(client, "sandbox-payments", body, signed_raw(body, event["id"]))
+    assert_refused(response, before)
+
+
+def test_c20_negative_amount_is_400(client: Client) -> None:
+    intent = unknown(submit())
+    event = charge_event(intent, "charge.succeeded")
+    event["data"]["amount"] = -4990
+    before = counts()
+    assert_refused(deliver(client, "sandbox-payments", event), before, words="negative")
+
+
+@pytest.mark.parametrize("method", ["get", "put", "delete"])
+def test_c20_inbox_answers_other_methods_405_problem(client: Client, method: str) -> None:
+    response = getattr(client, method)("/providers/sandbox-payments/events")
+    assert response.status_code == 405
+    assert response["Content-Type"] == "application/problem+json"
+    assert response["Allow"] == "POST"
+    assert (response.json()["status"], response.json()["code"]) == (405, "method-not-allowed")

@@ -41,6 +41,8 @@ class SandboxEmailAdapter(Adapter):
     capabilities = Capabilities(idempotency_keys=False, lookup=LookupKind.EVENTUAL)
     #: Its signed events (issue 19): ``POST /providers/sandbox-email/events``.
     evidence_source: ClassVar[str] = "sandbox-email"
+    #: What the sandbox sends for emails (console/lab/sandbox_provider/messaging.py).
+    event_types: ClassVar[dict[str, str]] = {"email.sent": "email", "email.delivered": "email"}
     proving_event_types: ClassVar[dict[str, str]] = {
         "email.sent": "email.send",
         "email.delivered": "email.send",

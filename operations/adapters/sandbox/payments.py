@@ -46,6 +46,13 @@ class SandboxPaymentsAdapter(Adapter):
     )
     #: Its signed events (issue 19): ``POST /providers/sandbox-payments/events``.
     evidence_source: ClassVar[str] = "sandbox-payments"
+    #: What the sandbox sends for payments (console/lab/sandbox_provider/payments.py).
+    event_types: ClassVar[dict[str, str]] = {
+        "charge.created": "charge",
+        "charge.succeeded": "charge",
+        "charge.refunded": "charge",
+        "refund.succeeded": "refund",
+    }
     proving_event_types: ClassVar[dict[str, str]] = {
         "charge.succeeded": "payments.charge",
         "refund.succeeded": "payments.refund",

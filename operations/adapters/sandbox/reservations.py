@@ -51,6 +51,11 @@ class SandboxReservationsAdapter(Adapter):
     )
     #: Its signed events (issue 19): ``POST /providers/sandbox-reservations/events``.
     evidence_source: ClassVar[str] = "sandbox-reservations"
+    #: What the sandbox sends for reservations (console/lab/sandbox_provider/reservations.py).
+    event_types: ClassVar[dict[str, str]] = {
+        "reservation.created": "reservation",
+        "reservation.cancelled": "reservation",
+    }
     proving_event_types: ClassVar[dict[str, str]] = {"reservation.created": "reservations.create"}
 
     def event_secret(self) -> str:
