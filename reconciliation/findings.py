@@ -227,11 +227,19 @@ def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str)
                     "this effect has no intent: name the intent whose compensation undoes it, or close it"
                 )
             original = _link_target(finding, user, intent_id)
+            _same_money(finding, original)
             finding.intent = original
         if finding.kind == ProviderFinding.Kind.MISSING_AT_PROVIDER:
             raise ResolutionRefused("the effect is missing at the provider: there is nothing to undo")
         if not finding.provider_reference:
             raise ResolutionRefused("this finding names no provider reference to undo")
+        if finding.kind != ProviderFinding.Kind.AMOUNT_MISMATCH and finding.provider_reference in _kept(
+            original
+        ):
+            raise ResolutionRefused(
+                f"{finding.provider_reference} is the effect intent {original.id} holds, not an extra one: "
+                "undoing it is the intent's own compensation (the operators' queue), or close this finding"
+            )
         cause = "duplicate" if finding.kind == ProviderFinding.Kind.EXTRA_AT_PROVIDER else "operator"
         compensation = services.intent_open_compensation(
             original=original,
@@ -274,9 +282,15 @@ def _provider_money(finding: ProviderFinding) -> tuple[int | None, str]:
     return finding.amount, finding.currency
 
 
+def _kept(intent: Intent) -> set[str]:
+    """The provider references of ``intent``'s recorded outcomes (the effect it holds)."""
+    return set(intent.outcomes.exclude(provider_reference="").values_list("provider_reference", flat=True))
+
+
 def _same_money(finding: ProviderFinding, target: Intent) -> None:
-    """Refuse linking an effect whose amount or currency (where the provider's and the intent's
-    are both known) differ from the intent's: another amount is not that intent's effect.
+    """Refuse linking an effect to an intent, or compensating it against one, whose amount or
+    currency (where the provider's and the intent's are both known) differ from the effect's:
+    another amount is not that intent's effect.
 
     Raises:
         ResolutionRefused: they differ (the message says both, and what to do instead).

@@ -67,6 +67,8 @@ def mapping_problem(columns: Any) -> str | None:
     for field, header in columns.items():
         if not isinstance(header, str) or len(header) > 200:
             return f"the column of {field} must be a header name of at most 200 characters"
+        if "\x00" in header:  # PostgreSQL stores no NUL in text or JSON
+            return f"the column of {field} holds a NUL character"
     headers = [h for h in columns.values() if h]
     if len(headers) != len(set(headers)):
         return "two fields are mapped to the same column"
@@ -157,6 +159,7 @@ def parse_statement(
     _check_header(header, columns)
     entries: list[StatementEntry] = []
     rows: list[dict[str, str]] = []
+    seen_at: dict[str, int] = {}  # provider reference -> the line it was first on
     ended = reader.line_num  # the physical line the last record read ends on
     try:
         for fields in reader:
@@ -176,7 +179,13 @@ def parse_statement(
             for name, value in row.items():
                 if "\x00" in value:  # PostgreSQL stores no NUL in text or JSON
                     raise StatementFileError(f"{where_line}, column {name[:60]!r}: a NUL byte is not text")
-            entries.append(_entry(row, columns, where_line))
+            entry = _entry(row, columns, where_line)
+            first = seen_at.setdefault(entry.provider_reference, first_line)
+            if first != first_line:  # one effect listed twice is not a second effect
+                raise StatementFileError(
+                    f"{where_line}: provider reference {entry.provider_reference[:60]!r} is already on line {first}"
+                )
+            entries.append(entry)
             rows.append(row)
     except csv.Error as exc:
         raise StatementFileError(f"line {ended + 1}: {_csv_problem(exc)}") from exc

@@ -18,7 +18,10 @@ makes no second finding:
   was sent: in flight, and its own end records the effect (nothing is done to it here);
 * ``amount_mismatch``: matched, but the amount or the currency differ (each compared only when
   the line has one: a statement without amounts proves no amount);
-* ``extra_at_provider``: a line no intent has, a second line for an intent already matched, or
+* a line repeating an earlier line's provider reference (one effect listed twice): kept as read,
+  matched to nothing, no finding (a CSV upload refuses such a file);
+* ``extra_at_provider``: a line no intent has, a second line (another provider reference) for an
+  intent already matched, or
   a line of an intent that holds no effect and never will (FAILED, CANCELLED, REJECTED, EXPIRED,
   AWAITING_APPROVAL, HELD, READY never sent): the provider holds an effect the ledger does not.
   One stray effect is one finding: an orphan event of the same provider reference made
@@ -263,8 +266,16 @@ def _run(
         by_provider.setdefault(outcome.provider_reference, outcome.intent)
 
     matched_ids: set[Any] = set()
+    listed: set[str] = set()  # provider references already on an earlier line
     counts = {"matched": 0, "extra": 0, "mismatch": 0}
     for number, entry in enumerate(entries, start=1):
+        read = raw[number - 1] if raw is not None else {}
+        if entry.provider_reference and entry.provider_reference in listed:
+            # One effect listed twice is not a second effect: kept as read, matched to nothing,
+            # no finding (a CSV upload refuses such a file; a provider's API is taken as is).
+            _store_line(statement_run, number, entry, {**read, "repeats_an_earlier_line": True}, None)
+            continue
+        listed.add(entry.provider_reference)
         intent: Intent | None = by_key.get(_key_of(entry.idempotency_key)) if entry.idempotency_key else None
         if intent is None and entry.reference:
             candidates = by_reference.get(entry.reference, [])
@@ -274,17 +285,7 @@ def _run(
             intent = pick[0] if pick else None
         if intent is None and entry.provider_reference:
             intent = by_provider.get(entry.provider_reference)
-        line = StatementLine.objects.create(
-            run=statement_run,
-            line_no=number,
-            provider_reference=entry.provider_reference,
-            idempotency_key=entry.idempotency_key,
-            reference=entry.reference,
-            amount=entry.amount,
-            currency=entry.currency,
-            raw=(raw[number - 1] if raw is not None else {}),
-            intent=intent,
-        )
+        line = _store_line(statement_run, number, entry, read, intent)
         finding: dict[str, Any] | None = None
         why = _no_effect(intent, statement_run, day, line) if intent is not None else ""
         if intent is None or intent.id in matched_ids or why:
@@ -375,6 +376,26 @@ def _run(
         },
     )
     return statement_run
+
+
+def _store_line(
+    statement_run: StatementRun,
+    number: int,
+    entry: StatementEntry,
+    read: dict[str, Any],
+    intent: Intent | None,
+) -> StatementLine:
+    return StatementLine.objects.create(
+        run=statement_run,
+        line_no=number,
+        provider_reference=entry.provider_reference,
+        idempotency_key=entry.idempotency_key,
+        reference=entry.reference,
+        amount=entry.amount,
+        currency=entry.currency,
+        raw=read,
+        intent=intent,
+    )
 
 
 def _in_flight(intent: Intent) -> bool:

@@ -104,6 +104,8 @@ def provider_finding_resolve(request: HtmxHttpRequest, finding_id: int, verb: st
     _finding(request, finding_id)
     posted = {"reason": request.POST.get("reason", ""), "intent_id": request.POST.get("intent_id", "")}
     try:
+        if any("\x00" in value for value in posted.values()):  # as Django's form fields refuse it
+            raise ResolutionRefused("Null characters are not allowed.")
         resolve_provider_finding(
             finding_id=finding_id,
             user=request.user,  # type: ignore[arg-type]
@@ -132,9 +134,9 @@ def _may_upload(request: HtmxHttpRequest) -> bool:
 
 def statements_context(request: HtmxHttpRequest, **extra: Any) -> dict[str, Any]:
     sources = sorted(evidence_sources())
-    mapping_source = (
-        extra.pop("mapping_source", "") or request.GET.get("source") or (sources[0] if sources else "")
-    )
+    mapping_source = extra.pop("mapping_source", "") or request.GET.get("source", "")
+    if mapping_source not in sources:  # an unknown or malformed ?source= shows the first
+        mapping_source = sources[0] if sources else ""
     mapping = mapping_of(mapping_source) or {}
     context: dict[str, Any] = {
         "runs": list(statement_runs()),

@@ -199,7 +199,8 @@ def parse_event_body(
             (``check_storable``), ``id``/``type``/``data`` missing or of the wrong type, ``id``
             differs from ``webhook-id``, a type not in ``types``, ``data.object`` not the
             type's object, ``amount`` not an integer or negative, ``currency`` not three
-            letters, ``created`` outside [2000-01-01, 2100-01-01) UTC.
+            letters, ``created`` outside [2000-01-01, 2100-01-01) UTC, an effect-proving type
+            without ``data.id`` (the provider's id of the effect).
     """
     try:
         payload = loads_strict(body)
@@ -234,15 +235,21 @@ def parse_event_body(
     key = _text(data, "idempotency_key", _LIMITS["idempotency_key"])
     if not key:
         key = key_from_message_id(_text(data, "message_id", 1000))
+    occurred_at = _occurred_at(payload.get("created"))
+    proves_action = proving.get(event_type, "")
+    # an event proving an effect must name it: without the provider's id it proves nothing
+    provider_reference = _text(data, "id", _LIMITS["provider_reference"])
+    if proves_action and not provider_reference:
+        raise EventInvalid(f"data.id (the provider's id of the effect) is required for {event_type!r}"[:200])
     return EventFacts(
         event_id=event_id,
         event_type=event_type,
-        occurred_at=_occurred_at(payload.get("created")),
+        occurred_at=occurred_at,
         idempotency_key=key,
         reference=_text(data, "reference", _LIMITS["reference"]),
-        provider_reference=_text(data, "id", _LIMITS["provider_reference"]),
+        provider_reference=provider_reference,
         amount=amount,
         currency=currency,
         object_kind=object_kind,
-        proves_action=proving.get(event_type, ""),
+        proves_action=proves_action,
     )

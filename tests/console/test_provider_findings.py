@@ -253,7 +253,15 @@ def test_c21_an_effect_no_intent_has_is_compensated_against_a_named_intent(
     assert (extra.state, extra.intent_id, extra.compensation_id) == ("open", None, None)
     assert not Intent.objects.filter(action="payments.refund").exists()
 
-    target = findings["omitted"]
+    # an intent of another amount (49.90 EUR) is not the one this 123.45 EUR effect is undone against
+    other_amount = decide(
+        operator_client, extra, "compensate", reason="refund it", intent_id=str(findings["omitted"].id)
+    )
+    assert other_amount.status_code == 422 and "123.45 EUR" in other_amount.content.decode()
+    extra.refresh_from_db()
+    assert (extra.state, extra.intent_id) == ("open", None)
+
+    target = succeeded("order-x", "ch_x_own", amount=12345)
     done = decide(operator_client, extra, "compensate", reason="refund it", intent_id=str(target.id))
     assert done.status_code == 200
     extra.refresh_from_db()
@@ -380,3 +388,47 @@ def test_c21_compensating_findings_are_counted_on_the_dashboard_and_in_metrics(
     metrics = Client().get(reverse("metrics")).content.decode()
     assert 'effect_ledger_provider_findings_open{kind="amount_mismatch"} 0.0' in metrics
     assert 'effect_ledger_provider_findings_compensating{kind="amount_mismatch"} 1.0' in metrics
+
+
+def test_c21_an_intents_own_effect_is_never_compensated_as_an_extra(operator_client: Client) -> None:
+    # given: an extra-at-provider finding naming the very charge its intent holds
+    intent = succeeded("order-own", "ch_own")
+    finding = ProviderFinding.objects.create(
+        fingerprint=f"extra:{SOURCE}:ch_own",
+        kind=ProviderFinding.Kind.EXTRA_AT_PROVIDER,
+        source=SOURCE,
+        intent=intent,
+        provider_reference="ch_own",
+        amount=4990,
+        currency="EUR",
+    )
+    # when
+    refused = decide(operator_client, finding, "compensate", reason="refund the extra")
+    # then: refused, no refund of the customer's one legitimate charge
+    assert refused.status_code == 422 and "is the effect intent" in refused.content.decode()
+    finding.refresh_from_db()
+    assert finding.state == "open" and not Intent.objects.filter(action="payments.refund").exists()
+
+
+@pytest.mark.parametrize("field", ["reason", "intent_id"])
+def test_c21_a_nul_in_a_decision_is_refused_in_place(
+    operator_client: Client, findings: dict[str, Any], field: str
+) -> None:
+    extra = findings["extra_at_provider"]
+    data = {"reason": "ours", "intent_id": str(findings["omitted"].id), field: "a\x00b"}
+    refused = decide(operator_client, extra, "link", **data)
+    assert refused.status_code == 422 and "Null characters are not allowed." in refused.content.decode()
+    extra.refresh_from_db()
+    assert extra.state == "open"
+
+
+def test_c21_a_nul_in_a_mapping_or_the_pages_source_is_no_500(operator_client: Client) -> None:
+    saved = operator_client.post(
+        reverse("statement-mapping"),
+        {"source": SOURCE, "provider_reference": "Charge\x00ID"},
+        HTTP_HX_REQUEST="true",
+    )
+    assert saved.status_code == 422 and "NUL" in saved.content.decode()
+    assert not StatementMapping.objects.exists()
+    page = operator_client.get(reverse("statements") + "?source=%00")
+    assert page.status_code == 200

@@ -670,3 +670,15 @@ def test_c20_inbox_answers_other_methods_405_problem(client: Client, method: str
     assert response["Content-Type"] == "application/problem+json"
     assert response["Allow"] == "POST"
     assert (response.json()["status"], response.json()["code"]) == (405, "method-not-allowed")
+
+
+@pytest.mark.parametrize("missing", [None, ""])
+def test_c20_a_proving_event_without_the_effects_id_is_400(client: Client, missing: str | None) -> None:
+    # a "succeeded" that does not say which charge proves nothing, and would be an unworkable orphan
+    intent = unknown(submit())
+    event = charge_event(intent, "charge.succeeded")
+    event["data"]["id"] = missing
+    before = counts()
+    assert_refused(deliver(client, "sandbox-payments", event), before, words="data.id")
+    intent.refresh_from_db()
+    assert intent.status == "UNKNOWN"

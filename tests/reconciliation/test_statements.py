@@ -363,3 +363,16 @@ def test_c21_a_run_is_audited_on_the_chain_without_an_intent() -> None:
     }
     # the chain without an intent verifies (the test's intents were moved without transitions)
     assert [b for b in audit_verify() if b.intent_id is None] == []
+
+
+def test_c21_one_effect_listed_twice_by_the_provider_is_not_an_extra_effect() -> None:
+    # given: the provider's statement lists one charge twice (same provider reference)
+    kept = succeeded("order-twice", "ch_twice")
+    entries = [line(kept, "ch_twice"), line(kept, "ch_twice")]
+    # when
+    result = run(source=SOURCE, day=timezone.now().date(), entries=entries, origin=StatementRun.Origin.API)
+    # then: matched once; the repeat is kept as read and is no finding (nothing to refund)
+    assert (result.lines, result.matched, result.extra_at_provider) == (2, 1, 0)
+    assert kinds() == []
+    repeat = StatementLine.objects.get(run=result, line_no=2)
+    assert repeat.intent_id is None and repeat.raw["repeats_an_earlier_line"] is True
