@@ -13,6 +13,22 @@ from operations.delivery import MAX_COUNTDOWN_SECONDS
 
 
 @register()
+def evidence_source_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Each provider evidence source is declared by one adapter (issue 19): two adapters claiming
+    one source would take each other's events (the first one's secret would refuse the other's)."""
+    from operations.adapters.registry import evidence_source_conflicts
+
+    return [
+        Error(
+            f"evidence source {source!r} is declared by several adapters: {', '.join(actions)}",
+            hint="give each adapter (a generic HTTP action's events/statements) its own source name",
+            id="operations.E003",
+        )
+        for source, actions in evidence_source_conflicts().items()
+    ]
+
+
+@register()
 def redis_visibility_timeout_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``operations.E001``: on Redis, ``visibility_timeout`` must exceed the longest time a
     message is held unacknowledged, or Redis delivers it a second time while it still runs.

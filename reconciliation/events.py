@@ -97,7 +97,7 @@ def event_source(source: str) -> Adapter:
         UnknownEventSource: no served adapter declares it.
     """
     adapter = evidence_sources().get(source)
-    if adapter is None:
+    if adapter is None or not adapter.receives_events():
         raise UnknownEventSource(f"no event source {source!r}")
     return adapter
 
@@ -229,8 +229,10 @@ def match_intent(*, facts: EventFacts, actions: tuple[str, ...]) -> Intent | Non
     effect made under another key is not this intent's, whatever reference it names. Only an
     event without a key is matched by our business reference (the intent's ``reference`` or
     ``arguments.reference``; of several, the one whose outcome has the event's provider
-    reference, else the newest), then by the provider's reference on a recorded outcome (so an
-    intent found that way never has a key the event contradicts). An
+    reference, else the newest — within one tenant only: a reference that intents of several
+    tenants hold is ambiguous, and the event matches none of them, for an operator to link;
+    ``reference_tenants``), then by the provider's reference on a recorded outcome (so an intent
+    found that way never has a key the event contradicts). An
     effect-proving event is matched only to intents of the action it proves
     (``charge.succeeded`` never matches a refund).
     """
@@ -245,6 +247,8 @@ def match_intent(*, facts: EventFacts, actions: tuple[str, ...]) -> Intent | Non
             same = candidates.filter(outcomes__provider_reference=facts.provider_reference).first()
             if same is not None:
                 return same
+        if len(reference_tenants(facts=facts, actions=actions)) > 1:
+            return None
         newest = candidates.order_by("-created_at").first()
         if newest is not None:
             return newest
@@ -260,6 +264,23 @@ def match_intent(*, facts: EventFacts, actions: tuple[str, ...]) -> Intent | Non
     return None
 
 
+def reference_tenants(*, facts: EventFacts, actions: tuple[str, ...]) -> list[str]:
+    """The tenants whose intents of ``actions`` (or of the action the event proves) hold the
+    event's business reference, sorted; [] for an event without one. A business reference is
+    the caller's, unique at most within a tenant, while a provider account serves them all."""
+    if not facts.reference:
+        return []
+    if facts.proves_action:
+        actions = (facts.proves_action,)
+    return sorted(
+        set(
+            Intent.objects.filter(action__in=actions)
+            .filter(Q(reference=facts.reference) | Q(arguments__reference=facts.reference))
+            .values_list("tenant", flat=True)
+        )
+    )
+
+
 @dataclass(frozen=True)
 class _Decision:
     result: str
@@ -268,6 +289,14 @@ class _Decision:
 
 
 def _orphan(event: ProviderEvent, facts: EventFacts) -> _Decision:
+    tenants = reference_tenants(facts=facts, actions=source_actions(event.source))
+    ambiguity = (
+        {
+            "ambiguous": f"intents of tenants {', '.join(tenants)} have reference {facts.reference!r}: link it to the right one"
+        }
+        if len(tenants) > 1
+        else {}
+    )
     fingerprint = (
         f"extra:{event.source}:{facts.provider_reference}"
         if facts.provider_reference
@@ -282,10 +311,15 @@ def _orphan(event: ProviderEvent, facts: EventFacts) -> _Decision:
             "provider_reference": facts.provider_reference,
             "amount": facts.amount,
             "currency": facts.currency,
-            "detail": {"event_type": facts.event_type, "reference": facts.reference},
+            "detail": {"event_type": facts.event_type, "reference": facts.reference, **ambiguity},
         },
     )
-    return _Decision(ProviderEvent.Result.ORPHAN, {"finding": finding.id, "new_finding": created})
+    if not created and finding.event_id is None:
+        # the same effect seen first on a statement: one finding, now with its event too
+        ProviderFinding.objects.filter(id=finding.id, event__isnull=True).update(event=event)
+    return _Decision(
+        ProviderEvent.Result.ORPHAN, {"finding": finding.id, "new_finding": created, **ambiguity}
+    )
 
 
 def _asked(intent: Intent) -> tuple[int | None, str]:

@@ -10,12 +10,15 @@ Three decisions, each with a required reason, on an open finding only:
   records the intent. The intent's open ``missing_at_provider`` findings of the same source are
   resolved with it (``linked``: its effect is the linked one), in the same transaction. For
   lines and events only (``extra_at_provider``, ``orphan_event``).
-* ``compensate``: open a compensation intent (``operations.services.intent_open_compensation``)
-  that undoes the finding's provider reference, where the finding has an intent whose action
-  has a compensation; an effect no intent has (an orphan event, a line with no intent) is
-  compensated against the intent the operator names (checked as for ``link``). The compensation
-  undoes the amount and currency the provider holds (the finding's), not the intent's: an amount
-  mismatch's refund is of what was charged; the finding is ``compensating`` until it ends (``follow_up``: resolved
+* ``compensate``: open a compensation intent that undoes the finding's provider reference,
+  where the finding's intent's action has a compensation (``_open_compensation``). An amount
+  mismatch is the intent's own effect: the intent goes COMPENSATING, then COMPENSATED. Any other
+  is an effect that is not the intent's own (never the one it holds): a compensation of cause
+  ``duplicate``, the intent's state untouched; an effect no intent has (an orphan event, a line
+  with no intent) is attributed to the intent the operator names (of the source's actions; any
+  amount: the compensation is recorded with that intent). The compensation undoes the amount and
+  currency the provider holds (the finding's), not the intent's: an amount mismatch's refund is
+  of what was charged. The finding is ``compensating`` until it ends (``follow_up``: resolved
   when it SUCCEEDED, open again when it cannot). Not for ``missing_at_provider``: a missing
   effect has nothing to undo.
 * ``close``: the finding stands explained (resolved), e.g. a line of a provider fee.
@@ -44,7 +47,7 @@ from operations import services
 from operations.adapters.registry import ActionUnavailable, capabilities_for
 from operations.audit import REFUSAL_EVENT, audit_append, audit_append_unattached
 from operations.bounds import clean_text
-from operations.exceptions import ResolutionRefused
+from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent
 from operations.money import format_plain
 from operations.services import intent_record_refusal
@@ -227,7 +230,6 @@ def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str)
                     "this effect has no intent: name the intent whose compensation undoes it, or close it"
                 )
             original = _link_target(finding, user, intent_id)
-            _same_money(finding, original)
             finding.intent = original
         if finding.kind == ProviderFinding.Kind.MISSING_AT_PROVIDER:
             raise ResolutionRefused("the effect is missing at the provider: there is nothing to undo")
@@ -240,18 +242,7 @@ def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str)
                 f"{finding.provider_reference} is the effect intent {original.id} holds, not an extra one: "
                 "undoing it is the intent's own compensation (the operators' queue), or close this finding"
             )
-        cause = "duplicate" if finding.kind == ProviderFinding.Kind.EXTRA_AT_PROVIDER else "operator"
-        compensation = services.intent_open_compensation(
-            original=original,
-            provider_reference=finding.provider_reference,
-            principal=actor,
-            cause=cause,
-            generation=services.next_compensation_generation(
-                original_id=original.id, provider_reference=finding.provider_reference
-            ),
-            requested_by=user,
-            effect_arguments=_effect_arguments(finding, original),
-        )
+        compensation = _open_compensation(finding, original, user, reason)
         _evidence(original, user, "compensate", reason, finding, compensation=str(compensation.id))
         _audit(original.id, user, "compensate", reason, finding, compensation=str(compensation.id))
         finding.state, finding.compensation = ProviderFinding.State.COMPENSATING, compensation
@@ -288,9 +279,9 @@ def _kept(intent: Intent) -> set[str]:
 
 
 def _same_money(finding: ProviderFinding, target: Intent) -> None:
-    """Refuse linking an effect to an intent, or compensating it against one, whose amount or
-    currency (where the provider's and the intent's are both known) differ from the effect's:
-    another amount is not that intent's effect.
+    """Refuse linking an effect to an intent whose amount or currency (where the provider's and
+    the intent's are both known) differ from the effect's: another amount is not that intent's
+    effect.
 
     Raises:
         ResolutionRefused: they differ (the message says both, and what to do instead).
@@ -311,8 +302,8 @@ def _same_money(finding: ProviderFinding, target: Intent) -> None:
 
         raise ResolutionRefused(
             f"the provider's effect {finding.provider_reference or ''} is {shown(amount, currency)} but "
-            f"intent {target.id} asked {shown(asked, asked_currency)}: it is not that intent's effect; "
-            "compensate or close instead"
+            f"intent {target.id} asked {shown(asked, asked_currency)}: it is not that intent's effect. "
+            "Compensate it (against an intent you name) or close it instead"
         )
 
 
@@ -333,6 +324,49 @@ def _clear_missing(finding: ProviderFinding, target: Intent, actor: str) -> list
         note=f"its effect is {finding.provider_reference}, linked by {actor}"[:1000],
     )
     return ids
+
+
+def _open_compensation(finding: ProviderFinding, original: Intent, user: User, reason: str) -> Intent:
+    """The compensation of ``finding``'s effect, undoing the amount the provider holds.
+
+    An amount mismatch is the intent's own effect: the intent goes SUCCEEDED -> COMPENSATING and
+    becomes COMPENSATED when its compensation succeeds (``intent_begin_compensation``, as an
+    operator's ``compensate``). Any other finding's effect is not the intent's own (an extra
+    effect the operator attributes to it): a compensation of cause ``duplicate``, which leaves the
+    intent's own state alone (``intent_open_compensation``).
+
+    Raises:
+        ResolutionRefused: an amount mismatch whose intent is no longer SUCCEEDED.
+    """
+    effect = _effect_arguments(finding, original)
+    if finding.kind == ProviderFinding.Kind.AMOUNT_MISMATCH:
+        if original.status != Intent.Status.SUCCEEDED:
+            raise ResolutionRefused(
+                f"intent {original.id} is {original.status}: work its effect on the operators' queue"
+            )
+        try:
+            return services.intent_begin_compensation(
+                intent_id=original.id,
+                from_status=Intent.Status.SUCCEEDED,
+                provider_reference=finding.provider_reference,
+                actor=_actor(user),
+                reason=reason,
+                requested_by=user,
+                effect_arguments=effect,
+            )
+        except IntentMoved as exc:
+            raise ResolutionRefused(f"intent {original.id} moved meanwhile: reload and decide again") from exc
+    return services.intent_open_compensation(
+        original=original,
+        provider_reference=finding.provider_reference,
+        principal=_actor(user),
+        cause="duplicate",
+        generation=services.next_compensation_generation(
+            original_id=original.id, provider_reference=finding.provider_reference
+        ),
+        requested_by=user,
+        effect_arguments=effect,
+    )
 
 
 def _effect_arguments(finding: ProviderFinding, original: Intent) -> dict[str, Any]:

@@ -374,6 +374,12 @@ class Adapter:
         """
         raise StatementsUnsupported(f"{type(self).__name__} publishes no statement API; upload a CSV")
 
+    def receives_events(self) -> bool:
+        """Whether this adapter's source takes provider events at ``POST /providers/<source>/events``
+        (default: it declares the event types it sends, or which types prove an effect); a source
+        with statements only has no inbox (404)."""
+        return bool(self.event_types or self.proving_event_types)
+
     def event_secret(self) -> str:
         """The secret this source's events are signed with: by default
         ``settings.EFFECT_LEDGER_PROVIDER_EVENT_SECRETS[evidence_source]`` ("" when unset: every

@@ -94,7 +94,30 @@ def generic_http_config() -> dict[str, dict[str, Any]]:
             raise ImproperlyConfigured(f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}] needs a 'url'")
         if "events" in entry:
             _check_events(action, entry["events"])
+        if "statements" in entry:
+            _check_statements(action, entry)
     return config
+
+
+_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,59}")
+
+
+def _check_statements(action: str, entry: dict[str, Any]) -> None:
+    """Refuse a malformed ``statements`` entry: ``{"source": slug}``, the same source as
+    ``events.source`` when both are given (an action has one evidence source)."""
+    where = f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}]['statements']"
+    statements = entry["statements"]
+    if not isinstance(statements, dict) or set(statements) != {"source"}:
+        raise ImproperlyConfigured(f"{where} must be {{'source': slug}}")
+    source = statements["source"]
+    if not isinstance(source, str) or not _SLUG.fullmatch(source):
+        raise ImproperlyConfigured(f"{where}['source'] must be a slug (a-z, 0-9, '-'; up to 60)")
+    events = entry.get("events")
+    if isinstance(events, dict) and events.get("source") != source:
+        raise ImproperlyConfigured(
+            f"{where}['source'] must be the same as its events' source {events.get('source')!r}: "
+            "an action has one evidence source"
+        )
 
 
 def _check_events(action: str, events: Any) -> None:
@@ -105,7 +128,7 @@ def _check_events(action: str, events: Any) -> None:
     if not isinstance(events, dict) or set(events) - {"source", "secret", "proving_types", "types"}:
         raise ImproperlyConfigured(f"{where} must be {{'source', 'secret', 'proving_types', 'types'}}")
     source = events.get("source")
-    if not isinstance(source, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,59}", source):
+    if not isinstance(source, str) or not _SLUG.fullmatch(source):
         raise ImproperlyConfigured(f"{where}['source'] must be a slug (a-z, 0-9, '-'; up to 60)")
     secret = events.get("secret", "")
     if not isinstance(secret, str) or (secret and not secret.startswith("whsec_")):
@@ -131,6 +154,10 @@ class GenericHttpAdapter(Adapter):
     action_name: ClassVar[str] = ""
     config: ClassVar[dict[str, Any]] = {}
     capabilities = Capabilities(idempotency_keys=True, lookup=LookupKind.NONE)
+
+    def receives_events(self) -> bool:
+        """Only with an ``events`` entry: ``statements`` alone declares no inbox."""
+        return "events" in self.config
 
     def event_secret(self) -> str:
         """The configuration's ``events.secret``, else

@@ -178,14 +178,36 @@ def served_argument_schemas() -> dict[str, dict[int, dict[str, Any]]]:
 def evidence_sources() -> dict[str, Adapter]:
     """Every provider evidence source this deployment serves: slug -> the adapter declaring it
     (``Adapter.evidence_source``), over every served action (issue 19). Where several actions'
-    adapters declare one slug (the sandbox's charge and refund), the first action's adapter
-    answers. An action whose adapter cannot be loaded declares nothing. Never raises."""
-    sources: dict[str, Adapter] = {}
+    actions of one adapter class declare one slug (the sandbox's charge and refund), the first
+    action's adapter answers; a slug declared by several adapter classes is left out
+    (``evidence_source_conflicts``). An action whose adapter cannot be loaded declares nothing.
+    Never raises."""
+    conflicts = evidence_source_conflicts()
+    return {
+        source: adapters[0] for source, adapters in _declared_sources().items() if source not in conflicts
+    }
+
+
+def _declared_sources() -> dict[str, list[Adapter]]:
+    declared: dict[str, list[Adapter]] = {}
     for action in _known_or_none():
         try:
             adapter = get_adapter(action)
         except Exception:  # noqa: BLE001 - a broken adapter serves nothing
             continue
-        if adapter.evidence_source and adapter.evidence_source not in sources:
-            sources[adapter.evidence_source] = adapter
-    return sources
+        if adapter.evidence_source:
+            declared.setdefault(adapter.evidence_source, []).append(adapter)
+    return declared
+
+
+def evidence_source_conflicts() -> dict[str, list[str]]:
+    """Evidence sources declared by more than one adapter class, with the actions declaring them:
+    ``{"sandbox-payments": ["acme.transfer", "payments.charge", "payments.refund"]}``. A source
+    has one adapter (its secret, its event types, what they prove); such a source is left out of
+    ``evidence_sources`` (its inbox answers 404) and ``manage.py check`` refuses the configuration
+    (``operations.E003``). Never raises."""
+    conflicts: dict[str, list[str]] = {}
+    for source, adapters in _declared_sources().items():
+        if len({type(adapter) for adapter in adapters}) > 1:
+            conflicts[source] = sorted(action for adapter in adapters for action in adapter.actions)
+    return conflicts

@@ -283,10 +283,13 @@ def intent_begin_compensation(
     actor: str,
     reason: str,
     requested_by: User | None = None,
+    effect_arguments: dict[str, Any] | None = None,
 ) -> Intent:
     """UNKNOWN or SUCCEEDED -> COMPENSATING, opening the compensation intent in the same
     transaction. The original becomes COMPENSATED when the compensation succeeds.
-    ``requested_by`` is the operator behind a ``user:`` ``actor`` (see ``intent_open_compensation``).
+    ``requested_by`` is the operator behind a ``user:`` ``actor`` and ``effect_arguments`` what
+    the provider holds where it differs from the original's arguments (see
+    ``intent_open_compensation``).
 
     Raises:
         IntentMoved: the intent moved meanwhile. ResolutionRefused: no compensation action.
@@ -312,6 +315,7 @@ def intent_begin_compensation(
             principal=actor,
             cause="operator",
             requested_by=requested_by,
+            effect_arguments=effect_arguments,
         )
 
 

@@ -4,6 +4,7 @@ HTTP action's ``events`` configuration (validated), and how each reads an event 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -218,3 +219,48 @@ def test_c20_reader_refuses_what_cannot_be_stored(
         event["created"] = created
     with pytest.raises(EventInvalid, match=words):
         get_adapter("payments.charge").parse_event(json.dumps(event).encode(), webhook_id="e")
+
+
+@pytest.mark.parametrize(
+    ("entry", "words"),
+    [
+        ({"statements": ["acme-pay"]}, "must be {'source': slug}"),
+        ({"statements": {"source": 5}}, "must be a slug"),
+        ({"statements": {"source": "Acme Pay!"}}, "must be a slug"),
+        ({"statements": {"source": "acme-pay", "extra": 1}}, "must be {'source': slug}"),
+        (
+            {"events": {"source": "acme-pay", "secret": ACME_SECRET}, "statements": {"source": "acme-stmt"}},
+            "must be the same as its events' source",
+        ),
+    ],
+)
+def test_c21_generic_statements_configuration_is_validated(settings: Any, entry: Any, words: str) -> None:
+    # a bad statements entry is refused when the configuration is read, not per submission
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {"acme.transfer": {"url": "https://api.acme.test/v1/t", **entry}}
+    with pytest.raises(ImproperlyConfigured, match=re.escape(words)):
+        generic_http_config()
+
+
+def test_c20_a_source_declared_by_two_adapters_is_refused(settings: Any, client: Any) -> None:
+    # given: a generic action claiming the sandbox's payments source with its own secret
+    settings.EFFECT_LEDGER_GENERIC_HTTP = acme({"source": "sandbox-payments", "secret": ACME_SECRET})
+    # then: the configuration check says so, and neither adapter takes that source's events
+    from operations.checks import evidence_source_check
+
+    errors = evidence_source_check()
+    assert [e.id for e in errors] == ["operations.E003"]
+    assert "acme.transfer" in errors[0].msg and "payments.charge" in errors[0].msg
+    assert "sandbox-payments" not in evidence_sources()
+    assert (
+        client.post("/providers/sandbox-payments/events", b"{}", content_type="application/json").status_code
+        == 404
+    )
+
+
+def test_c21_a_source_with_statements_only_has_no_inbox(settings: Any, client: Any) -> None:
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {
+        "acme.transfer": {"url": "https://api.acme.test/v1/t", "statements": {"source": "acme-stmt"}}
+    }
+    assert "acme-stmt" in evidence_sources()
+    response = client.post("/providers/acme-stmt/events", b"{}", content_type="application/json")
+    assert response.status_code == 404

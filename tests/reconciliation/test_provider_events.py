@@ -682,3 +682,47 @@ def test_c20_a_proving_event_without_the_effects_id_is_400(client: Client, missi
     assert_refused(deliver(client, "sandbox-payments", event), before, words="data.id")
     intent.refresh_from_db()
     assert intent.status == "UNKNOWN"
+
+
+def test_c20_a_reference_held_in_two_tenants_settles_neither_intent(client: Client) -> None:
+    # given: two tenants' UNKNOWN charges with one business reference (a provider account serves
+    # both; the reference is each caller's own)
+    ours = unknown(submit(tenant="acme", reference="res-3"))
+    theirs = unknown(submit(tenant="globex", reference="res-3"))
+    # when: an event without our key names that reference
+    event = charge_event(ours, "charge.succeeded", ref="ch_which", key="")
+    assert match_intent(facts=facts(reference="res-3"), actions=ACTIONS) is None
+    assert deliver(client, "sandbox-payments", event).status_code == 200
+    # then: applied to neither; one orphan finding that says why, for an operator to link
+    assert process_all() == ["orphan"]
+    assert set(Intent.objects.filter(id__in=[ours.id, theirs.id]).values_list("status", flat=True)) == {
+        "UNKNOWN"
+    }
+    finding = ProviderFinding.objects.get()
+    assert "acme, globex" in finding.detail["ambiguous"]
+    # one tenant's intents alone still match by reference (the newest)
+    assert match_intent(facts=facts(reference="order-solo"), actions=ACTIONS) is None
+    solo = submit(tenant="acme", reference="order-solo")
+    assert match_intent(facts=facts(reference="order-solo"), actions=ACTIONS) == solo
+
+
+def test_c20_an_event_after_the_statement_line_joins_the_lines_finding(client: Client) -> None:
+    # given: a statement line no intent has (an extra at the provider)
+    from operations.adapters.base import StatementEntry
+    from reconciliation.statements import run
+
+    run(
+        source="sandbox-payments",
+        day=timezone.now().date(),
+        entries=[StatementEntry("ch_stray", "", "stray", 123, "EUR")],
+        origin="api",
+    )
+    finding = ProviderFinding.objects.get()
+    assert finding.event_id is None
+    # when: the provider's event for that charge arrives late
+    event = charge_event(None, "charge.succeeded", ref="ch_stray", key="")
+    assert deliver(client, "sandbox-payments", event).status_code == 200
+    assert process_all() == ["orphan"]
+    # then: still one finding, now with its event too
+    finding = ProviderFinding.objects.get()
+    assert finding.event_id == ProviderEvent.objects.get().id and finding.line_id is not None
