@@ -106,12 +106,28 @@ def problem_responses(*statuses: int) -> dict[tuple[int, str], OpenApiResponse]:
     """The ``extend_schema(responses=...)`` entries of the problems an operation can answer:
     ``{(status, "application/problem+json"): OpenApiResponse(ProblemDetails)}`` for each status
     (plus 401, 406, 429 and 503, which every operation can answer: authentication, content
-    negotiation, the rate limits and the database come before any view)."""
+    negotiation, the rate limits and the database come before any view), and the web server's
+    414 (text/html) for a request line too long to read."""
     codes = sorted({*statuses, 401, 406, 429, 503})
     return {
-        (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(ProblemDetailsSerializer, _PROBLEM_DESCRIPTIONS[code])
-        for code in codes
+        **{
+            (code, PROBLEM_CONTENT_TYPE): OpenApiResponse(
+                ProblemDetailsSerializer, _PROBLEM_DESCRIPTIONS[code]
+            )
+            for code in codes
+        },
+        (414, "text/html"): URI_TOO_LONG,
     }
+
+
+#: What the web server answers, before the application, to a request line longer than it reads
+#: (gunicorn's ``limit_request_line``, 4094 bytes): any operation can get it with long enough
+#: query parameters, and its body is the server's HTML page, not problem details.
+URI_TOO_LONG = OpenApiResponse(
+    OpenApiTypes.STR,
+    "The request line is longer than the web server reads (4094 bytes): an HTML page from the "
+    "server; nothing reached the application",
+)
 
 
 def _camel(action: str) -> str:
