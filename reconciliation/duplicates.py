@@ -180,6 +180,21 @@ def run_duplicate_checks(*, batch: int | None = None) -> DuplicateCounts:
     return counts
 
 
+#: Compensation states a finding waits for: it succeeded, or it can no longer succeed.
+COMPENSATION_ENDED = (Intent.Status.SUCCEEDED, *services.COMPENSATION_DEAD_ENDS)
+
+
+def compensation_end(compensation: Intent) -> tuple[bool, str]:
+    """What an ended compensation means for the finding it undoes (a duplicate finding or a
+    provider finding): ``(True, note)`` resolved when it SUCCEEDED, else ``(False, note)`` with
+    its state and last error, for the finding to be open again for operators."""
+    if compensation.status == Intent.Status.SUCCEEDED:
+        return True, f"compensated by {compensation.id}"
+    return False, f"compensation {compensation.id} ended {compensation.status}: {compensation.last_error}"[
+        :1000
+    ]
+
+
 def sweep_compensations(*, batch: int | None = None) -> DuplicateCounts:
     """Follow compensation intents to their end.
 
@@ -192,21 +207,15 @@ def sweep_compensations(*, batch: int | None = None) -> DuplicateCounts:
     counts = DuplicateCounts()
     findings = list(
         DuplicateFinding.objects.filter(
-            state=DuplicateFinding.State.COMPENSATING,
-            compensation__status__in=[Intent.Status.SUCCEEDED, *services.COMPENSATION_DEAD_ENDS],
+            state=DuplicateFinding.State.COMPENSATING, compensation__status__in=COMPENSATION_ENDED
         ).select_related("compensation")[:size]
     )
     for finding in findings:
         counts.examined += 1
-        compensation = finding.compensation
-        assert compensation is not None
-        if compensation.status == Intent.Status.SUCCEEDED:
-            state, note = DuplicateFinding.State.RESOLVED, f"compensated by {compensation.id}"
-        else:
-            state = DuplicateFinding.State.OPEN
-            note = f"compensation {compensation.id} ended {compensation.status}: {compensation.last_error}"[
-                :1000
-            ]
+        assert finding.compensation is not None
+        resolved, note = compensation_end(finding.compensation)
+        state = DuplicateFinding.State.RESOLVED if resolved else DuplicateFinding.State.OPEN
+        if not resolved:
             counts.escalated += 1
         DuplicateFinding.objects.filter(id=finding.id, state=DuplicateFinding.State.COMPENSATING).update(
             state=state,

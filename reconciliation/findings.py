@@ -52,6 +52,7 @@ from operations.models import Intent
 from operations.money import format_plain
 from operations.services import intent_record_refusal
 from operations.tenant_access import console_scope, role_scope
+from reconciliation.duplicates import COMPENSATION_ENDED, compensation_end
 from reconciliation.models import Evidence, ProviderEvent, ProviderFinding, StatementLine
 from reconciliation.resolution import RESOLVER_GROUPS
 from reconciliation.selectors import intent_evidence
@@ -432,18 +433,11 @@ def follow_up() -> int:
     it cannot succeed; returns how many changed. Run by the reconciler's pass."""
     changed = 0
     for finding in ProviderFinding.objects.filter(
-        state=ProviderFinding.State.COMPENSATING,
-        compensation__status__in=[Intent.Status.SUCCEEDED, *services.COMPENSATION_DEAD_ENDS],
+        state=ProviderFinding.State.COMPENSATING, compensation__status__in=COMPENSATION_ENDED
     ).select_related("compensation")[:200]:
-        compensation = finding.compensation
-        assert compensation is not None
-        if compensation.status == Intent.Status.SUCCEEDED:
-            state, note = ProviderFinding.State.RESOLVED, f"compensated by {compensation.id}"
-        else:
-            state = ProviderFinding.State.OPEN
-            note = f"compensation {compensation.id} ended {compensation.status}: {compensation.last_error}"[
-                :1000
-            ]
+        assert finding.compensation is not None
+        resolved, note = compensation_end(finding.compensation)
+        state = ProviderFinding.State.RESOLVED if resolved else ProviderFinding.State.OPEN
         changed += ProviderFinding.objects.filter(
             id=finding.id, state=ProviderFinding.State.COMPENSATING
         ).update(state=state, note=note)

@@ -319,3 +319,25 @@ def test_c21_a_nul_in_a_mapping_or_the_pages_source_is_no_500(operator_client: C
     assert not StatementMapping.objects.exists()
     page = operator_client.get(reverse("statements") + "?source=%00")
     assert page.status_code == 200
+
+
+@pytest.mark.parametrize(("ended", "state"), [("SUCCEEDED", "resolved"), ("FAILED", "open")])
+def test_c21_a_findings_compensation_is_followed_to_its_end(
+    operator_client: Client, findings: dict[str, Any], ended: str, state: str
+) -> None:
+    from reconciliation.findings import follow_up
+
+    mismatch = findings["amount_mismatch"]
+    assert (
+        decide(operator_client, mismatch, "compensate", reason="refund what was charged").status_code == 200
+    )
+    mismatch.refresh_from_db()
+    assert follow_up() == 0  # still running: nothing to do
+    Intent.objects.filter(id=mismatch.compensation_id).update(status=ended, last_error="declined")
+    # when: the reconciler's pass follows it up
+    assert follow_up() == 1
+    # then: resolved when it undid the effect; open again, saying why, when it cannot
+    mismatch.refresh_from_db()
+    assert mismatch.state == state
+    assert str(mismatch.compensation_id) in mismatch.note
+    assert follow_up() == 0
