@@ -341,3 +341,50 @@ def test_c21_a_findings_compensation_is_followed_to_its_end(
     assert mismatch.state == state
     assert str(mismatch.compensation_id) in mismatch.note
     assert follow_up() == 0
+
+
+def test_c21_finding_and_event_pages_render_for_every_provider_kind(
+    operator_client: Client, settings: Any
+) -> None:
+    """Every finding kind of an intent of every provider kind (keyed, lagging lookup, list by
+    reference, generic HTTP with and without a currency), its event and the intent's page: 200,
+    full page and htmx partial (a page that renders for payments and 500s for email is the
+    commonest bug)."""
+    from reconciliation.models import ProviderEvent
+    from tests.console.test_every_kind import GENERIC_HTTP, KINDS
+
+    settings.EFFECT_LEDGER_GENERIC_HTTP = GENERIC_HTTP
+    settings.EFFECT_LEDGER_POLICIES = {action: {"approval": "never"} for action, _ in KINDS.values()}
+    pages = []
+    for n, (kind, (action, arguments)) in enumerate(KINDS.items()):
+        intent = submit(action=action, arguments=arguments, reference=f"kind-{n}")
+        Intent.objects.filter(id=intent.id).update(status=Intent.Status.SUCCEEDED)
+        Outcome.objects.create(intent=intent, source=Outcome.Source.PROVIDER, provider_reference=f"ref-{n}")
+        event = ProviderEvent.objects.create(
+            source=f"source-{n}",
+            event_id=f"evt-{n}",
+            event_type="thing.succeeded",
+            provider_reference=f"ref-{n}",
+            intent=intent,
+            result=ProviderEvent.Result.RECORDED,
+        )
+        for finding_kind in ProviderFinding.Kind.values:
+            finding = ProviderFinding.objects.create(
+                fingerprint=f"{finding_kind}:{kind}",
+                kind=finding_kind,
+                source=f"source-{n}",
+                intent=intent,
+                event=event,
+                provider_reference=f"ref-{n}-x",
+                amount=arguments.get("amount"),
+                currency=arguments.get("currency", ""),
+                expected_amount=arguments.get("amount"),
+                expected_currency=arguments.get("currency", ""),
+            )
+            pages.append(reverse("provider-finding-detail", args=[finding.id]))
+        pages.append(reverse("intent-detail", args=[intent.id]))
+    pages += [reverse("provider-findings") + "?state=all", reverse("provider-events"), reverse("dashboard")]
+    for url in pages:
+        for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
+            response = operator_client.get(url, **headers)
+            assert response.status_code == 200, (url, headers, response.status_code)
