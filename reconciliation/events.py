@@ -57,7 +57,7 @@ from django.utils import timezone
 from operations import metrics, services
 from operations.adapters.base import Adapter
 from operations.adapters.events import EventFacts, EventInvalid, EventSignatureInvalid, check_storable
-from operations.adapters.registry import evidence_sources
+from operations.adapters.registry import evidence_source_actions, evidence_sources
 from operations.idempotency import canonical_json
 from operations.models import Intent, OutboxMessage, Outcome
 from operations.outbox import Handoff, enqueue_statement, handoff_after_commit
@@ -215,12 +215,6 @@ def _facts(event: ProviderEvent) -> EventFacts:
     )
 
 
-def source_actions(source: str) -> tuple[str, ...]:
-    """The actions whose effects events of ``source`` may be about (its adapter's actions)."""
-    adapter = evidence_sources().get(source)
-    return tuple(adapter.actions) if adapter is not None else ()
-
-
 def match_intent(*, facts: EventFacts, actions: tuple[str, ...]) -> Intent | None:
     """The intent an event is about, or None.
 
@@ -289,7 +283,7 @@ class _Decision:
 
 
 def _orphan(event: ProviderEvent, facts: EventFacts) -> _Decision:
-    tenants = reference_tenants(facts=facts, actions=source_actions(event.source))
+    tenants = reference_tenants(facts=facts, actions=evidence_source_actions(event.source))
     ambiguity = (
         {
             "ambiguous": f"intents of tenants {', '.join(tenants)} have reference {facts.reference!r}: link it to the right one"
@@ -454,7 +448,7 @@ def process_provider_event(*, event_pk: int, message_id: uuid.UUID | None = None
         return event.result if event is not None else "missing"
     facts = _facts(event)
     with transaction.atomic():
-        matched = match_intent(facts=facts, actions=source_actions(event.source))
+        matched = match_intent(facts=facts, actions=evidence_source_actions(event.source))
         intent = Intent.objects.select_for_update().get(id=matched.id) if matched is not None else None
         event = ProviderEvent.objects.select_for_update().get(id=event_pk)
         if event.processed_at is not None:

@@ -56,13 +56,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Min
+from django.db.models import Min, OuterRef, Subquery
 from django.utils import timezone
 
 from operations import services
 from operations.adapters.base import AdapterError, StatementEntry, StatementsUnsupported
 from operations.adapters.events import key_from_message_id
-from operations.adapters.registry import evidence_sources, get_adapter, known_actions
+from operations.adapters.registry import evidence_source_actions, evidence_sources, get_adapter
 from operations.audit import audit_append_unattached
 from operations.exceptions import IntentMoved
 from operations.models import Intent, Outcome
@@ -121,18 +121,11 @@ def source_actions(source: str) -> list[str]:
     Raises:
         StatementRefused: no served action declares it (the known sources are named).
     """
-    actions = []
-    for action in known_actions():
-        try:
-            adapter = get_adapter(action)
-        except Exception:  # noqa: BLE001 - an adapter that cannot be loaded declares nothing
-            continue
-        if adapter.evidence_source == source:
-            actions.append(action)
+    actions = evidence_source_actions(source)
     if not actions:
         known = ", ".join(sorted(evidence_sources())) or "none"
         raise StatementRefused(f"unknown statement source {source!r}; known sources: {known}")
-    return sorted(actions)
+    return list(actions)
 
 
 def statement_actions(source: str) -> list[str]:
@@ -449,13 +442,14 @@ def _record_missing(statement_run: StatementRun, source: str, day: dt.date, acti
         .exclude(statement_lines__run__source=source)
     )
     missing = 0
-    for intent in effect_at:
-        outcome = (
-            Outcome.objects.filter(intent=intent)
+    for intent in effect_at.annotate(
+        effect_reference=Subquery(
+            Outcome.objects.filter(intent=OuterRef("pk"))
             .exclude(provider_reference="")
             .order_by("created_at")
-            .first()
+            .values("provider_reference")[:1]
         )
+    ):
         money = _money(intent)
         missing += 1
         ProviderFinding.objects.get_or_create(
@@ -465,7 +459,7 @@ def _record_missing(statement_run: StatementRun, source: str, day: dt.date, acti
                 "source": source,
                 "intent": intent,
                 "run": statement_run,
-                "provider_reference": outcome.provider_reference if outcome else "",
+                "provider_reference": intent.effect_reference or "",
                 "expected_amount": money.amount,
                 "expected_currency": money.currency,
                 "detail": {"statement_date": day.isoformat()},

@@ -200,6 +200,15 @@ def _declared_sources() -> dict[str, list[Adapter]]:
     return declared
 
 
+def evidence_source_actions(source: str) -> tuple[str, ...]:
+    """Every served action whose adapter declares ``source`` (``Adapter.evidence_source``),
+    sorted: the actions the source's events and statement lines can be about; () for a source
+    nobody declares. Never raises."""
+    return tuple(
+        sorted({action for adapter in _declared_sources().get(source, []) for action in adapter.actions})
+    )
+
+
 def evidence_source_conflicts() -> dict[str, list[str]]:
     """Evidence sources declared by more than one adapter class, with the actions declaring them:
     ``{"sandbox-payments": ["acme.transfer", "payments.charge", "payments.refund"]}``. A source
