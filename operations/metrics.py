@@ -74,6 +74,12 @@ NOTIFICATIONS = Counter(
 ESCALATIONS = Counter(
     "effect_ledger_escalations_total", "Intents escalated to operators (UNKNOWN, or a failed compensation)"
 )
+EFFECTS_FOUND_LATE = Counter(
+    "effect_ledger_effects_found_late_total",
+    "Intents that ended without effect and later evidence proved the provider has one (issue 38), "
+    "by the state they had ended in",
+    ["ended"],
+)
 DUPLICATES_FOUND = Counter(
     "effect_ledger_duplicates_found_total",
     "Extra effects found at providers without keys, by what happened to them",

@@ -643,14 +643,21 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.SUCCEEDED: frozenset({S.COMPENSATING}),
     # COMPENSATING -> SUCCEEDED: an operator keeps the effect after its compensation failed.
     S.COMPENSATING: frozenset({S.COMPENSATED, S.SUCCEEDED}),
-    S.FAILED: frozenset(),
+    # FAILED / REJECTED / EXPIRED / CANCELLED -> SUCCEEDED: the ledger said "no effect", and
+    # later evidence (a found lookup, a provider's signed event, a statement line) proves the
+    # provider has one (issue 38: ``operations.services.late_effect``). The only way out of
+    # these states; nothing is ever sent from them.
+    S.FAILED: frozenset({S.SUCCEEDED}),
     S.COMPENSATED: frozenset(),
-    S.REJECTED: frozenset(),
-    S.EXPIRED: frozenset(),
-    S.CANCELLED: frozenset(),
+    S.REJECTED: frozenset({S.SUCCEEDED}),
+    S.EXPIRED: frozenset({S.SUCCEEDED}),
+    S.CANCELLED: frozenset({S.SUCCEEDED}),
 }
 
-TERMINAL_STATUSES = frozenset(status for status, targets in ALLOWED_TRANSITIONS.items() if not targets)
+#: The states an intent ends in: nothing is ever sent from them, and an agent waiting on the
+#: intent stops there. Only late evidence of an effect (issue 38) moves one of those that
+#: ended without effect to SUCCEEDED.
+TERMINAL_STATUSES = frozenset({S.FAILED, S.COMPENSATED, S.REJECTED, S.EXPIRED, S.CANCELLED})
 
 #: States in which an intent may still cause (or be) an effect: a second intent for the same
 #: business action waits (HELD) while one of these exists (issue "One business action").
@@ -856,6 +863,7 @@ class Notification(models.Model):
         APPROVAL_REQUESTED = "approval_requested", "Approval requested"
         APPROVAL_EXPIRING = "approval_expiring", "Approval about to expire"
         ESCALATED = "escalated", "Escalated to operators"
+        EFFECT_FOUND_LATE = "effect_found_late", "Effect found after the intent ended"
 
     kind = models.CharField(max_length=30, choices=Kind.choices)
     intent = models.ForeignKey(Intent, on_delete=models.PROTECT, related_name="+")

@@ -24,11 +24,13 @@ _HEADLINES = {
     Notification.Kind.APPROVAL_REQUESTED: "Approval requested",
     Notification.Kind.APPROVAL_EXPIRING: "Approval request about to expire",
     Notification.Kind.ESCALATED: "Escalated to operators",
+    Notification.Kind.EFFECT_FOUND_LATE: "Effect found after the intent ended",
 }
 _PLURALS = {
     Notification.Kind.APPROVAL_REQUESTED: "approvals requested",
     Notification.Kind.APPROVAL_EXPIRING: "approval requests about to expire",
     Notification.Kind.ESCALATED: "escalated to operators",
+    Notification.Kind.EFFECT_FOUND_LATE: "effects found after their intent ended",
 }
 
 
@@ -47,9 +49,13 @@ class Notice:
 
 def deep_link(kind: str, intent_id: object) -> str:
     """The absolute URL of the page where the notice is acted on: the approval page for an
-    approval notice, the UNKNOWN item's page for an escalation; ``EFFECT_LEDGER["PUBLIC_URL"]``
-    is the console's address as people reach it."""
-    name = "unknown-detail" if kind == Notification.Kind.ESCALATED else "approval-detail"
+    approval notice, the UNKNOWN item's page for an escalation, the intent's page (its timeline
+    and its open finding) for an effect found late; ``EFFECT_LEDGER["PUBLIC_URL"]`` is the
+    console's address as people reach it."""
+    name = {
+        Notification.Kind.ESCALATED: "unknown-detail",
+        Notification.Kind.EFFECT_FOUND_LATE: "intent-detail",
+    }.get(Notification.Kind(kind), "approval-detail")
     base = str(settings.EFFECT_LEDGER["PUBLIC_URL"]).rstrip("/")
     return f"{base}{reverse(name, args=[intent_id])}"
 
@@ -74,6 +80,11 @@ def notice_for(notification: Notification, intent: Intent) -> Notice:
     ]
     if notification.kind == Notification.Kind.ESCALATED:
         lines.append(f"Status: {intent.status}, escalated {_when(intent.escalated_at)}")
+    elif notification.kind == Notification.Kind.EFFECT_FOUND_LATE:
+        lines.append(
+            f"Status: {intent.status}: it had ended without effect, and the provider has its effect "
+            f"(found {_when(notification.created_at)}); its finding is open"
+        )
     else:
         lines.append(f"Expires: {_when(intent.approval_expires_at)}")
     return Notice(

@@ -31,6 +31,7 @@ from operations.adapters.base import LookupStatus
 from operations.adapters.registry import capabilities_for
 from operations.calls import provider_lookup
 from operations.models import ENDED_WITHOUT_EFFECT, Intent
+from reconciliation.attribution import attribute
 from reconciliation.models import DuplicateFinding, Evidence
 from reconciliation.schedule import lookup_delay_seconds
 
@@ -56,10 +57,15 @@ def _kept_reference(intent: Intent, found: tuple[str, ...]) -> str:
     return recorded or found[0]
 
 
-def record_duplicates(*, intent: Intent, references: list[str], keep: str) -> int:
+def record_duplicates(*, intent: Intent, references: list[str], keep: str, ambiguous: str = "") -> int:
     """Record every effect in ``references`` other than ``keep`` as a ``DuplicateFinding`` of
     ``intent`` (once each), compensating it where the action has a compensation, else leaving
-    it open for operators. Call inside a transaction.
+    it open for operators. Call inside a transaction; pass only effects that may be the
+    intent's (``reconciliation.attribution``).
+
+    Args:
+        ambiguous: why the effects cannot be told apart from other intents' (C34): then none is
+            compensated automatically; each finding is left open for operators, saying why.
 
     Returns:
         How many findings are new.
@@ -82,7 +88,16 @@ def record_duplicates(*, intent: Intent, references: list[str], keep: str) -> in
     )
     compensation_action = capabilities_for(intent.action).compensation_action
     for ref in new:
-        if compensation_action:
+        if ambiguous:
+            DuplicateFinding.objects.create(
+                intent=intent,
+                provider_reference=ref,
+                kept_reference=keep,
+                state=DuplicateFinding.State.OPEN,
+                note=f"not compensated automatically: {ambiguous}"[:1000],
+            )
+            handling = "flagged"
+        elif compensation_action:
             compensation = services.intent_open_compensation(
                 original=intent, provider_reference=ref, principal="system:reconciler", cause="duplicate"
             )
@@ -155,10 +170,15 @@ def check_intent_for_duplicates(intent_id: uuid.UUID) -> int:
     if result.status == LookupStatus.FOUND and result.provider_references:
         keep = _kept_reference(intent, result.provider_references)
         conclusive = keep in result.provider_references
-        if len(result.provider_references) > 1:
+        # Another intent's effect (a reference two tenants share) is never this one's duplicate.
+        attribution = attribute(intent, result.provider_references)
+        if len(attribution.own) > 1:
             with transaction.atomic():
                 found = record_duplicates(
-                    intent=intent, references=list(result.provider_references), keep=keep
+                    intent=intent,
+                    references=list(attribution.own),
+                    keep=keep,
+                    ambiguous=attribution.ambiguous,
                 )
     _next_check(intent_id, checks, conclusive=conclusive)
     return found

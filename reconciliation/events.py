@@ -32,7 +32,11 @@ proves it; RUNNING with a live lease,      ``recorded``, *deferred*: left unfini
 READY never sent, HELD, AWAITING_APPROVAL  (``processed_at`` empty) and decided again by the
                                            reconciler's sweep once the intent moved, before any
                                            lookup
-proves it; intent ended without effect     ``recorded``, with the contradiction in its detail
+proves it; intent ended without effect     late evidence (``reconciliation.late_evidence``):
+(FAILED, REJECTED, EXPIRED, CANCELLED)     ``applied``, SUCCEEDED and an ``effect_after_ending``
+                                           finding; ``recorded`` and the finding only when the
+                                           effect cannot be told apart from other intents';
+                                           ``orphan`` when it is not the intent's (never sent)
 =========================================  ==========================================================
 
 What an event cannot prove: an event that never came proves nothing (delivery is at least once
@@ -59,10 +63,11 @@ from operations.adapters.base import Adapter
 from operations.adapters.events import EventFacts, EventInvalid, EventSignatureInvalid, check_storable
 from operations.adapters.registry import evidence_source_actions, evidence_sources
 from operations.idempotency import canonical_json
-from operations.models import Intent, OutboxMessage, Outcome
+from operations.models import ENDED_WITHOUT_EFFECT, Intent, OutboxMessage, Outcome
 from operations.outbox import Handoff, enqueue_statement, handoff_after_commit
 from operations.statements import run_together
 from reconciliation.duplicates import ENDED_WITH_EFFECT, record_duplicates
+from reconciliation.late_evidence import LateProof, apply_late_proof
 from reconciliation.models import ProviderEvent, ProviderFinding
 
 logger = logging.getLogger("reconciliation")
@@ -417,6 +422,8 @@ def _decide(event: ProviderEvent, facts: EventFacts, intent: Intent | None) -> _
             {"deferred": True, "note": f"the intent is {intent.status}: decided again once it moves"},
             final=False,
         )
+    if intent.status in ENDED_WITHOUT_EFFECT and reference:
+        return _late(event, facts, intent)
     return _Decision(
         ProviderEvent.Result.RECORDED,
         {
@@ -424,6 +431,33 @@ def _decide(event: ProviderEvent, facts: EventFacts, intent: Intent | None) -> _
             "note": f"the provider shows an effect of an intent that ended {intent.status}",
         },
     )
+
+
+def _late(event: ProviderEvent, facts: EventFacts, intent: Intent) -> _Decision:
+    """An effect-proving event for an intent that ended without effect: late evidence
+    (``reconciliation.late_evidence``; its amount is checked first, as for any proof). An
+    effect that is not the intent's (never sent, another intent's) is an orphan."""
+    if _money_disagrees(facts, intent):
+        return _amount_mismatch(event, facts, intent)
+    ended = intent.status
+    late = apply_late_proof(
+        intent,
+        LateProof(
+            provider_reference=facts.provider_reference,
+            source=Outcome.Source.PROVIDER_EVENT,
+            actor=f"provider:{event.source}",
+            what=f"the provider's signed event {facts.event_id} ({facts.event_type}) proves its effect",
+            by_key=bool(facts.idempotency_key),
+            amount=facts.amount,
+            currency=facts.currency,
+            detail={"event_id": facts.event_id, "event_type": facts.event_type},
+        ),
+        event=event,
+    )
+    if late.result != "applied":
+        decision = _orphan(event, facts)
+        return _Decision(decision.result, {**decision.detail, "not_its_effect": late.why})
+    return _Decision(ProviderEvent.Result.APPLIED, {"from_status": ended, "late": True})
 
 
 def _ack(message_id: uuid.UUID | None) -> None:

@@ -60,6 +60,9 @@ from reconciliation.statements import StatementRefused, source_actions
 
 VERBS = ("link", "compensate", "close")
 LINKABLE = (ProviderFinding.Kind.EXTRA_AT_PROVIDER, ProviderFinding.Kind.ORPHAN_EVENT)
+#: Findings about the effect the intent itself holds: compensating one undoes the intent's own
+#: effect (SUCCEEDED -> COMPENSATING), never a duplicate's.
+OWN_EFFECT = (ProviderFinding.Kind.AMOUNT_MISMATCH, ProviderFinding.Kind.EFFECT_AFTER_ENDING)
 
 
 def can_work(user: User, finding: ProviderFinding) -> bool:
@@ -236,9 +239,7 @@ def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str)
             raise ResolutionRefused("the effect is missing at the provider: there is nothing to undo")
         if not finding.provider_reference:
             raise ResolutionRefused("this finding names no provider reference to undo")
-        if finding.kind != ProviderFinding.Kind.AMOUNT_MISMATCH and finding.provider_reference in _kept(
-            original
-        ):
+        if finding.kind not in OWN_EFFECT and finding.provider_reference in _kept(original):
             raise ResolutionRefused(
                 f"{finding.provider_reference} is the effect intent {original.id} holds, not an extra one: "
                 "undoing it is the intent's own compensation (the operators' queue), or close this finding"
@@ -330,17 +331,18 @@ def _clear_missing(finding: ProviderFinding, target: Intent, actor: str) -> list
 def _open_compensation(finding: ProviderFinding, original: Intent, user: User, reason: str) -> Intent:
     """The compensation of ``finding``'s effect, undoing the amount the provider holds.
 
-    An amount mismatch is the intent's own effect: the intent goes SUCCEEDED -> COMPENSATING and
-    becomes COMPENSATED when its compensation succeeds (``intent_begin_compensation``, as an
+    An amount mismatch, or an effect found after the intent ended without one (``OWN_EFFECT``),
+    is the intent's own effect: the intent goes SUCCEEDED -> COMPENSATING and becomes COMPENSATED
+    when its compensation succeeds (``intent_begin_compensation``, as an
     operator's ``compensate``). Any other finding's effect is not the intent's own (an extra
     effect the operator attributes to it): a compensation of cause ``duplicate``, which leaves the
     intent's own state alone (``intent_open_compensation``).
 
     Raises:
-        ResolutionRefused: an amount mismatch whose intent is no longer SUCCEEDED.
+        ResolutionRefused: a finding of the intent's own effect whose intent is no longer SUCCEEDED.
     """
     effect = _effect_arguments(finding, original)
-    if finding.kind == ProviderFinding.Kind.AMOUNT_MISMATCH:
+    if finding.kind in OWN_EFFECT:
         if original.status != Intent.Status.SUCCEEDED:
             raise ResolutionRefused(
                 f"intent {original.id} is {original.status}: work its effect on the operators' queue"

@@ -40,9 +40,11 @@ from operations.adapters.base import LookupResult, LookupStatus
 from operations.adapters.registry import ActionUnavailable, capabilities_for, get_adapter, serving_problem
 from operations.calls import provider_lookup
 from operations.exceptions import IntentMoved, ResendRefused
-from operations.models import Intent, Outcome
+from operations.models import ENDED_WITHOUT_EFFECT, Intent, Outcome
 from operations.policies import Policy
+from reconciliation.attribution import Attribution, attribute
 from reconciliation.duplicates import record_duplicates
+from reconciliation.late_evidence import LateProof, apply_late_proof, file_late_finding
 from reconciliation.models import Evidence
 from reconciliation.schedule import lookup_delay_seconds
 
@@ -76,14 +78,14 @@ def _patience_spent(intent: Intent, lookups: int) -> bool:
     )
 
 
-def _record(intent: Intent, result: LookupResult, actor: str) -> None:
+def _record(intent: Intent, result: LookupResult, actor: str, attribution: Attribution | None = None) -> None:
     Evidence.objects.create(
         intent=intent,
         kind=Evidence.Kind.LOOKUP,
         result=result.status.value,
         provider_references=list(result.provider_references),
         actor=actor,
-        detail=result.detail,
+        detail={**result.detail, **(attribution.as_detail() if attribution else {})},
     )
     metrics.LOOKUPS.labels(result=result.status.value).inc()
 
@@ -93,11 +95,24 @@ def _lookup(intent: Intent) -> LookupResult:
     return provider_lookup(intent)
 
 
-def _apply(intent: Intent, result: LookupResult, actor: str) -> str | None:
+def _apply(intent: Intent, result: LookupResult, attribution: Attribution | None, actor: str) -> str | None:
     """Act on a conclusive lookup; None when it proves nothing. ``intent.status`` is UNKNOWN,
-    or READY when the lookup was in flight as the intent was sent back (only FOUND acts then)."""
-    if result.status == LookupStatus.FOUND and result.provider_references:
-        keep = result.provider_references[0]
+    or READY when the lookup was in flight as the intent was sent back (only FOUND acts then).
+
+    A FOUND result acts only on the effects that may be the intent's (``reconciliation.
+    attribution``, C34): another intent's effect is never taken nor compensated, and effects
+    that cannot be told apart from other intents' are left to a person (escalated at once, with
+    the reason; the lookups go on)."""
+    if attribution is not None:
+        if attribution.ambiguous:
+            if intent.status != Intent.Status.UNKNOWN:
+                return None
+            return _escalate_now(
+                intent, f"the provider shows effects by this reference, but {attribution.ambiguous}"
+            )
+        if not attribution.own:
+            return None  # only other intents' effects: this one's is not seen (yet)
+        keep = attribution.own[0]
         waiting_resend = intent.status == Intent.Status.READY
         with transaction.atomic():
             services.intent_resolve_found(
@@ -116,7 +131,7 @@ def _apply(intent: Intent, result: LookupResult, actor: str) -> str | None:
             )
             # Two or more effects for one intent (a provider without keys): each extra one is
             # compensated or flagged for operators, in the same transaction.
-            record_duplicates(intent=intent, references=list(result.provider_references), keep=keep)
+            record_duplicates(intent=intent, references=list(attribution.own), keep=keep)
         return "resolved"
     if (
         intent.status == Intent.Status.UNKNOWN
@@ -130,6 +145,31 @@ def _apply(intent: Intent, result: LookupResult, actor: str) -> str | None:
         )
         return "retry"
     return None
+
+
+def _late(intent: Intent, result: LookupResult, attribution: Attribution | None, actor: str) -> str:
+    """A lookup's answer for an intent that ended without effect while it was at the provider:
+    a FOUND effect of the intent's is late evidence (``resolved``); anything else is kept on
+    record and changes nothing (``moved``)."""
+    if attribution is None or not attribution.own:
+        return "moved"
+    proof = LateProof(
+        provider_reference=attribution.own[0],
+        source=Outcome.Source.RECONCILER,
+        actor=actor,
+        what="a lookup that was at the provider when it ended found its effect",
+        detail={"lookup": result.detail, **attribution.as_detail()},
+    )
+    with transaction.atomic():  # a savepoint: a failure here keeps the evidence recorded above
+        if attribution.ambiguous:
+            # Not surely its effect: a person tells (the finding says why); nothing moves.
+            file_late_finding(intent, proof, ambiguous=attribution.ambiguous)
+            return "moved"
+        if apply_late_proof(intent, proof).result != "applied":
+            return "moved"
+        if len(attribution.own) > 1:
+            record_duplicates(intent=intent, references=list(attribution.own), keep=proof.provider_reference)
+    return "resolved"
 
 
 def _wait_or_escalate(intent: Intent, status: str) -> str:
@@ -191,19 +231,30 @@ def record_lookup(intent_id: uuid.UUID, result: LookupResult, *, actor: str = "r
     * READY (sent back by an operator's ``absent`` or an authoritative absence while this lookup
       was in flight, not yet claimed: a provider without keys waits ``lookup_settle_seconds``
       first) and FOUND: SUCCEEDED with the found receipt; nothing is sent again.
+    * ended without effect (FAILED, REJECTED, EXPIRED, CANCELLED: an operator's ``absent``
+      committed while this lookup was at the provider, C31) and FOUND: late evidence
+      (``reconciliation.late_evidence``): SUCCEEDED with the found receipt, one open finding,
+      the agent and the operators told.
     * anything else: the evidence is kept on record (an operator's later ``absent`` is refused
       while a found effect is on record) and nothing moves.
+
+    Every FOUND is first attributed (``reconciliation.attribution``): an effect another intent
+    holds is never this one's, and the attribution is kept with the evidence.
 
     Returns ``resolved``, ``retry``, ``waiting``, ``escalated`` or ``moved``.
     """
     with transaction.atomic():
         intent = Intent.objects.select_for_update().get(id=intent_id)
-        _record(intent, result, actor)
+        found = result.status == LookupStatus.FOUND and bool(result.provider_references)
+        attribution = attribute(intent, result.provider_references) if found else None
+        _record(intent, result, actor, attribution)
+        if intent.status in ENDED_WITHOUT_EFFECT:
+            return _late(intent, result, attribution, actor)
         if intent.status not in {Intent.Status.UNKNOWN, Intent.Status.READY}:
             return "moved"
         try:
             with transaction.atomic():  # a savepoint: a failure here keeps the evidence above
-                applied = _apply(intent, result, actor)
+                applied = _apply(intent, result, attribution, actor)
         except IntentMoved:
             return "moved"
         except ResendRefused as refused:

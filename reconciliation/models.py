@@ -227,7 +227,9 @@ class ProviderFinding(models.Model):
 
     Kinds: ``orphan_event`` (a provider event matching no intent), ``missing_at_provider`` (a
     SUCCEEDED intent with no statement line), ``extra_at_provider`` (a statement line with no
-    intent, or a second line for one intent), ``amount_mismatch`` (amount or currency differ).
+    intent, or a second line for one intent), ``amount_mismatch`` (amount or currency differ),
+    ``effect_after_ending`` (an intent ended without effect, and evidence arriving later proves
+    the provider has one; issue 38).
     ``fingerprint`` makes each finding once however often the same evidence is seen again.
     ``state``: ``open`` until an operator links it to an intent, opens a compensation
     (``compensating`` while it runs) or closes it with a reason (``resolved``); every step audited.
@@ -238,6 +240,7 @@ class ProviderFinding(models.Model):
         MISSING_AT_PROVIDER = "missing_at_provider", "Missing at the provider"
         EXTRA_AT_PROVIDER = "extra_at_provider", "Extra at the provider"
         AMOUNT_MISMATCH = "amount_mismatch", "Amount mismatch"
+        EFFECT_AFTER_ENDING = "effect_after_ending", "Ended without effect, but the provider has it"
 
     class State(models.TextChoices):
         OPEN = "open", "Needs an operator"

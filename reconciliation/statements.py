@@ -20,10 +20,14 @@ makes no second finding:
   the line has one: a statement without amounts proves no amount);
 * a line repeating an earlier line's provider reference (one effect listed twice): kept as read,
   matched to nothing, no finding (a CSV upload refuses such a file);
+* late evidence: a line of an intent that ended without effect (FAILED, CANCELLED, REJECTED,
+  EXPIRED) and was sent, whose effect is surely its own (``reconciliation.late_evidence``): the
+  intent moves to SUCCEEDED with an ``effect_after_ending`` finding, and the line is matched;
 * ``extra_at_provider``: a line no intent has, a second line (another provider reference) for an
   intent already matched, or
-  a line of an intent that holds no effect and never will (FAILED, CANCELLED, REJECTED, EXPIRED,
-  AWAITING_APPROVAL, HELD, READY never sent): the provider holds an effect the ledger does not.
+  a line of an intent that holds no effect and never will (never sent: AWAITING_APPROVAL, HELD,
+  READY, or ended before any attempt; or not surely its effect, ``reconciliation.attribution``):
+  the provider holds an effect the ledger does not.
   One stray effect is one finding: an orphan event of the same provider reference made
   ``extra:<source>:<reference>`` first (``reconciliation.events``), and the line's run and line
   are attached to it (it keeps its kind);
@@ -65,7 +69,8 @@ from operations.adapters.events import key_from_message_id
 from operations.adapters.registry import evidence_source_actions, evidence_sources, get_adapter
 from operations.audit import audit_append_unattached
 from operations.exceptions import IntentMoved
-from operations.models import Intent, Outcome
+from operations.models import ENDED_WITHOUT_EFFECT, Intent, Outcome
+from reconciliation.late_evidence import LateProof, apply_late_proof
 from reconciliation.models import ProviderFinding, StatementLine, StatementRun
 
 #: Seconds a provider's statement fetch may take.
@@ -420,7 +425,36 @@ def _no_effect(intent: Intent, statement_run: StatementRun, day: dt.date, line: 
         return ""
     if intent.status == Intent.Status.UNKNOWN:  # moved back to UNKNOWN meanwhile: still unproven here
         return ""
+    if intent.status in ENDED_WITHOUT_EFFECT and line.provider_reference:
+        return _late(intent, statement_run, day, line)
     return f"intent {intent.id} is {intent.status}: the ledger holds no effect for it"
+
+
+def _late(intent: Intent, statement_run: StatementRun, day: dt.date, line: StatementLine) -> str:
+    """A line of an intent that ended without effect: late evidence (``reconciliation.
+    late_evidence``), "" when applied (the line is matched); else why it is extra."""
+    locked = Intent.objects.select_for_update().get(id=intent.id)
+    if locked.status not in ENDED_WITHOUT_EFFECT:
+        return ""
+    late = apply_late_proof(
+        locked,
+        LateProof(
+            provider_reference=line.provider_reference,
+            source=Outcome.Source.RECONCILER,
+            actor="reconciler",
+            what=f"the provider's statement of {day.isoformat()} (run {statement_run.id}, line {line.line_no}) lists its effect",
+            by_key=bool(line.idempotency_key) and _key_of(line.idempotency_key) == intent.idempotency_key,
+            amount=line.amount,
+            currency=line.currency,
+            detail={"statement_run": statement_run.id, "line_no": line.line_no},
+        ),
+        run=statement_run,
+        line=line,
+    )
+    if late.result != "applied":
+        return f"intent {intent.id} is {intent.status}, and the line is not surely its effect: {late.why}"
+    intent.status = locked.status
+    return ""
 
 
 def effect_day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:

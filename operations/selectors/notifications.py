@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from operations.models import Intent, Notification
+from django.contrib.auth import get_user_model
+
+from operations.models import ENDED_WITHOUT_EFFECT, AuditEvent, Intent, Notification
 from operations.policies import Policy
 from operations.tenant_access import users_holding
 
@@ -34,7 +36,27 @@ def notification_recipients(notification: Notification) -> list[str]:
     users = users_holding(roles, intent.tenant).exclude(email="")
     if notification.kind in APPROVAL_KINDS and intent.requested_by_id is not None:
         users = users.exclude(id=intent.requested_by_id)
+    if notification.kind == Notification.Kind.EFFECT_FOUND_LATE:
+        # The person whose decision ended it without effect is told too (issue 38).
+        decider = ending_decider(intent)
+        if decider:
+            users = users | get_user_model().objects.filter(username=decider, is_active=True).exclude(
+                email=""
+            )
     return sorted({email.strip() for email in users.values_list("email", flat=True) if email.strip()})
+
+
+def ending_decider(intent: Intent) -> str:
+    """The username of the person whose decision ended ``intent`` without effect (the actor
+    ``user:<name>`` of the last audit event that moved it into FAILED, REJECTED, EXPIRED or
+    CANCELLED), or "" when no person did (a worker, the reconciler, an agent)."""
+    actor = (
+        AuditEvent.objects.filter(intent=intent, to_status__in=ENDED_WITHOUT_EFFECT)
+        .order_by("-seq")
+        .values_list("actor", flat=True)
+        .first()
+    )
+    return actor.removeprefix("user:") if actor and actor.startswith("user:") else ""
 
 
 #: The statuses an escalated intent waits in for the operators (``resolution.intent_escalate``):
@@ -51,6 +73,8 @@ def notification_obsolete(notification: Notification, intent: Intent) -> str:
     ended FAILED, compensated) or with ``escalated_at`` cleared. The status is the rule, not
     ``escalated_at`` alone: an operator's confirmation (``resolution.intent_resolve_found``)
     ends the intent SUCCEEDED and leaves ``escalated_at`` as it was."""
+    if notification.kind == Notification.Kind.EFFECT_FOUND_LATE:
+        return ""  # what the provider holds does not go away: always worth telling
     if notification.kind in APPROVAL_KINDS:
         if intent.status != Intent.Status.AWAITING_APPROVAL:
             return f"the intent is {intent.status}"

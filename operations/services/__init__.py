@@ -41,6 +41,7 @@ from operations.services.health import (
     worker_heartbeat_record,
     worker_heartbeat_stopped,
 )
+from operations.services.late_effect import intent_found_after_ending
 from operations.services.recovery import intent_redispatch, intent_take_over_lease
 from operations.services.refusals import agent_record_refusal, intent_record_refusal, refusals_audited
 from operations.services.resolution import (
@@ -126,6 +127,7 @@ __all__ = [
     "intent_hold_mismatch",
     "resend_refusal",
     "intent_escalate",
+    "intent_found_after_ending",
     "intent_open_compensation",
     "intent_resolve_absent",
     "intent_resolve_found",

@@ -253,7 +253,8 @@ def test_c21_a_line_for_an_intent_without_an_effect_is_decided_by_its_status() -
     ]
     result = run(source=SOURCE, day=dt.date(2026, 3, 10), entries=entries, origin="api")
     assert result.error == ""
-    assert (result.matched, result.extra_at_provider, result.amount_mismatches) == (3, 2, 0)
+    # The FAILED intent was sent: its line is late evidence (issue 38), matched, not extra.
+    assert (result.matched, result.extra_at_provider, result.amount_mismatches) == (4, 1, 0)
     unknown.refresh_from_db()
     assert unknown.status == Intent.Status.SUCCEEDED
     outcome = Outcome.objects.get(intent=unknown)
@@ -263,10 +264,12 @@ def test_c21_a_line_for_an_intent_without_an_effect_is_decided_by_its_status() -
     resent.refresh_from_db()
     assert (running.status, resent.status) == (Intent.Status.RUNNING, Intent.Status.READY)
     extra = {f.provider_reference: f for f in ProviderFinding.objects.filter(kind="extra_at_provider")}
-    assert sorted(extra) == ["ch_f", "ch_n"]
-    assert extra["ch_f"].intent_id == failed.id
-    assert "is FAILED: the ledger holds no effect for it" in extra["ch_f"].detail["why"]
+    assert sorted(extra) == ["ch_n"]
     assert "is READY: the ledger holds no effect for it" in extra["ch_n"].detail["why"]
+    failed.refresh_from_db()
+    assert failed.status == Intent.Status.SUCCEEDED
+    late = ProviderFinding.objects.get(kind="effect_after_ending")
+    assert (late.intent_id, late.provider_reference, late.state) == (failed.id, "ch_f", "open")
     found = AuditEvent.objects.get(intent_id=unknown.id, event="outcome_found")
     assert (found.actor, found.to_status) == ("reconciler", "SUCCEEDED")
     assert found.reason == f"on the provider's statement of 2026-03-10 (run {result.id})"
