@@ -1,0 +1,296 @@
+"""Issue 38: evidence after the decision, and whose effect it is.
+
+C31: an operator's ``absent`` commits between a lookup's provider call and its record; the
+found effect is recognised (never silently kept as FAILED). C34: a lookup by reference never
+takes another tenant's effect, and never compensates on such a match. Items 3 and 7: the same
+rules for a provider's event and a statement line. Against the real sandbox provider process
+and real PostgreSQL; the race is made deterministic by running the lookup's two halves (the
+provider call, then the record) around the operator's decision, as the reconciler does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import httpx
+import pytest
+from django.db.models.functions import Now
+
+from operations.calls import provider_lookup
+from operations.engine import execute_intent
+from operations.models import AuditEvent, Intent, Notification, Outcome, WebhookDelivery
+from operations.selectors.notifications import notification_recipients
+from operations.services import agent_callback_set
+from reconciliation.duplicates import run_duplicate_checks
+from reconciliation.lookups import reconcile_unknown, record_lookup
+from reconciliation.models import DuplicateFinding, ProviderEvent, ProviderFinding
+from reconciliation.resolution import resolve_absent
+from reconciliation.statements import run as statement_run
+from tests.factories import UserFactory, make_agent, submit
+from tests.reconciliation.test_provider_events import charge_event, deliver, process_all
+from tests.reconciliation.test_reconciliation import reservation
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def olga(db: Any) -> Any:
+    return UserFactory(username="olga", groups=["operator"], email="olga@example.test")
+
+
+@pytest.fixture
+def one_attempt(settings: Any) -> None:
+    """Payments with an attempt budget of 1: ``absent`` cannot re-send, it ends the intent FAILED."""
+    settings.EFFECT_LEDGER_POLICIES = {
+        **settings.EFFECT_LEDGER_POLICIES,
+        "payments.charge": {
+            **settings.EFFECT_LEDGER_POLICIES.get("payments.charge", {}),
+            "retry": {"max_attempts": 1},
+        },
+    }
+
+
+def charged_then_lost(sandbox: Any, reference: str, **submit_options: Any) -> Intent:
+    """A charge the sandbox applied whose answer was lost: UNKNOWN, one charge at the provider."""
+    sandbox.inject("crash_after_effect", product="payments")
+    intent = submit(reference=reference, **submit_options)
+    assert execute_intent(intent.id) == "unknown"
+    sandbox.clear_faults()
+    assert len(sandbox.ledger("payments", reference=reference)) == 1
+    return intent
+
+
+def test_c31_absent_between_the_lookups_call_and_its_record_ends_with_the_effect_recognised(
+    sandbox: Any, olga: Any, one_attempt: None
+) -> None:
+    # given: agent-1 is told of its intents by webhook; its charge was applied, the answer lost
+    agent, _ = make_agent()
+    agent_callback_set(agent=agent, url="https://hooks.example.test/agent-1")
+    intent = charged_then_lost(sandbox, "order-31")
+    (charge,) = sandbox.ledger("payments", reference="order-31")
+    # when: the reconciler's lookup has its answer from the provider ...
+    found = provider_lookup(intent)
+    assert found.provider_references == (charge["id"],)
+    # ... the operator's absent commits first (the attempt budget is spent: it ends FAILED) ...
+    ended = resolve_absent(intent_id=intent.id, user=olga, reason="customer says no charge")
+    assert ended.status == Intent.Status.FAILED
+    # ... and only then does the lookup record what it found
+    assert record_lookup(intent.id, found) == "resolved"
+    # then: the effect is recognised, with both the decision and the evidence on the timeline
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.SUCCEEDED
+    assert Outcome.objects.get(intent=intent).provider_reference == charge["id"]
+    events = list(
+        AuditEvent.objects.filter(intent=intent).order_by("seq").values_list("event", "actor", "to_status")
+    )
+    assert ("outcome_absent", "user:olga", "FAILED") in events
+    assert events[-1] == ("effect_found_late", "reconciler", "SUCCEEDED")
+    late = AuditEvent.objects.get(intent=intent, event="effect_found_late")
+    assert late.data["ended"] == "FAILED" and late.data["provider_reference"] == charge["id"]
+    # one open finding for the operators
+    (finding,) = ProviderFinding.objects.filter(intent=intent)
+    assert (finding.kind, finding.state, finding.provider_reference) == (
+        "effect_after_ending",
+        "open",
+        charge["id"],
+    )
+    assert finding.detail["ended"] == "FAILED"
+    # the agent is told (its signed webhook says the intent succeeded) ...
+    webhook = WebhookDelivery.objects.get(intent=intent, status="SUCCEEDED")
+    assert webhook.event_type == "intent.succeeded"
+    # ... and so are the operators, the one who decided included
+    notice = Notification.objects.get(intent=intent, kind=Notification.Kind.EFFECT_FOUND_LATE)
+    assert "olga@example.test" in notification_recipients(notice)
+    # when: the agent, told earlier that nothing happened, charges the same order again
+    again = submit(reference="order-31", client_key="order-31-second-try")
+    # then: held as a likely duplicate; nothing is sent; one charge in all
+    assert again.status == Intent.Status.HELD
+    assert execute_intent(again.id) != "succeeded"
+    again.refresh_from_db()
+    assert again.status == Intent.Status.HELD and again.escalated_at is not None
+    assert len(sandbox.ledger("payments", reference="order-31")) == 1
+
+
+def test_c31_a_lookup_after_the_ending_that_finds_nothing_changes_nothing(
+    sandbox: Any, olga: Any, one_attempt: None
+) -> None:
+    # given: a charge that never reached the provider (refused before it), answer lost
+    sandbox.inject("crash_before_effect", product="payments")
+    intent = submit(reference="order-31b")
+    assert execute_intent(intent.id) == "unknown"
+    sandbox.clear_faults()
+    looked = provider_lookup(intent)
+    resolve_absent(intent_id=intent.id, user=olga, reason="provider shows nothing")
+    # when: the lookup records an answer proving nothing
+    assert record_lookup(intent.id, looked) == "moved"
+    # then: FAILED stands, no finding, no notice
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.FAILED
+    assert not ProviderFinding.objects.filter(intent=intent).exists()
+    assert not Notification.objects.filter(intent=intent, kind="effect_found_late").exists()
+
+
+def test_late_event_for_a_failed_charge_is_the_same_rule(
+    sandbox: Any, olga: Any, one_attempt: None, client: Any
+) -> None:
+    # given: the charge ended FAILED by the operator's absent; then the provider's signed event
+    # proving it reaches the inbox
+    intent = charged_then_lost(sandbox, "order-38e")
+    (charge,) = sandbox.ledger("payments", reference="order-38e")
+    resolve_absent(intent_id=intent.id, user=olga, reason="customer says no charge")
+    event = charge_event(intent, "charge.succeeded", ref=charge["id"])
+    assert deliver(client, "sandbox-payments", event).status_code == 200
+    # when
+    (result,) = process_all()
+    # then: applied as late evidence: SUCCEEDED, source provider_event, one finding with the event
+    assert result == "applied"
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.SUCCEEDED
+    assert Outcome.objects.get(intent=intent).source == "provider_event"
+    finding = ProviderFinding.objects.get(intent=intent, kind="effect_after_ending")
+    assert finding.event_id == ProviderEvent.objects.get().pk and finding.detail["ended"] == "FAILED"
+    assert (
+        AuditEvent.objects.get(intent=intent, event="effect_found_late").actor == "provider:sandbox-payments"
+    )
+
+
+def test_a_late_event_with_another_amount_is_not_applied(
+    sandbox: Any, olga: Any, one_attempt: None, client: Any
+) -> None:
+    # given: a FAILED charge, and an event for its key that shows another amount
+    intent = charged_then_lost(sandbox, "order-38m")
+    resolve_absent(intent_id=intent.id, user=olga, reason="customer says no charge")
+    event = charge_event(intent, "charge.succeeded", ref="ch_other_amount")
+    event["data"]["amount"] = 9990
+    assert deliver(client, "sandbox-payments", event).status_code == 200
+    # when
+    (result,) = process_all()
+    # then: an amount mismatch for a person; the intent stays FAILED
+    assert result == "recorded"
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.FAILED
+    assert ProviderFinding.objects.get(intent=intent).kind == "amount_mismatch"
+
+
+@pytest.mark.parametrize("ending", ["REJECTED", "EXPIRED", "CANCELLED"])
+def test_a_statement_line_for_a_sent_intent_that_ended_without_effect_is_late_evidence(
+    sandbox: Any, ending: str
+) -> None:
+    # given: an intent that was sent (one attempt) and ended without effect by the ledger's account
+    intent = submit(reference=f"order-{ending}")
+    Intent.objects.filter(id=intent.id).update(status=ending, attempt_count=1)
+    line = {
+        "provider_reference": f"ch_{ending}",
+        "idempotency_key": intent.idempotency_key,
+        "reference": f"order-{ending}",
+        "amount": 4990,
+        "currency": "EUR",
+    }
+    # when
+    from operations.adapters.base import StatementEntry
+
+    result = statement_run(
+        source="sandbox-payments", day=dt.date(2026, 3, 10), entries=[StatementEntry(**line)], origin="api"
+    )
+    # then: matched, and the intent holds the effect it was shown to have
+    assert (result.matched, result.extra_at_provider) == (1, 0)
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.SUCCEEDED
+    late = AuditEvent.objects.get(intent=intent, event="effect_found_late")
+    assert late.from_status == ending
+    assert ProviderFinding.objects.get(intent=intent).kind == "effect_after_ending"
+
+
+def test_a_line_for_an_intent_never_sent_is_not_its_effect(sandbox: Any) -> None:
+    from operations.adapters.base import StatementEntry
+
+    # given: a rejected intent that never reached a worker, and a line naming its reference only
+    intent = submit(reference="order-never")
+    Intent.objects.filter(id=intent.id).update(status="REJECTED")
+    entry = StatementEntry(
+        provider_reference="ch_never", reference="order-never", amount=4990, currency="EUR"
+    )
+    # when
+    result = statement_run(source="sandbox-payments", day=dt.date(2026, 3, 10), entries=[entry], origin="api")
+    # then: extra at the provider, the intent untouched
+    assert (result.matched, result.extra_at_provider) == (0, 1)
+    intent.refresh_from_db()
+    assert intent.status == "REJECTED"
+    finding = ProviderFinding.objects.get(provider_reference="ch_never")
+    assert finding.kind == "extra_at_provider" and "never sent" in finding.detail["why"]
+
+
+def book(sandbox: Any, tenant: str, reference: str, *, lose_answer: bool) -> Intent:
+    if lose_answer:
+        sandbox.inject("crash_after_effect", product="reservations")
+    intent = submit(tenant=tenant, action="reservations.create", arguments=reservation(reference))
+    assert execute_intent(intent.id) == ("unknown" if lose_answer else "succeeded")
+    sandbox.clear_faults()
+    return intent
+
+
+def test_c34_a_lookup_never_takes_another_tenants_reservation_and_cancels_nothing(sandbox: Any) -> None:
+    # given: globex booked trip-1 (SUCCEEDED); acme booked trip-1, the booking made, the answer lost
+    globex = book(sandbox, "globex", "trip-1", lose_answer=False)
+    acme = book(sandbox, "acme", "trip-1", lose_answer=True)
+    globex_res = Outcome.objects.get(intent=globex).provider_reference
+    booked = [item["id"] for item in sandbox.ledger("reservations", reference="trip-1")]
+    assert len(booked) == 2 and globex_res in booked
+    (acme_res,) = [ref for ref in booked if ref != globex_res]
+    # when: the reconciler looks acme's intent up (the listing by reference shows both)
+    Intent.objects.filter(id=acme.id).update(next_lookup_at=Now())
+    reconcile_unknown()
+    Intent.objects.filter(next_duplicate_check_at__isnull=False).update(next_duplicate_check_at=Now())
+    run_duplicate_checks()
+    # then: acme ends with its own reservation; globex's is untouched; nothing is cancelled
+    acme.refresh_from_db()
+    globex.refresh_from_db()
+    assert acme.status == Intent.Status.SUCCEEDED
+    assert Outcome.objects.get(intent=acme).provider_reference == acme_res
+    assert globex.status == Intent.Status.SUCCEEDED
+    assert Outcome.objects.get(intent=globex).provider_reference == globex_res
+    assert not Intent.objects.filter(action="reservations.cancel").exists()
+    assert not DuplicateFinding.objects.exists()
+    states = {item["id"]: item["status"] for item in sandbox.ledger("reservations", reference="trip-1")}
+    assert states == {globex_res: "confirmed", acme_res: "confirmed"}
+    evidence = acme.evidence.get(kind="lookup")
+    assert globex_res in json.dumps(evidence.detail["not_this_intents"])
+
+
+def test_c34_two_unrecorded_bookings_under_one_reference_wait_for_a_person(sandbox: Any) -> None:
+    # given: both tenants' bookings were made and both answers lost: nothing tells them apart
+    globex = book(sandbox, "globex", "trip-2", lose_answer=True)
+    acme = book(sandbox, "acme", "trip-2", lose_answer=True)
+    assert len(sandbox.ledger("reservations", reference="trip-2")) == 2
+    # when
+    Intent.objects.filter(status="UNKNOWN").update(next_lookup_at=Now())
+    reconcile_unknown()
+    # then: neither takes an effect by reference alone; both are in front of a person, with the
+    # reason; nothing is compensated
+    for intent in (globex, acme):
+        intent.refresh_from_db()
+        assert intent.status == Intent.Status.UNKNOWN and intent.escalated_at is not None
+        escalation = AuditEvent.objects.get(intent=intent, event="escalated")
+        assert "cannot be told apart" in escalation.reason
+    assert not Outcome.objects.exists()
+    assert not Intent.objects.filter(action="reservations.cancel").exists()
+
+
+def test_c34_a_duplicate_check_never_compensates_another_intents_effect(sandbox: Any) -> None:
+    # given: acme's reservation trip-3 was sent twice (a blind retry) and SUCCEEDED; globex
+    # booked trip-3 too (SUCCEEDED) — three reservations listed under trip-3
+    acme = book(sandbox, "acme", "trip-3", lose_answer=False)
+    globex = book(sandbox, "globex", "trip-3", lose_answer=False)
+    httpx.post(f"{sandbox.url}/v1/reservations", json=reservation("trip-3")).raise_for_status()
+    Intent.objects.filter(id=acme.id).update(attempt_count=2)
+    # when: acme's duplicate check lists trip-3
+    Intent.objects.filter(id=acme.id).update(next_duplicate_check_at=Now())
+    run_duplicate_checks()
+    # then: only the effect no other intent holds is acme's duplicate; globex's is never touched
+    globex_res = Outcome.objects.get(intent=globex).provider_reference
+    duplicates = list(DuplicateFinding.objects.values_list("intent_id", "provider_reference"))
+    assert len(duplicates) == 1 and duplicates[0][0] == acme.id and duplicates[0][1] != globex_res
+    cancels = Intent.objects.filter(action="reservations.cancel")
+    assert all(c.arguments.get("reservation") != globex_res for c in cancels)
