@@ -81,12 +81,16 @@ class _Share:
     cap: int | None  # the spend cap (currency rows) or the effects cap (the blank row)
 
 
-def reservation_statements(intent: Intent, *, now: datetime) -> list[Statement]:
+def reservation_statements(intent: Intent, *, now: datetime, made: bool = False) -> list[Statement]:
     """The writes that reserve ``intent``'s share of its windows at claim, for ``run_together``.
 
     Each window upsert ``returns`` (None: the cap is reached; the caller rolls back and calls
     ``ceiling_refusal``). Empty when the policy sets no daily ceiling. ``now`` is the claim's
     database time (its UTC date is the window).
+
+    ``made``: the effect already exists (late evidence after an ending that released the
+    reservation, issue 38): it is counted whatever the caps say (``over_ceiling``), since the
+    money moved; nothing is refused.
 
     Raises:
         CeilingReached: before any write, when one effect alone passes a cap (the amount is above
@@ -96,7 +100,7 @@ def reservation_statements(intent: Intent, *, now: datetime) -> list[Statement]:
     policy = Policy.from_snapshot(intent.policy)
     ceilings = policy.ceilings
     money = Money.of(intent.arguments)
-    override = intent.ceiling_override
+    override = intent.ceiling_override or made
     if money is not None and not override:
         max_amount = amount_rule(ceilings.max_amount_minor, money.currency)
         if max_amount is not None and money.amount_minor > max_amount:

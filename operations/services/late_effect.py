@@ -19,12 +19,14 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from operations import metrics
 from operations.models import ENDED_WITHOUT_EFFECT, Intent, Notification, Outcome
+from operations.services.ceilings import reservation_statements
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.transitions import transition_or_raise
+from operations.statements import run_together
 
 
 def intent_found_after_ending(
@@ -45,7 +47,9 @@ def intent_found_after_ending(
     ``intent.succeeded`` webhook is written with it), the ``Outcome``, duplicate checks where
     the intent was sent more than once to a provider without keys (as on every path that ends
     an intent), and an ``effect_found_late`` notice for the tenant's operators and the person
-    whose decision ended it (``operations.selectors.notifications``).
+    whose decision ended it (``operations.selectors.notifications``). The effect counts
+    against the day's ceilings again (its ending had given the reservation back), over the cap
+    if need be: the money moved.
 
     Args:
         from_status: the state it ended in, one of ``ENDED_WITHOUT_EFFECT``.
@@ -60,7 +64,10 @@ def intent_found_after_ending(
     if from_status not in ENDED_WITHOUT_EFFECT:
         raise ValueError(f"{from_status} is not an ending without effect")
     with transaction.atomic():
-        intent = Intent.objects.only("action", "attempt_count").get(id=intent_id)
+        intent = Intent.objects.get(id=intent_id)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement_timestamp()")
+            (now,) = cursor.fetchone()
         transition_or_raise(
             intent_id=intent_id,
             from_status=from_status,
@@ -82,6 +89,9 @@ def intent_found_after_ending(
                 **duplicate_check_updates(action=intent.action, attempts=intent.attempt_count),
             },
         )
+        # The ending gave its ceilings' reservation back; the money moved after all, so the
+        # effect counts again, over the cap if need be (``ceilings.reservation_statements``).
+        run_together(*reservation_statements(intent, now=now, made=True))
         Outcome.objects.create(
             intent_id=intent_id, source=source, provider_reference=provider_reference, detail=detail or {}
         )

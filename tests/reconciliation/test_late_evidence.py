@@ -294,3 +294,24 @@ def test_c34_a_duplicate_check_never_compensates_another_intents_effect(sandbox:
     assert len(duplicates) == 1 and duplicates[0][0] == acme.id and duplicates[0][1] != globex_res
     cancels = Intent.objects.filter(action="reservations.cancel")
     assert all(c.arguments.get("reservation") != globex_res for c in cancels)
+
+
+def test_a_late_effect_counts_against_the_days_ceilings_again(sandbox: Any, olga: Any, settings: Any) -> None:
+    from operations.models import Reservation, SpendWindow
+
+    # given: payments limited to one charge a day, attempt budget 1; the charge was applied and
+    # its answer lost; the operator's absent ended it FAILED, which gave its reservation back
+    settings.EFFECT_LEDGER_POLICIES = {
+        **settings.EFFECT_LEDGER_POLICIES,
+        "payments.charge": {"retry": {"max_attempts": 1}, "ceilings": {"effects_per_day": 1}},
+    }
+    intent = charged_then_lost(sandbox, "order-38c")
+    found = provider_lookup(intent)
+    resolve_absent(intent_id=intent.id, user=olga, reason="customer says no charge")
+    assert SpendWindow.objects.get(tenant="acme", action="payments.charge", currency="").effects == 0
+    # when: the lookup's late evidence is recorded
+    assert record_lookup(intent.id, found) == "resolved"
+    # then: the effect counts again (the money moved), marked as over the ceiling if it had to be
+    assert SpendWindow.objects.get(tenant="acme", action="payments.charge", currency="").effects == 1
+    reservation = Reservation.objects.get(intent=intent, released_at__isnull=True)
+    assert reservation.over_ceiling
