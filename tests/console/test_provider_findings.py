@@ -388,3 +388,37 @@ def test_c21_finding_and_event_pages_render_for_every_provider_kind(
         for headers in ({}, {"HTTP_HX_REQUEST": "true"}):
             response = operator_client.get(url, **headers)
             assert response.status_code == 200, (url, headers, response.status_code)
+
+
+def test_i38_an_effect_found_after_the_ending_is_shown_told_and_can_be_undone(
+    operator_client: Client,
+) -> None:
+    from operations.models import Notification
+    from operations.notification_messages import notice_for
+
+    # given: a charge that was sent, ended FAILED, and then appeared on the provider's statement
+    intent = submit(arguments=charge_arguments(reference="order-late"), reference="order-late")
+    Intent.objects.filter(id=intent.id).update(status=Intent.Status.FAILED, attempt_count=1)
+    entry = StatementEntry("ch_late", intent.idempotency_key, "order-late", 4990, "EUR")
+    run(source=SOURCE, day=timezone.now().date(), entries=[entry], origin="api")
+    finding = ProviderFinding.objects.get(kind="effect_after_ending")
+    # when / then: the finding's page says what it had ended as and what proved the effect
+    page = operator_client.get(reverse("provider-finding-detail", args=[finding.id]))
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "Had ended" in text and "FAILED without effect" in text and "statement of" in text
+    # the intent's page shows both endings on its timeline
+    detail = operator_client.get(reverse("intent-detail", args=[intent.id])).content.decode()
+    assert "effect_found_late" in detail and "SUCCEEDED" in detail
+    # the operators' notice links the intent's page
+    notice = notice_for(Notification.objects.get(intent=intent, kind="effect_found_late"), intent)
+    assert notice.headline == "Effect found after the intent ended"
+    assert notice.link.endswith(reverse("intent-detail", args=[intent.id]))
+    # when: the operator undoes it
+    response = decide(operator_client, finding, "compensate", reason="the customer did not want it")
+    # then: the intent's own effect is compensated (a refund of ch_late), not a duplicate's
+    assert response.status_code == 200
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.COMPENSATING
+    refund = Intent.objects.get(compensates=intent)
+    assert refund.action == "payments.refund" and refund.arguments["charge"] == "ch_late"
