@@ -22,6 +22,11 @@ NewerAttemptExists          UNKNOWN at once, cause ``stale_fence``: the provider
                             (DESIGN.md, "When the database goes back in time"; issue 22)
 AmbiguousOutcome            READY with the same key when the provider deduplicates on it and
                             the budget allows; otherwise UNKNOWN
+"request in progress"       at a provider that deduplicates on the key: READY with the same
+(``AmbiguousOutcome``,      key after max(Retry-After, backoff), not counted against the
+``request_in_progress``)    attempt budget, within ``retry.in_progress_patience_seconds``
+                            from the first such answer (and the retry deadline); after it,
+                            UNKNOWN (counted). Never FAILED (issue 38, item 4; case C32)
 any other exception         UNKNOWN (an adapter bug must never be read as "did not happen")
 ==========================  ==============================================================
 
@@ -370,7 +375,10 @@ def _classify(
         )
         return "unknown" if marked else "stale"
     if isinstance(answer, AmbiguousOutcome):
-        if adapter.capabilities_for(intent.action).same_key_retry_safe and svc.retry_allowed(intent):
+        same_key_retry_safe = adapter.capabilities_for(intent.action).same_key_retry_safe
+        if same_key_retry_safe and answer.in_progress:
+            return _wait_in_progress(claim, answer)
+        if same_key_retry_safe and svc.retry_allowed(intent):
             # Safe: the provider deduplicates on the key, so a same-key retry cannot double-apply.
             return (
                 "retry"
@@ -411,6 +419,36 @@ def _classify(
         )
         return "unknown" if marked else "stale"
     return "succeeded" if svc.intent_record_success(claim=claim, result=answer) else "stale"
+
+
+def _wait_in_progress(claim: svc.Claim, answer: AmbiguousOutcome) -> str:
+    """A provider that deduplicates on our key answered "request in progress": it holds a
+    request under this key and will answer a same-key retry with that request's outcome. That
+    is "wait", not "no" (issue 38, item 4; case C32), so:
+
+    * within the policy's patience (``budget.in_progress_wait_refusal``): READY with the same
+      key after max(``Retry-After`` or the classifier's 1 s, backoff), capped by
+      ``retry.cap_seconds``; the attempt is not counted against the attempt budget;
+    * after it: UNKNOWN, cause ``in_progress`` (the reconciler looks the key up), counted like
+      any ambiguous attempt. Never FAILED: the provider never said the effect will not happen.
+    """
+    refusal = svc.in_progress_wait_refusal(claim.intent)
+    if refusal is None:
+        scheduled = svc.intent_schedule_retry(
+            claim=claim,
+            error=f"{describe(answer)}; waiting (not counted against the attempt budget)",
+            detail=answer.detail,
+            min_delay_seconds=answer.retry_after_seconds,
+            in_progress=True,
+        )
+        return "retry" if scheduled else "stale"
+    marked = svc.intent_mark_unknown(
+        claim=claim,
+        error=f"{describe(answer)}; not waited out any longer: {refusal}",
+        cause="in_progress",
+        detail=answer.detail,
+    )
+    return "unknown" if marked else "stale"
 
 
 def _error_before_call(claim: svc.Claim, exc: Exception, context: dict[str, object]) -> str:

@@ -226,8 +226,30 @@ class TerminalError(AdapterError):
     """A definite refusal: validation, decline, key reused with other parameters."""
 
 
+#: ``detail["code"]`` of an ``AmbiguousOutcome`` saying the provider is still processing a
+#: request under the same key (``http_classifier`` maps a 409 ``request_in_progress`` or
+#: ``idempotency_key_in_use``, and a 409 without a code, to it; draft-ietf-httpapi-idempotency-
+#: key-header, "Error Scenarios").
+IN_PROGRESS_CODE = "request_in_progress"
+#: ``detail["code"]`` of an ``AmbiguousOutcome`` whose call hit its deadline
+#: (``ExecutionCall.deadline_seconds``) after the request was sent (``http_support.send``).
+DEADLINE_EXCEEDED_CODE = "deadline_exceeded"
+
+
 class AmbiguousOutcome(AdapterError):
     """The effect may have happened: timeout after send, dropped response, request in progress."""
+
+    @property
+    def in_progress(self) -> bool:
+        """Whether the provider said a request under this key is still being processed (a
+        "wait", not a "no"; ``detail["code"] == IN_PROGRESS_CODE``)."""
+        return self.detail.get("code") == IN_PROGRESS_CODE
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the call's deadline passed after the request was sent, so the provider may
+        still be working on it (``detail["code"] == DEADLINE_EXCEEDED_CODE``)."""
+        return self.detail.get("code") == DEADLINE_EXCEEDED_CODE
 
 
 class NewerAttemptExists(AmbiguousOutcome):
