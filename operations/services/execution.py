@@ -561,6 +561,7 @@ def intent_schedule_retry(
     error: str,
     detail: dict[str, Any] | None = None,
     min_delay_seconds: float | None = None,
+    not_sooner_than_seconds: float | None = None,
     in_progress: bool = False,
 ) -> bool:
     """RUNNING -> READY with backoff (``not_before`` by database time), the same key, and an
@@ -571,6 +572,10 @@ def intent_schedule_retry(
         min_delay_seconds: the least delay the provider asked for (``Retry-After``, RFC 9110
             §10.2.3, or a request still in progress), in seconds; the delay is the larger of it
             and the backoff, but never more than the policy's ``retry.cap_seconds``.
+        not_sooner_than_seconds: a floor under the delay, in seconds, applied after the cap:
+            after a timed-out attempt, its own deadline (``backoff.after_timeout_floor_seconds``,
+            issue 38 item 6), so the retry does not meet the first request still at the
+            provider. Recorded in the audit event as ``not_sooner_than_seconds``.
         in_progress: the provider answered "request in progress" and the answer is waited out
             (issue 38, item 4; the caller asked ``budget.in_progress_wait_refusal``): the
             attempt does not spend the attempt budget (``in_progress_waits`` + 1, and
@@ -583,6 +588,8 @@ def intent_schedule_retry(
     )
     if min_delay_seconds is not None:
         delay = max(delay, min(float(min_delay_seconds), retry.cap_seconds))
+    if not_sooner_than_seconds is not None:
+        delay = max(delay, float(not_sooner_than_seconds))
     updates: dict[str, Any] = {"not_before": Now() + timedelta(seconds=delay)}
     marks: dict[str, Any] = {}
     if in_progress:
@@ -603,6 +610,11 @@ def intent_schedule_retry(
             data={
                 "backoff_seconds": round(delay, 3),
                 **({"provider_asked_seconds": min_delay_seconds} if min_delay_seconds is not None else {}),
+                **(
+                    {"not_sooner_than_seconds": not_sooner_than_seconds}
+                    if not_sooner_than_seconds is not None
+                    else {}
+                ),
             },
             updates=updates,
             dispatch=True,
