@@ -9,7 +9,9 @@ calls ``execute`` outside any database transaction and classifies what it raises
   parameters); stored and never retried.
 * ``AmbiguousOutcome`` — the effect may or may not have happened (timeout after send, dropped
   connection, 5xx after send, "request in progress"); the intent goes to UNKNOWN unless the
-  provider deduplicates on the key and the retry budget allows a same-key retry.
+  provider deduplicates on the key and the retry budget allows a same-key retry ("request in
+  progress" waits without spending the budget, within the policy's patience; a timeout's retry
+  waits at least the call's deadline: ``in_progress``, ``timed_out``).
 * ``NewerAttemptExists`` — an ``AmbiguousOutcome``: the provider refused our fence because it has
   seen a higher one for the key ("stale fence"); the newer attempt may have applied the effect.
   The intent goes to UNKNOWN at once, for a lookup; never FAILED, never a same-key retry.

@@ -3,7 +3,9 @@
 ``execute`` raises what this table says; the engine then decides from the provider's
 capabilities (``operations/engine.py``): ``RetryableError`` → READY with the same key after a
 delay, FAILED once the budget is spent; ``AmbiguousOutcome`` → READY with the same key where the
-provider deduplicates on it and the budget allows, else UNKNOWN (never FAILED);
+provider deduplicates on it and the budget allows, else UNKNOWN (never FAILED; an in-progress
+answer, code ``request_in_progress``, waits without spending the budget, within the policy's
+``retry.in_progress_patience_seconds``);
 ``NewerAttemptExists`` (an ``AmbiguousOutcome``) → UNKNOWN at once, for a lookup (never a
 same-key retry, never FAILED); ``TerminalError`` → FAILED. A delay carried by the error
 (``retry_after_seconds``, from ``Retry-After`` or the in-progress default) is a minimum for the

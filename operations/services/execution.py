@@ -32,8 +32,10 @@ from operations.backoff import backoff_seconds
 from operations.bounds import clean_detail, clean_text, reference_problem, unstorable_evidence
 from operations.models import FENCE_EPOCH_STRIDE, Attempt, Intent, OutboxMessage, Outcome
 from operations.policies import Policy
-from operations.services.budget import in_progress_wait_refusal as in_progress_wait_refusal  # the engine's
-from operations.services.budget import retry_allowed as retry_allowed  # the engine's name for it
+from operations.services.budget import (  # the engine's names for them (``svc.<name>``)
+    in_progress_wait_refusal as in_progress_wait_refusal,
+)
+from operations.services.budget import retry_allowed as retry_allowed
 from operations.services.ceilings import CeilingReached, ceiling_refusal, reservation_statements
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.resolution import complete_compensated_original, intent_escalate
@@ -593,7 +595,8 @@ def intent_schedule_retry(
     updates: dict[str, Any] = {"not_before": Now() + timedelta(seconds=delay)}
     marks: dict[str, Any] = {}
     if in_progress:
-        # Only the lease holder (this fence) writes these columns, so reading them is not racy.
+        # Written under the claim's fence like the rest of the record: a stale worker's answer
+        # (its write refused by the compare-and-swap) counts no wait.
         updates.update(
             in_progress_waits=F("in_progress_waits") + 1,
             in_progress_since=Coalesce(F("in_progress_since"), Now()),
