@@ -21,7 +21,13 @@ NewerAttemptExists          UNKNOWN at once, cause ``stale_fence``: the provider
                             reconciler looks the key up. Never FAILED, never a same-key retry
                             (DESIGN.md, "When the database goes back in time"; issue 22)
 AmbiguousOutcome            READY with the same key when the provider deduplicates on it and
-                            the budget allows; otherwise UNKNOWN
+                            the budget allows (after a timeout, not sooner than the attempt's
+                            deadline: issue 38, item 6); otherwise UNKNOWN
+"request in progress"       at a provider that deduplicates on the key: READY with the same
+(``AmbiguousOutcome``,      key after max(Retry-After, backoff), not counted against the
+``request_in_progress``)    attempt budget, within ``retry.in_progress_patience_seconds``
+                            from the first such answer (and the retry deadline); after it,
+                            UNKNOWN (counted). Never FAILED (issue 38, item 4; case C32)
 any other exception         UNKNOWN (an adapter bug must never be read as "did not happen")
 ==========================  ==============================================================
 
@@ -71,6 +77,7 @@ from operations.adapters.base import (
 )
 from operations.adapters.registry import ActionUnavailable, capabilities_for, get_adapter
 from operations.approval_validity import Verdict
+from operations.backoff import after_timeout_floor_seconds
 from operations.bounds import reference_problem
 from operations.calls import provider_call, provider_lookup
 from operations.delivery import database_unavailable
@@ -185,7 +192,7 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
     logger.info("calling provider", extra=context)
     answer = _call(adapter, call)
     try:
-        outcome = _classify(claim, adapter, answer, context)
+        outcome = _classify(claim, adapter, answer, context, deadline_seconds=call.deadline_seconds)
     except Exception as exc:
         outcome = _error_after_call(claim, answer, exc, context)
     logger.info("attempt recorded", extra={**context, "outcome": outcome})
@@ -335,9 +342,18 @@ def _call(adapter: Adapter, call: ExecutionCall) -> ExecutionResult | Exception:
 
 
 def _classify(
-    claim: svc.Claim, adapter: Adapter, answer: ExecutionResult | Exception, context: dict[str, object]
+    claim: svc.Claim,
+    adapter: Adapter,
+    answer: ExecutionResult | Exception,
+    context: dict[str, object],
+    *,
+    deadline_seconds: float,
 ) -> str:
-    """Steps 6-7: record the answer under the claim's fence; the label of what happened."""
+    """Steps 6-7: record the answer under the claim's fence; the label of what happened.
+
+    ``deadline_seconds`` is the deadline the call was given (``ExecutionCall.deadline_seconds``):
+    a same-key retry after a timeout waits at least that long
+    (``backoff.after_timeout_floor_seconds``; issue 38, item 6)."""
     intent = claim.intent
     if isinstance(answer, TerminalError):
         failed = svc.intent_record_failure(claim=claim, error=describe(answer), detail=answer.detail)
@@ -370,8 +386,12 @@ def _classify(
         )
         return "unknown" if marked else "stale"
     if isinstance(answer, AmbiguousOutcome):
-        if adapter.capabilities_for(intent.action).same_key_retry_safe and svc.retry_allowed(intent):
+        same_key_retry_safe = adapter.capabilities_for(intent.action).same_key_retry_safe
+        if same_key_retry_safe and answer.in_progress:
+            return _wait_in_progress(claim, answer)
+        if same_key_retry_safe and svc.retry_allowed(intent):
             # Safe: the provider deduplicates on the key, so a same-key retry cannot double-apply.
+            # After a timeout it waits at least the deadline: the first may still be in flight.
             return (
                 "retry"
                 if svc.intent_schedule_retry(
@@ -379,6 +399,9 @@ def _classify(
                     error=describe(answer),
                     detail=answer.detail,
                     min_delay_seconds=answer.retry_after_seconds,
+                    not_sooner_than_seconds=after_timeout_floor_seconds(
+                        answer, deadline_seconds=deadline_seconds
+                    ),
                 )
                 else "stale"
             )
@@ -411,6 +434,36 @@ def _classify(
         )
         return "unknown" if marked else "stale"
     return "succeeded" if svc.intent_record_success(claim=claim, result=answer) else "stale"
+
+
+def _wait_in_progress(claim: svc.Claim, answer: AmbiguousOutcome) -> str:
+    """A provider that deduplicates on our key answered "request in progress": it holds a
+    request under this key and will answer a same-key retry with that request's outcome. That
+    is "wait", not "no" (issue 38, item 4; case C32), so:
+
+    * within the policy's patience (``budget.in_progress_wait_refusal``): READY with the same
+      key after max(``Retry-After`` or the classifier's 1 s, backoff), capped by
+      ``retry.cap_seconds``; the attempt is not counted against the attempt budget;
+    * after it: UNKNOWN, cause ``in_progress`` (the reconciler looks the key up), counted like
+      any ambiguous attempt. Never FAILED: the provider never said the effect will not happen.
+    """
+    refusal = svc.in_progress_wait_refusal(claim.intent)
+    if refusal is None:
+        scheduled = svc.intent_schedule_retry(
+            claim=claim,
+            error=f"{describe(answer)}; waiting (not counted against the attempt budget)",
+            detail=answer.detail,
+            min_delay_seconds=answer.retry_after_seconds,
+            in_progress=True,
+        )
+        return "retry" if scheduled else "stale"
+    marked = svc.intent_mark_unknown(
+        claim=claim,
+        error=f"{describe(answer)}; not waited out any longer: {refusal}",
+        cause="in_progress",
+        detail=answer.detail,
+    )
+    return "unknown" if marked else "stale"
 
 
 def _error_before_call(claim: svc.Claim, exc: Exception, context: dict[str, object]) -> str:

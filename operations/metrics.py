@@ -46,6 +46,11 @@ STALE_FENCES_REJECTED = Counter(
     "effect_ledger_stale_fences_rejected_total", "Writes refused because a newer fence took over"
 )
 RETRIES_SCHEDULED = Counter("effect_ledger_retries_scheduled_total", "Attempts rescheduled with backoff")
+IN_PROGRESS_WAITS = Counter(
+    "effect_ledger_in_progress_waits_total",
+    'Retries scheduled after a keyed provider answered "request in progress" (not counted against the '
+    "attempt budget; issue 38)",
+)
 TERMINAL_FAILURES = Counter("effect_ledger_terminal_failures_total", "Intents recorded FAILED")
 REQUEST_MISMATCHES = Counter(
     "effect_ledger_request_mismatches_total",

@@ -12,7 +12,7 @@ import uuid
 from django.conf import settings
 from django.contrib.postgres.indexes import OpClass
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.functions import Now, Upper
 
 STATUS_VALUES = [
@@ -89,6 +89,19 @@ class Intent(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     not_before = models.DateTimeField(null=True, blank=True, help_text="earliest next claim (backoff)")
     attempt_count = models.PositiveIntegerField(default=0)
+    in_progress_waits = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        help_text='attempts the provider answered "request in progress" and that were waited out with a '
+        "same-key retry: they do not spend the attempt budget (attempts spent = attempt_count - this; "
+        "operations.services.budget, issue 38)",
+    )
+    in_progress_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text='when (database clock) the provider first answered "request in progress"; the policy\'s '
+        "retry.in_progress_patience_seconds is measured from it, never reset",
+    )
     approval_expires_at = models.DateTimeField(null=True, blank=True)
     escalated_at = models.DateTimeField(null=True, blank=True, help_text="UNKNOWN handed to operators")
     lookup_count = models.PositiveIntegerField(default=0, help_text="reconciler lookups while UNKNOWN")
@@ -184,6 +197,11 @@ class Intent(models.Model):
             ),
             models.CheckConstraint(
                 condition=Q(fingerprint_version__in=[1, 2]), name="intent_fingerprint_version_known"
+            ),
+            # An in-progress wait is an attempt made (claimed) that did not spend the budget.
+            models.CheckConstraint(
+                condition=Q(in_progress_waits__lte=F("attempt_count")),
+                name="intent_in_progress_waits_within_attempts",
             ),
         ]
         indexes = [

@@ -167,12 +167,21 @@ class _Reader:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """The attempt budget and the backoff between attempts (``execution.backoff_seconds``)."""
+    """The attempt budget and the backoff between attempts (``execution.backoff_seconds``).
+
+    ``in_progress_patience_seconds`` (issue 38, item 4): how long, in seconds by the database
+    clock from the intent's first "request in progress" answer, a provider that deduplicates on
+    our key may keep answering so before the intent goes UNKNOWN (for the reconciler) instead of
+    waiting again. Answers waited out within it do not spend ``max_attempts``
+    (``operations.services.budget``). 0: never wait on such an answer. It cannot be None: a
+    provider that says "in progress" forever must not hold an intent forever.
+    """
 
     max_attempts: int = 5  # attempts in all, the first included
     base_seconds: float = 0.25  # backoff: base * 2**(n-1), capped, with equal jitter
     cap_seconds: float = 8.0
     deadline_seconds: float | None = 600  # no new attempt this long after submission
+    in_progress_patience_seconds: float = 600  # waiting on "request in progress" answers, at most
 
     @classmethod
     def _read(cls, reader: _Reader) -> RetryPolicy:
@@ -187,6 +196,9 @@ class RetryPolicy:
             base_seconds=base,
             cap_seconds=cap,
             deadline_seconds=reader.optional_seconds("deadline_seconds", defaults.deadline_seconds),
+            in_progress_patience_seconds=reader.seconds(
+                "in_progress_patience_seconds", defaults.in_progress_patience_seconds
+            ),
         )
 
 

@@ -9,7 +9,9 @@ calls ``execute`` outside any database transaction and classifies what it raises
   parameters); stored and never retried.
 * ``AmbiguousOutcome`` — the effect may or may not have happened (timeout after send, dropped
   connection, 5xx after send, "request in progress"); the intent goes to UNKNOWN unless the
-  provider deduplicates on the key and the retry budget allows a same-key retry.
+  provider deduplicates on the key and the retry budget allows a same-key retry ("request in
+  progress" waits without spending the budget, within the policy's patience; a timeout's retry
+  waits at least the call's deadline: ``in_progress``, ``timed_out``).
 * ``NewerAttemptExists`` — an ``AmbiguousOutcome``: the provider refused our fence because it has
   seen a higher one for the key ("stale fence"); the newer attempt may have applied the effect.
   The intent goes to UNKNOWN at once, for a lookup; never FAILED, never a same-key retry.
@@ -226,8 +228,30 @@ class TerminalError(AdapterError):
     """A definite refusal: validation, decline, key reused with other parameters."""
 
 
+#: ``detail["code"]`` of an ``AmbiguousOutcome`` saying the provider is still processing a
+#: request under the same key (``http_classifier`` maps a 409 ``request_in_progress`` or
+#: ``idempotency_key_in_use``, and a 409 without a code, to it; draft-ietf-httpapi-idempotency-
+#: key-header, "Error Scenarios").
+IN_PROGRESS_CODE = "request_in_progress"
+#: ``detail["code"]`` of an ``AmbiguousOutcome`` whose call hit its deadline
+#: (``ExecutionCall.deadline_seconds``) after the request was sent (``http_support.send``).
+DEADLINE_EXCEEDED_CODE = "deadline_exceeded"
+
+
 class AmbiguousOutcome(AdapterError):
     """The effect may have happened: timeout after send, dropped response, request in progress."""
+
+    @property
+    def in_progress(self) -> bool:
+        """Whether the provider said a request under this key is still being processed (a
+        "wait", not a "no"; ``detail["code"] == IN_PROGRESS_CODE``)."""
+        return self.detail.get("code") == IN_PROGRESS_CODE
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the call's deadline passed after the request was sent, so the provider may
+        still be working on it (``detail["code"] == DEADLINE_EXCEEDED_CODE``)."""
+        return self.detail.get("code") == DEADLINE_EXCEEDED_CODE
 
 
 class NewerAttemptExists(AmbiguousOutcome):

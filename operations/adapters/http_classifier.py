@@ -3,7 +3,9 @@
 ``execute`` raises what this table says; the engine then decides from the provider's
 capabilities (``operations/engine.py``): ``RetryableError`` → READY with the same key after a
 delay, FAILED once the budget is spent; ``AmbiguousOutcome`` → READY with the same key where the
-provider deduplicates on it and the budget allows, else UNKNOWN (never FAILED);
+provider deduplicates on it and the budget allows, else UNKNOWN (never FAILED; an in-progress
+answer, code ``request_in_progress``, waits without spending the budget, within the policy's
+``retry.in_progress_patience_seconds``);
 ``NewerAttemptExists`` (an ``AmbiguousOutcome``) → UNKNOWN at once, for a lookup (never a
 same-key retry, never FAILED); ``TerminalError`` → FAILED. A delay carried by the error
 (``retry_after_seconds``, from ``Retry-After`` or the in-progress default) is a minimum for the
@@ -80,6 +82,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from operations.adapters.base import (
+    IN_PROGRESS_CODE,
     AdapterError,
     AmbiguousOutcome,
     ExecutionResult,
@@ -90,7 +93,7 @@ from operations.adapters.base import (
 from operations.adapters.http_support import HttpAnswer
 
 #: Codes that say the provider is still executing the same key (Stripe-style, the sandbox).
-IN_PROGRESS_CODES = frozenset({"request_in_progress", "idempotency_key_in_use"})
+IN_PROGRESS_CODES = frozenset({IN_PROGRESS_CODE, "idempotency_key_in_use"})
 #: 409 codes saying the provider has seen a higher fence for the key: a newer attempt exists.
 NEWER_ATTEMPT_CODES = frozenset({"stale_fence"})
 #: Codes for a key reused with another payload, and for a missing key.
@@ -196,7 +199,7 @@ def error_for(answer: HttpAnswer) -> AdapterError:
         delay = retry_after_seconds(answer)
         delay = IN_PROGRESS_DELAY_SECONDS if delay is None else delay
         in_progress = code is None or code in IN_PROGRESS_CODES or _mentions_idempotency(answer)
-        detail.update(code="request_in_progress" if in_progress else code, retry_after_seconds=delay)
+        detail.update(code=IN_PROGRESS_CODE if in_progress else code, retry_after_seconds=delay)
         return AmbiguousOutcome(
             f"provider answered {status} {detail['code']}: a request with this key may still be in progress",
             detail=detail,

@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 from django.conf import settings
 
-from operations.adapters.base import AdapterError, AmbiguousOutcome, RetryableError
+from operations.adapters.base import DEADLINE_EXCEEDED_CODE, AdapterError, AmbiguousOutcome, RetryableError
 
 #: Default of ``EFFECT_LEDGER["PROVIDER_RESPONSE_MAX_BYTES"]``: 1 MiB.
 DEFAULT_RESPONSE_MAX_BYTES = 1024 * 1024
@@ -171,7 +171,7 @@ class _Deadline:
         if self.expired or isinstance(exc, _DeadlineHit | httpx.TimeoutException):
             return AmbiguousOutcome(
                 f"{where}: no complete answer within the {self.ends_at - self.started:.1f} s deadline",
-                detail={"code": "deadline_exceeded"},
+                detail={"code": DEADLINE_EXCEEDED_CODE},
             )
         if isinstance(exc, httpx.RemoteProtocolError):
             return AmbiguousOutcome(

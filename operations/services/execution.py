@@ -32,7 +32,10 @@ from operations.backoff import backoff_seconds
 from operations.bounds import clean_detail, clean_text, reference_problem, unstorable_evidence
 from operations.models import FENCE_EPOCH_STRIDE, Attempt, Intent, OutboxMessage, Outcome
 from operations.policies import Policy
-from operations.services.budget import retry_allowed as retry_allowed  # the engine's name for it
+from operations.services.budget import (  # the engine's names for them (``svc.<name>``)
+    in_progress_wait_refusal as in_progress_wait_refusal,
+)
+from operations.services.budget import retry_allowed as retry_allowed
 from operations.services.ceilings import CeilingReached, ceiling_refusal, reservation_statements
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.resolution import complete_compensated_original, intent_escalate
@@ -560,6 +563,8 @@ def intent_schedule_retry(
     error: str,
     detail: dict[str, Any] | None = None,
     min_delay_seconds: float | None = None,
+    not_sooner_than_seconds: float | None = None,
+    in_progress: bool = False,
 ) -> bool:
     """RUNNING -> READY with backoff (``not_before`` by database time), the same key, and an
     outbox message due at the same time so a worker picks it up when due. Conditional on the
@@ -569,6 +574,15 @@ def intent_schedule_retry(
         min_delay_seconds: the least delay the provider asked for (``Retry-After``, RFC 9110
             §10.2.3, or a request still in progress), in seconds; the delay is the larger of it
             and the backoff, but never more than the policy's ``retry.cap_seconds``.
+        not_sooner_than_seconds: a floor under the delay, in seconds, applied after the cap:
+            after a timed-out attempt, its own deadline (``backoff.after_timeout_floor_seconds``,
+            issue 38 item 6), so the retry does not meet the first request still at the
+            provider. Recorded in the audit event as ``not_sooner_than_seconds``.
+        in_progress: the provider answered "request in progress" and the answer is waited out
+            (issue 38, item 4; the caller asked ``budget.in_progress_wait_refusal``): the
+            attempt does not spend the attempt budget (``in_progress_waits`` + 1, and
+            ``in_progress_since`` set to the database time if this is the first such answer),
+            and the audit event and the attempt row say ``in_progress_wait: true``.
     """
     retry = Policy.from_snapshot(claim.intent.policy).retry
     delay = backoff_seconds(
@@ -576,6 +590,18 @@ def intent_schedule_retry(
     )
     if min_delay_seconds is not None:
         delay = max(delay, min(float(min_delay_seconds), retry.cap_seconds))
+    if not_sooner_than_seconds is not None:
+        delay = max(delay, float(not_sooner_than_seconds))
+    updates: dict[str, Any] = {"not_before": Now() + timedelta(seconds=delay)}
+    marks: dict[str, Any] = {}
+    if in_progress:
+        # Written under the claim's fence like the rest of the record: a stale worker's answer
+        # (its write refused by the compare-and-swap) counts no wait.
+        updates.update(
+            in_progress_waits=F("in_progress_waits") + 1,
+            in_progress_since=Coalesce(F("in_progress_since"), Now()),
+        )
+        marks = {"in_progress_wait": True}
     with transaction.atomic():
         moved = _record(
             claim,
@@ -583,16 +609,23 @@ def intent_schedule_retry(
             event="retry_scheduled",
             attempt_result=Attempt.Result.RETRY,
             error=error,
-            detail=detail,
+            detail={**(detail or {}), **marks} or None,
             data={
                 "backoff_seconds": round(delay, 3),
                 **({"provider_asked_seconds": min_delay_seconds} if min_delay_seconds is not None else {}),
+                **(
+                    {"not_sooner_than_seconds": not_sooner_than_seconds}
+                    if not_sooner_than_seconds is not None
+                    else {}
+                ),
             },
-            updates={"not_before": Now() + timedelta(seconds=delay)},
+            updates=updates,
             dispatch=True,
         )
     if moved:
         metrics.RETRIES_SCHEDULED.inc()
+        if in_progress:
+            metrics.IN_PROGRESS_WAITS.inc()
     return moved
 
 
@@ -608,6 +641,7 @@ def intent_mark_unknown(
 
     Args:
         cause: why (``ambiguous``, ``stale_fence``: the provider has seen a newer attempt,
+            ``in_progress``: a "request in progress" answer past the policy's patience,
             ``adapter_error``, ``recording_error``, ``reference_unstorable``), recorded in the
             audit event and the metric's label.
         escalate: when given, the reason to hand the intent to operators at once, in the same

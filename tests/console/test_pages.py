@@ -107,6 +107,26 @@ def test_next_page_link_keeps_the_filters(viewer_client: Client, monkeypatch: An
     assert "tenant=acme&amp;cursor=" in body
 
 
+def test_c32_intent_detail_says_how_many_in_progress_answers_were_waited_out(viewer_client: Client) -> None:
+    # given: six attempts, five of them answered "in progress" (waited out, not counted)
+    intent = submit()
+    Intent.objects.filter(id=intent.id).update(attempt_count=6, in_progress_waits=5)
+    # when
+    body = viewer_client.get(reverse("intent-detail", args=[intent.id])).content.decode()
+    # then
+    assert "6 attempts" in body
+    assert (
+        "(5 answered &ldquo;in progress&rdquo; and waited out, not counted against the attempt budget)"
+        in body
+    )
+    # and an intent without such answers says nothing of them
+    other = submit()
+    assert (
+        'id="in-progress-waits"'
+        not in viewer_client.get(reverse("intent-detail", args=[other.id])).content.decode()
+    )
+
+
 def test_intent_detail_timeline_digest_policy_and_poll(viewer_client: Client, approver: Any) -> None:
     # given: approved and claimed
     intent = gated()

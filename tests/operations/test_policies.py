@@ -175,7 +175,13 @@ def test_snapshot_round_trip_is_json_safe_and_keeps_todays_shape(settings: Any) 
         stored = json.loads(json.dumps(policy.to_snapshot()))
         # then
         assert set(stored) == SNAPSHOT_KEYS
-        assert set(stored["retry"]) == {"max_attempts", "base_seconds", "cap_seconds", "deadline_seconds"}
+        assert set(stored["retry"]) == {
+            "max_attempts",
+            "base_seconds",
+            "cap_seconds",
+            "deadline_seconds",
+            "in_progress_patience_seconds",
+        }
         assert set(stored["ceilings"]) == {"max_amount_minor", "effects_per_day", "spend_per_day_minor"}
         assert set(stored["unknown_patience"]) == {"lookups", "seconds"}
         assert Policy.from_snapshot(stored) == policy
@@ -195,3 +201,34 @@ def test_submission_snapshots_the_policy_in_force(settings: Any) -> None:
     assert intent.policy == policy_for("payments.charge").to_snapshot()
     assert intent.policy["retry"]["max_attempts"] == 3
     assert intent.risk_rank == Policy.from_snapshot(intent.policy).risk_rank == 2
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, -1, "600", True, 1e16, float("inf"), float("nan")],
+    ids=["none", "negative", "text", "bool", "too-large", "inf", "nan"],
+)
+def test_c32_in_progress_patience_must_be_a_number_of_seconds(value: Any) -> None:
+    # given: a configuration whose wait on "request in progress" answers is not a number of
+    # seconds (None would mean waiting forever on a provider that never finishes)
+    configured = {"retry": {"in_progress_patience_seconds": value}}
+    # when
+    with pytest.raises(PolicyError) as refused:
+        Policy.from_config("payments.charge", configured)
+    # then: refused, naming the action and the field, saying what it must be
+    assert refused.value.field == "retry.in_progress_patience_seconds"
+    assert str(refused.value).startswith(
+        "policy for payments.charge: retry.in_progress_patience_seconds must be a number of seconds"
+    )
+
+
+def test_c32_in_progress_patience_defaults_and_old_snapshots_read_it_as_the_default() -> None:
+    # given: a snapshot written before the field existed, and a configured one
+    old_snapshot = {"retry": {"max_attempts": 5, "base_seconds": 0.25, "cap_seconds": 8.0}}
+    # when
+    old = Policy.from_snapshot(old_snapshot)
+    configured = Policy.from_config("payments.charge", {"retry": {"in_progress_patience_seconds": 30}})
+    # then
+    assert old.retry.in_progress_patience_seconds == RetryPolicy().in_progress_patience_seconds == 600
+    assert configured.retry.in_progress_patience_seconds == 30.0
+    assert configured.retry.max_attempts == 5  # the other retry fields keep their defaults
