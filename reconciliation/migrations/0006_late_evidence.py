@@ -4,15 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('reconciliation', '0005_provider_evidence'),
+        ("reconciliation", "0005_provider_evidence"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='providerfinding',
-            name='kind',
-            field=models.CharField(choices=[('orphan_event', 'Event with no intent'), ('missing_at_provider', 'Missing at the provider'), ('extra_at_provider', 'Extra at the provider'), ('amount_mismatch', 'Amount mismatch'), ('effect_after_ending', 'Ended without effect, but the provider has it')], max_length=30),
+            model_name="providerfinding",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("orphan_event", "Event with no intent"),
+                    ("missing_at_provider", "Missing at the provider"),
+                    ("extra_at_provider", "Extra at the provider"),
+                    ("amount_mismatch", "Amount mismatch"),
+                    ("effect_after_ending", "Ended without effect, but the provider has it"),
+                ],
+                max_length=30,
+            ),
         ),
     ]
