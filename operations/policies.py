@@ -41,6 +41,14 @@ def amount_rule(rules: Mapping[str, int] | None, currency: str) -> int | None:
 
 
 AFTER_SUCCESS_RULES = ("ask", "reject")
+#: ``reuse_window_seconds`` left unset: how long after an earlier intent for the same business
+#: identity made its effect a new one is still a likely duplicate. 24 hours for an intent that
+#: moves money (a payment API keeps an idempotency key about as long: Stripe prunes keys after
+#: at least 24 hours); one hour for the others (an email, a reservation), whose repeats on one
+#: reference are more often wanted, while the usual duplicate (an agent restarted and running
+#: its plan again) comes within minutes.
+DEFAULT_REUSE_WINDOW_MONEY_SECONDS = 86_400
+DEFAULT_REUSE_WINDOW_OTHER_SECONDS = 3_600
 APPROVAL_RULES = ("never", "always", "above_amount")
 
 
@@ -269,6 +277,11 @@ class Policy:
     # When the earlier intent SUCCEEDED, a held one is a likely duplicate: "ask" a person (it
     # stays HELD, escalated, until released or rejected) or "reject" it outright.
     after_success: str = "ask"
+    # The reuse window (issue 38 item 5): a new intent submitted within this many seconds after
+    # an earlier one with the same identity made its effect (its first outcome was recorded) is
+    # a likely duplicate as well, decided by after_success at once. 0 turns it off; None: the
+    # default for the intent's arguments (``reuse_window_for``).
+    reuse_window_seconds: int | None = None
 
     @classmethod
     def from_config(cls, action: str, configured: Mapping[str, Any]) -> Policy:
@@ -324,6 +337,9 @@ class Policy:
             ),
             reference_required=reader.flag("reference_required", defaults.reference_required),
             after_success=reader.choice("after_success", defaults.after_success, AFTER_SUCCESS_RULES),
+            reuse_window_seconds=reader.optional_integer(
+                "reuse_window_seconds", defaults.reuse_window_seconds
+            ),
         )
 
     def to_snapshot(self) -> dict[str, Any]:
@@ -336,6 +352,21 @@ class Policy:
     def risk_rank(self) -> int:
         """The risk tier as a number for ordering: 1 low, 2 medium, 3 high, 4 critical."""
         return RISK_TIERS.index(self.risk_tier) + 1
+
+    def reuse_window_for(self, arguments: Any) -> int:
+        """Seconds after an earlier intent for the same business identity made its effect during
+        which a new intent with ``arguments`` is held (or rejected) as a likely duplicate; 0: never.
+
+        ``reuse_window_seconds`` when set; else ``DEFAULT_REUSE_WINDOW_MONEY_SECONDS`` for
+        arguments that move money (an integer ``amount`` beside a ``currency``: ``Money.of``, the
+        rule every money check of the ledger uses, generic HTTP actions included), else
+        ``DEFAULT_REUSE_WINDOW_OTHER_SECONDS``.
+        """
+        if self.reuse_window_seconds is not None:
+            return self.reuse_window_seconds
+        if Money.of(arguments) is not None:
+            return DEFAULT_REUSE_WINDOW_MONEY_SECONDS
+        return DEFAULT_REUSE_WINDOW_OTHER_SECONDS
 
     def needs_approval(self, arguments: Any) -> bool:
         """Whether an intent with ``arguments`` must wait for a human under this policy.

@@ -11,7 +11,7 @@ from rest_framework import serializers
 from operations.models import AuditEvent, Intent, Outcome
 from operations.policies import APPROVAL_RULES, RISK_TIERS
 from operations.scopes import agent_sees_principal
-from operations.selectors import intent_latest_decision, intent_latest_outcome
+from operations.selectors import intent_latest_decision, intent_latest_outcome, intent_likely_duplicate
 
 
 class StrictSerializer(serializers.Serializer[Any]):
@@ -117,6 +117,24 @@ class ResolutionSerializer(serializers.ModelSerializer[AuditEvent]):
         read_only_fields = fields
 
 
+class LikelyDuplicateSerializer(serializers.Serializer[Any]):
+    """``likely_duplicate`` of an intent held (or rejected) because an earlier intent for the same
+    business action already made its effect."""
+
+    earlier_intent = serializers.UUIDField(
+        allow_null=True,
+        help_text="the earlier intent whose effect stands (null when this agent may not read it)",
+    )
+    reason = serializers.CharField(help_text="what the earlier intent already did, and when")
+    at = serializers.DateTimeField(help_text="when it was found to be a likely duplicate")
+
+
+#: ``likely_duplicate.reason`` for an agent that may not read the earlier intent (scope ``own``).
+OTHERS_DUPLICATE = (
+    "likely duplicate: an intent of another principal for the same business action already made its effect"
+)
+
+
 class IntentSerializer(serializers.ModelSerializer[Intent]):
     """The representation of an intent returned by every endpoint."""
 
@@ -139,13 +157,22 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
             "run it (its action or version is not served here); empty otherwise. Nothing was sent."
         ),
     )
+    likely_duplicate = serializers.SerializerMethodField(
+        help_text=(
+            "set when this intent was held for a person (status HELD) or refused by policy (status "
+            "REJECTED) as a likely duplicate: an earlier intent for the same business action (its "
+            "reference) already made its effect, while it was open or within the policy's "
+            "reuse_window_seconds. Do not submit it again; to do the action a second time on purpose, "
+            "use a new reference. Null otherwise."
+        )
+    )
     links = serializers.SerializerMethodField()
 
     def to_representation(self, instance: Intent) -> dict[str, Any]:
-        """The intent as JSON. With an ``agent`` in the context, ``held_behind`` names the
-        earlier intent only when that agent may read it: an agent of scope ``own`` is not told
-        the id of a colleague's intent (issue 18; the hold itself stays, since one business
-        action per tenant is the safety rule)."""
+        """The intent as JSON. With an ``agent`` in the context, ``held_behind`` (and the
+        earlier intent ``likely_duplicate`` names) is shown only when that agent may read it: an
+        agent of scope ``own`` is not told the id of a colleague's intent (issue 18; the hold
+        itself stays, since one business action per tenant is the safety rule)."""
         data: dict[str, Any] = super().to_representation(instance)
         agent = self.context.get("agent")
         if agent is not None and data.get("held_behind") is not None:
@@ -156,6 +183,12 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
                 and instance.held_behind.principal != principal
             ):
                 data["held_behind"] = None
+                if data.get("likely_duplicate"):
+                    data["likely_duplicate"] = {
+                        **data["likely_duplicate"],
+                        "earlier_intent": None,
+                        "reason": OTHERS_DUPLICATE,
+                    }
         return data
 
     class Meta:
@@ -173,6 +206,7 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
             "status",
             "held_behind",
             "hold_reason",
+            "likely_duplicate",
             "attempt_count",
             "approval_expires_at",
             "last_error",
@@ -188,6 +222,21 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
             return None
         outcome = intent_latest_outcome(intent)
         return OutcomeSerializer(outcome).data if outcome else None
+
+    @extend_schema_field(LikelyDuplicateSerializer(allow_null=True))
+    def get_likely_duplicate(self, intent: Intent) -> dict[str, Any] | None:
+        """The reason of its ``likely_duplicate`` audit event (``intent_likely_duplicate``)."""
+        event = intent_likely_duplicate(intent)
+        if event is None:
+            return None
+        earlier = event.data.get("earlier") if isinstance(event.data, dict) else None
+        return LikelyDuplicateSerializer(
+            {
+                "earlier_intent": earlier or intent.held_behind_id,
+                "reason": event.reason,
+                "at": event.created_at,
+            }
+        ).data
 
     @extend_schema_field(IntentLinksSerializer)
     def get_links(self, intent: Intent) -> dict[str, str | None]:

@@ -17,7 +17,6 @@ from django.conf import settings
 from operations import metrics, services
 from operations.exceptions import IntentMoved
 from operations.models import ENDED_WITHOUT_EFFECT, OPEN_STATUSES, Intent
-from operations.money import Money, format_plain
 from operations.policies import Policy
 
 logger = logging.getLogger("reconciliation")
@@ -34,17 +33,22 @@ class HeldCounts:
     errors: list[str] = field(default_factory=list)
 
 
-def _describe(earlier: Intent) -> str:
-    outcome = earlier.outcomes.order_by("created_at").first()
-    money = Money.of(earlier.arguments)  # converted by its currency's exponent, not read as major units
-    what = f" {format_plain(money.amount_minor, money.currency)}" if money else ""
-    ref = f" as {outcome.provider_reference}" if outcome and outcome.provider_reference else ""
-    when = earlier.updated_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+def _reason(earlier: Intent) -> str:
+    """``likely_duplicate_reason`` for ``earlier``: its first outcome (time and provider
+    reference; its last change when it has none) and how many effects its identity has."""
+    outcome = earlier.outcomes.order_by("created_at", "id").first()
     done = Intent.objects.filter(
         business_key=earlier.business_key, status__in=[Intent.Status.SUCCEEDED, Intent.Status.COMPENSATING]
     ).count()
-    others = f"; {done} effects already exist for this business action" if done > 1 else ""
-    return f"{earlier.reference or earlier.action} was already done{what} by intent {earlier.id}{ref} at {when}{others}"
+    return services.likely_duplicate_reason(
+        earlier_id=earlier.id,
+        action=earlier.action,
+        reference=earlier.reference,
+        arguments=earlier.arguments,
+        provider_reference=outcome.provider_reference if outcome else "",
+        done_at=outcome.created_at if outcome else earlier.updated_at,
+        effects=done,
+    )
 
 
 def _deciding(earlier: Intent) -> Intent:
@@ -83,15 +87,12 @@ def decide_one(intent_id: uuid.UUID) -> str:
                 reason=f"the earlier intent {earlier.id} for the same business action ended {earlier.status}",
             )
             return "released"
-        reason = f"likely duplicate: {_describe(earlier)}"
+        reason = _reason(earlier)
+        data = {"earlier": str(earlier.id), "earlier_status": earlier.status}
         if Policy.from_snapshot(intent.policy).after_success == "reject":
-            services.intent_reject_held(intent_id=intent.id, actor="reconciler", reason=reason)
+            services.intent_reject_likely_duplicate(intent_id=intent.id, reason=reason, data=data)
             return "rejected"
-        services.intent_hold_for_a_person(
-            intent_id=intent.id,
-            reason=reason,
-            data={"earlier": str(earlier.id), "earlier_status": earlier.status},
-        )
+        services.intent_hold_for_a_person(intent_id=intent.id, reason=reason, data=data)
         return "to_a_person"
     except IntentMoved:
         return "waiting"

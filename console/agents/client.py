@@ -43,6 +43,8 @@ POLL_INTERVAL_SECONDS = 0.5
 DEFAULT_TIMEOUT_SECONDS = 10.0
 #: Prefix of the keys ``derive_idempotency_key`` makes; the version names the derivation.
 DERIVED_KEY_PREFIX = "derived-v1-"
+#: Prefix of the references ``derive_reference`` makes; the version names the derivation.
+DERIVED_REFERENCE_PREFIX = "derived-ref-v1-"
 
 
 class EffectLedgerError(Exception):
@@ -139,7 +141,10 @@ class Intent:
     from the API's ``links.console``; ``None`` when the server does not give one.
     ``resolution``: an operator's resolution of it, when there is one (the API's
     ``resolution`` object). ``replayed``: this answer to a submission is the intent an earlier
-    submission with the same key created (``Idempotent-Replayed: true``).
+    submission with the same key created (``Idempotent-Replayed: true``). ``held_behind``: while
+    HELD, the earlier intent for the same business action it waits behind. ``likely_duplicate``:
+    ``{"earlier_intent", "reason", "at"}`` when it is HELD for a person or REJECTED because that
+    earlier intent already made its effect (do not submit it again).
     """
 
     intent_id: str
@@ -157,6 +162,8 @@ class Intent:
     console_url: str | None = None
     resolution: dict[str, Any] | None = None
     replayed: bool = False
+    held_behind: str | None = None
+    likely_duplicate: dict[str, Any] | None = None
     data: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -169,6 +176,7 @@ class Intent:
         outcome = data.get("outcome")
         links = data.get("links")
         resolution = data.get("resolution")
+        duplicate = data.get("likely_duplicate")
         return cls(
             intent_id=str(data["intent_id"]),
             status=str(data["status"]),
@@ -185,6 +193,8 @@ class Intent:
             console_url=links.get("console") if isinstance(links, dict) else None,
             resolution=resolution if isinstance(resolution, dict) else None,
             replayed=replayed,
+            held_behind=str(data["held_behind"]) if data.get("held_behind") else None,
+            likely_duplicate=duplicate if isinstance(duplicate, dict) else None,
             data=data,
         )
 
@@ -234,6 +244,26 @@ def derive_idempotency_key(
         }
     )
     return DERIVED_KEY_PREFIX + hashlib.sha256(canonical).hexdigest()
+
+
+def derive_reference(action: str, arguments: dict[str, Any], *, action_version: int = 1) -> str:
+    """A business reference for a submission that names none: the same action, version and
+    arguments always give the same reference, whoever sends them and in whatever run.
+
+    The ledger holds a second intent for the same business reference while the first is open,
+    and, once the first made its effect, within its policy's reuse window (24 hours for money by
+    default) as a likely duplicate for a person. Without a reference there is nothing to
+    recognise a repeated call by when it comes under a new idempotency key (a restarted agent,
+    a new run); with this one, the same call is recognised. It is ``derived-ref-v1-`` + the first
+    32 hex digits of the sha256 of the RFC 8785 canonical JSON of ``{"action", "action_version",
+    "arguments"}``.
+
+    Trade-off: the same action with the same arguments on purpose (the same amount for the same
+    customer twice in a day) is held for a person; give each its own reference to make two.
+    Raises ``rfc8785.CanonicalizationError`` for arguments JSON cannot carry.
+    """
+    canonical = rfc8785.dumps({"action": action, "action_version": action_version, "arguments": arguments})
+    return DERIVED_REFERENCE_PREFIX + hashlib.sha256(canonical).hexdigest()[:32]
 
 
 class EffectLedgerClient:

@@ -29,6 +29,17 @@ Trade-off: two deliberately identical submissions in one run (the same charge tw
 collapse into one intent; give them distinct ``reference`` values or explicit keys. And a new
 session (a restarted desktop agent) is a new run: pass ``run_id`` or the framework's tool-call id
 to keep a retry idempotent across restarts.
+
+A new run is caught by the ledger instead (issue 38 item 5, case C33): a second intent for the
+same business reference is held while the first is open and, once the first made its effect,
+within its policy's reuse window (24 h for money by default), as a likely duplicate for a
+person (or refused, by policy); the tool's answer says so (``likely_duplicate``, ``next_step``).
+A call that names no reference (neither ``reference`` nor ``arguments.reference``) is sent with
+one derived from the action and its arguments (``client.derive_reference``), so the same call
+repeated from a new session is recognised too, rather than making the ledger's identity depend
+on a session id; the idempotency key is still derived from the reference the agent gave (none),
+so keys are what they were. Trade-off: the same action with the same arguments on purpose, from
+two runs within the window, is held for a person: give each its own reference.
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ from console.agents.client import (
     LedgerUnreachable,
     ProblemError,
     derive_idempotency_key,
+    derive_reference,
 )
 
 DEFAULT_WAIT_SECONDS = 60.0
@@ -93,6 +105,26 @@ NEXT_STEPS = {
 }
 
 
+def next_step(intent: Intent) -> str:
+    """What the model should do next, in words (``NEXT_STEPS``); for an intent held or refused
+    as a likely duplicate, why (the ledger's reason names the earlier intent)."""
+    duplicate = intent.likely_duplicate
+    if duplicate and intent.status == "HELD":
+        return (
+            f"Held as a {duplicate.get('reason') or 'likely duplicate'}. It does not run unless a person "
+            "releases it (console_url); the earlier intent's effect already exists. Do not submit it again "
+            "(under any key or run_id): tell the user it was already done, or call wait_for_intent for the "
+            "person's decision. To do the action a second time on purpose, use a new reference."
+        )
+    if duplicate and intent.status == "REJECTED":
+        return (
+            f"Refused by the policy as a {duplicate.get('reason') or 'likely duplicate'}. It did not happen; "
+            "the earlier intent's effect already exists. Do not submit it again: tell the user it was already "
+            "done. To do the action a second time on purpose, use a new reference."
+        )
+    return NEXT_STEPS.get(intent.status, "")
+
+
 def intent_result(intent: Intent, *, idempotency_key: str | None = None) -> dict[str, Any]:
     """The tool result for an intent: what the model needs, with ``next_step`` in words."""
     result: dict[str, Any] = {
@@ -107,7 +139,9 @@ def intent_result(intent: Intent, *, idempotency_key: str | None = None) -> dict
         "last_error": intent.last_error,
         "approval_expires_at": intent.approval_expires_at,
         "console_url": intent.console_url,
-        "next_step": NEXT_STEPS.get(intent.status, ""),
+        "held_behind": intent.held_behind,
+        "likely_duplicate": intent.likely_duplicate,
+        "next_step": next_step(intent),
     }
     if idempotency_key is not None:
         result["idempotency_key"] = idempotency_key
@@ -229,8 +263,10 @@ def build_server(ledger: Ledger) -> MCPServer:
         "is derived from run_id (or this MCP session), the action and the arguments, so the same call "
         f"sent again is the same intent. {RETRY_SAFE} Pass run_id (a stable id of your conversation) "
         "whenever you have one: without it or a key, a call repeated after this connection restarts "
-        "is a new intent, even with the same reference. To do the same action twice on purpose in "
-        "one run, give each a different reference.",
+        "is a new intent, which the ledger holds for a person as a likely duplicate when the same "
+        "reference (or, without one, the same action and arguments) was done recently: "
+        "likely_duplicate then says why. To do the same action twice on purpose, give each a "
+        "different reference.",
     )
     def submit_intent(
         ctx: Context,
@@ -253,7 +289,13 @@ def build_server(ledger: Ledger) -> MCPServer:
             ),
         ] = None,
         action_version: Annotated[int, Field(ge=1, description="the action's version")] = 1,
-        reference: Annotated[str | None, Field(description="your business reference (an order id)")] = None,
+        reference: Annotated[
+            str | None,
+            Field(
+                description="your business reference (an order id); without one (here or in arguments), "
+                "one derived from the action and arguments is sent"
+            ),
+        ] = None,
         metadata: Annotated[
             dict[str, Any] | None, Field(description="stored with the intent, not part of its identity")
         ] = None,
@@ -271,6 +313,14 @@ def build_server(ledger: Ledger) -> MCPServer:
                     run, action, arguments, action_version=action_version, reference=reference or ""
                 )
             except (TypeError, ValueError) as exc:  # rfc8785 refuses what JSON cannot carry
+                raise ToolError(f"arguments are not canonical JSON: {exc}. Nothing was submitted.") from exc
+        named = arguments.get("reference")
+        if not reference and not (isinstance(named, str) and named):
+            # The business identity the ledger recognises a repeated call by, whatever its key
+            # (the ledger reads a string arguments.reference first, as the adapters send it).
+            try:
+                reference = derive_reference(action, arguments, action_version=action_version)
+            except (TypeError, ValueError) as exc:
                 raise ToolError(f"arguments are not canonical JSON: {exc}. Nothing was submitted.") from exc
         with ledger.client(ctx) as client, tool_errors():
             intent = client.submit(

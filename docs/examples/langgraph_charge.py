@@ -7,8 +7,11 @@ resumed from its checkpoint after a crash (``graph.invoke(None, config)`` with t
 ``thread_id``) calls the tool again with the same id: the ledger answers the intent the first try
 created, and the provider is charged at most once. (With the default ``"async"`` durability a
 crash during the tool call can lose that checkpoint; the resume then asks the model again, which
-names a new call id, and the ledger gets a second intent for the same ``reference``, which it
-holds behind the first for the business-action rule rather than sending it.)
+names a new call id, and the ledger gets a second intent for the same ``reference``. It is not
+sent: it waits behind the first while that one is open, and once the first made its effect
+(within the policy's ``reuse_window_seconds``, 24 hours for a charge by default) it is HELD as a
+likely duplicate for a person, or REJECTED under ``after_success = "reject"``, and the tool tells
+the model at once (``already_done``: the ledger's reason, naming the first intent).)
 
 A charge the policy holds for a human (AWAITING_APPROVAL) is waited for in the tool, up to
 ``wait_seconds``; past that the model is told the status and the approval page, and a later
@@ -42,13 +45,16 @@ from console.agents.client import EffectLedgerClient, Intent
 
 def tool_result(intent: Intent) -> dict[str, Any]:
     """What the model is told: the intent, its status, the provider's id of the effect once
-    there is one, and the approval page while a human has still to decide."""
+    there is one, the approval page while a human has still to decide, and why it was held or
+    refused when the same charge was already done (``likely_duplicate``)."""
+    duplicate = intent.likely_duplicate
     return {
         "intent_id": intent.intent_id,
         "status": intent.status,
         "provider_reference": intent.outcome.provider_reference if intent.outcome else None,
         "approval_page": intent.console_url if intent.status == "AWAITING_APPROVAL" else None,
         "error": intent.last_error or None,
+        "already_done": duplicate["reason"] if duplicate else None,
     }
 
 
@@ -81,7 +87,8 @@ def build_graph(
                 "payments.charge", arguments, idempotency_key=tool_call_id, reference=reference
             )
             deadline = time.monotonic() + wait_seconds
-            while not intent.settled and time.monotonic() < deadline:  # the approver, then the worker
+            # the approver, then the worker; a likely duplicate waits for a person: told at once
+            while not intent.settled and not intent.likely_duplicate and time.monotonic() < deadline:
                 intent = ledger.wait(intent.intent_id, timeout_seconds=deadline - time.monotonic())
             return tool_result(intent)
 

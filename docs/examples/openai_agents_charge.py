@@ -43,13 +43,16 @@ class LedgerContext:
 
 def tool_result(intent: Intent) -> dict[str, Any]:
     """What the model is told: the intent, its status, the provider's id of the effect once
-    there is one, and the approval page while a human has still to decide."""
+    there is one, the approval page while a human has still to decide, and why it was held or
+    refused when the same charge was already done (``likely_duplicate``)."""
+    duplicate = intent.likely_duplicate
     return {
         "intent_id": intent.intent_id,
         "status": intent.status,
         "provider_reference": intent.outcome.provider_reference if intent.outcome else None,
         "approval_page": intent.console_url if intent.status == "AWAITING_APPROVAL" else None,
         "error": intent.last_error or None,
+        "already_done": duplicate["reason"] if duplicate else None,
     }
 
 
@@ -71,7 +74,8 @@ def charge(
         key = derive_idempotency_key(run.run_id, "payments.charge", arguments, reference=reference)
         intent = ledger.submit("payments.charge", arguments, idempotency_key=key, reference=reference)
         deadline = time.monotonic() + run.wait_seconds
-        while not intent.settled and time.monotonic() < deadline:  # the approver, then the worker
+        # the approver, then the worker; a likely duplicate waits for a person: told at once
+        while not intent.settled and not intent.likely_duplicate and time.monotonic() < deadline:
             intent = ledger.wait(intent.intent_id, timeout_seconds=deadline - time.monotonic())
         return tool_result(intent)
 

@@ -89,6 +89,21 @@ def intent_latest_decision(intent: Intent) -> AuditEvent | None:
     )
 
 
+def intent_likely_duplicate(intent: Intent) -> AuditEvent | None:
+    """Why ``intent`` was held (or rejected) as a likely duplicate of the intent it was held
+    behind, whose effect stands: its newest ``likely_duplicate`` audit event, or None.
+
+    Read only for an intent that can have one (HELD and escalated behind an earlier intent, or
+    REJECTED after being held), so the representation of every other intent, the happy path's
+    included, costs no query."""
+    if intent.held_behind_id is None or intent.hold_reason:
+        return None
+    held_for_a_person = intent.status == Intent.Status.HELD and intent.escalated_at is not None
+    if not (held_for_a_person or intent.status == Intent.Status.REJECTED):
+        return None
+    return intent.audit_events.filter(event="likely_duplicate").order_by("-seq").first()
+
+
 def approvals_inbox(*, scope: TenantScope, filters: ListFilters | None = None) -> QuerySet[Intent]:
     """Intents of ``scope``'s tenants awaiting a decision, narrowed by ``filters``: by default
     highest risk tier first, then newest first (a top-N scan of the partial index

@@ -23,7 +23,9 @@ from operations.services.business import (
     intent_hold_for_a_person,
     intent_hold_unserved,
     intent_reject_held,
+    intent_reject_likely_duplicate,
     intent_release_held,
+    likely_duplicate_reason,
 )
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.execution import (
@@ -102,8 +104,10 @@ __all__ = [
     "intent_record_refusal",
     "refusals_audited",
     "business_key",
+    "likely_duplicate_reason",
     "intent_hold_for_a_person",
     "intent_reject_held",
+    "intent_reject_likely_duplicate",
     "intent_release_held",
     "intent_end_duplicate_checks",
     "intent_note_duplicate",

@@ -17,14 +17,23 @@ because it has a new key; Temporal's one open execution per workflow id and its 
   HELD and escalated) or it is rejected (``"reject"``). An operator may release it earlier,
   accepting the duplicate risk. The others held for the same identity then wait behind the
   released one, so only one proceeds at a time.
+* The rule does not end when the earlier intent ends (issue 38 item 5, case C33: an agent
+  restarted and ran its plan again): a new intent submitted while no intent of its identity is
+  open (or only held ones), but one SUCCEEDED and its effect was recorded less than its policy's
+  ``reuse_window_seconds`` ago (``Policy.reuse_window_for``: 24 h for money by default), is the
+  same likely duplicate, decided at once by the same ``after_success``: inserted HELD behind
+  that intent and escalated to a person (audited ``likely_duplicate``, the reason naming the
+  earlier intent), or REJECTED (``"reject"``). The submission's answer says so
+  (``likely_duplicate`` in the API).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
@@ -35,7 +44,8 @@ from operations.adapters.registry import serving_problem
 from operations.audit import audit_append
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.idempotency import canonical_json
-from operations.models import OPEN_STATUSES, Intent
+from operations.models import OPEN_STATUSES, Intent, Outcome
+from operations.money import Money, format_plain
 from operations.policies import Policy
 from operations.request_integrity import stored_request_problem
 from operations.services.assignment import refuse_if_assigned_elsewhere
@@ -70,7 +80,7 @@ def lock_identity(key: str) -> datetime:
     empty) and return the database's ``statement_timestamp()``, in one round trip.
 
     A concurrent submission for the same identity waits here until this transaction commits,
-    then sees its row (``open_intent_for``, a later statement with a later snapshot). The time
+    then sees its row (``earlier_intent_for``, a later statement with a later snapshot). The time
     dates the submission's first audit event (``operations.audit``: events carry database time).
     """
     with connection.cursor() as cursor:
@@ -88,32 +98,111 @@ def lock_identity(key: str) -> datetime:
 
 
 @dataclass(frozen=True)
-class OpenIntent:
-    """The open intent a new one waits behind: its id and status."""
+class EarlierIntent:
+    """The earlier intent a new one with the same business identity waits behind: an open one,
+    or (``effect_at`` set) one that SUCCEEDED within the new one's reuse window, which makes the
+    new one a likely duplicate. For the latter, what the reason names: its first outcome's time
+    and provider reference, its reference and arguments, and how many intents of the identity
+    have an effect that stands (``effects``: SUCCEEDED or COMPENSATING)."""
 
     id: uuid.UUID
     status: str
+    effect_at: datetime | None = None
+    provider_reference: str = ""
+    reference: str = ""
+    arguments: Any = None
+    effects: int = 0
 
 
-_OPEN_INTENT_SQL = f"""
-    SELECT id, status FROM operations_intent
-    WHERE business_key = %s AND status IN ({", ".join(f"'{status}'" for status in sorted(OPEN_STATUSES))})
-    ORDER BY status = 'HELD', created_at, id
+_OPEN_LIST = ", ".join(f"'{status}'" for status in sorted(OPEN_STATUSES))
+_INTENTS, _OUTCOMES = Intent._meta.db_table, Outcome._meta.db_table
+
+# Two reads of the ``intent_business_key`` index in one statement, the best candidate kept:
+# the earliest open intent, rank 0 (or rank 2 when it is itself held: only held ones are open,
+# their own earlier intent has just ended or they wait for a person); and, rank 1, the intent
+# whose effect was recorded most recently within the window: every SUCCEEDED intent of the
+# identity (a handful per business object) with its first outcome (the outcome's intent index).
+# A window of 0 skips rank 1. An outcome's created_at is the recording process's clock, compared
+# with the database's: a skew of seconds moves a window of hours by as much.
+_EARLIER_INTENT_SQL = f"""
+    SELECT id, status, effect_at, provider_reference, reference, arguments, effects FROM (
+        (SELECT id, status, CASE WHEN status = 'HELD' THEN 2 ELSE 0 END AS rank,
+                NULL::timestamptz AS effect_at, ''::text AS provider_reference, ''::text AS reference,
+                NULL::text AS arguments, 0::bigint AS effects
+         FROM {_INTENTS}
+         WHERE business_key = %(key)s AND status IN ({_OPEN_LIST})
+         ORDER BY status = 'HELD', created_at, id
+         LIMIT 1)
+        UNION ALL
+        (SELECT i.id, i.status, 1, first_outcome.created_at, first_outcome.provider_reference::text,
+                i.reference::text, i.arguments::text,
+                (SELECT count(*) FROM {_INTENTS} AS e
+                 WHERE e.business_key = %(key)s AND e.status IN ('SUCCEEDED', 'COMPENSATING'))
+         FROM {_INTENTS} AS i
+         CROSS JOIN LATERAL (
+             SELECT created_at, provider_reference FROM {_OUTCOMES}
+             WHERE intent_id = i.id ORDER BY created_at, id LIMIT 1
+         ) AS first_outcome
+         WHERE %(window)s > 0 AND i.business_key = %(key)s AND i.status = 'SUCCEEDED'
+           AND first_outcome.created_at > statement_timestamp() - make_interval(secs => %(window)s)
+         ORDER BY first_outcome.created_at DESC, i.id
+         LIMIT 1)
+    ) AS candidates
+    ORDER BY rank
     LIMIT 1
 """
 
 
-def open_intent_for(key: str) -> OpenIntent | None:
+def earlier_intent_for(key: str, *, reuse_window_seconds: int) -> EarlierIntent | None:
     """The intent a new one with business identity ``key`` must wait behind, or None.
 
-    Call inside the submission's transaction after ``lock_identity(key)``. The earliest open
-    intent that is not itself held is chosen (else the earliest held one, whose own earlier
-    intent has just ended): one read on the ``intent_business_key`` index (``_OPEN_INTENT_SQL``).
+    Call inside the submission's transaction after ``lock_identity(key)``. In order: the
+    earliest open intent that is not itself held; else the intent of that identity that
+    SUCCEEDED and whose effect was first recorded (its first ``Outcome``) less than
+    ``reuse_window_seconds`` ago (by the database clock; the new one is then a likely
+    duplicate, ``effect_at`` set); else the earliest held one. One statement
+    (``_EARLIER_INTENT_SQL``).
+
+    An intent that ended without effect (FAILED, REJECTED, EXPIRED, CANCELLED) or had it undone
+    (COMPENSATED) holds nothing back, as in ``reconciliation.held.decide_one``.
     """
     with connection.cursor() as cursor:
-        cursor.execute(_OPEN_INTENT_SQL, [key])
+        cursor.execute(_EARLIER_INTENT_SQL, {"key": key, "window": int(reuse_window_seconds)})
         row = cursor.fetchone()
-    return OpenIntent(id=row[0], status=row[1]) if row else None
+    if row is None:
+        return None
+    intent_id, status, effect_at, provider_reference, reference, arguments, effects = row
+    return EarlierIntent(
+        id=intent_id,
+        status=status,
+        effect_at=effect_at,
+        provider_reference=provider_reference or "",
+        reference=reference or "",
+        arguments=json.loads(arguments) if arguments is not None else None,
+        effects=int(effects or 0),
+    )
+
+
+def likely_duplicate_reason(
+    *,
+    earlier_id: uuid.UUID,
+    action: str,
+    reference: str,
+    arguments: Any,
+    provider_reference: str,
+    done_at: datetime,
+    effects: int,
+) -> str:
+    """Why a new intent is a likely duplicate of ``earlier_id``, whose effect stands, in words
+    for the operator, the audit and the agent: ``"likely duplicate: order-77 was already done
+    49.90 EUR by intent … as ch_… at 2026-05-01 10:00:00 UTC"`` (``effects``: how many intents
+    of the identity have an effect that stands; named when more than one)."""
+    money = Money.of(arguments)  # converted by its currency's exponent, not read as major units
+    what = f" {format_plain(money.amount_minor, money.currency)}" if money else ""
+    ref = f" as {provider_reference}" if provider_reference else ""
+    when = done_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    others = f"; {effects} effects already exist for this business action" if effects > 1 else ""
+    return f"likely duplicate: {reference or action} was already done{what} by intent {earlier_id}{ref} at {when}{others}"
 
 
 def intent_release_held(
@@ -244,6 +333,36 @@ def intent_hold_for_a_person(*, intent_id: uuid.UUID, reason: str, data: dict[st
                 intent_id=intent_id, event="likely_duplicate", actor="reconciler", reason=reason, data=data
             )
     return bool(updated)
+
+
+def intent_reject_likely_duplicate(*, intent_id: uuid.UUID, reason: str, data: dict[str, Any]) -> None:
+    """HELD -> REJECTED by the ``after_success = "reject"`` rule: its earlier intent SUCCEEDED.
+    Audited ``likely_duplicate`` (the reason, as for a person's hold) then ``rejected``, in one
+    transaction, so the agent's answer reads the reason the same way in both cases.
+
+    Raises:
+        IntentMoved: the intent is not HELD any more.
+    """
+    with transaction.atomic():
+        # The row lock first, so the reason is recorded before the rejection it explains and no
+        # release or cancel moves the intent in between.
+        current = (
+            Intent.objects.select_for_update().filter(id=intent_id).values_list("status", flat=True).first()
+        )
+        if current != Intent.Status.HELD:
+            raise IntentMoved(intent_id=intent_id, expected="HELD", current=str(current))
+        audit_append(
+            intent_id=intent_id, event="likely_duplicate", actor="reconciler", reason=reason, data=data
+        )
+        transition_or_raise(
+            intent_id=intent_id,
+            from_status=Intent.Status.HELD,
+            to_status=Intent.Status.REJECTED,
+            actor="reconciler",
+            event="rejected",
+            reason=reason,
+            updates={"escalated_at": None},
+        )
 
 
 def intent_hold_unserved(*, intent_id: uuid.UUID, reason: str, actor: str) -> bool:

@@ -32,11 +32,17 @@ from operations.idempotency import (
     request_hash,
     storage_problems,
 )
-from operations.models import Intent
+from operations.models import AuditEvent, Intent
 from operations.outbox import handoff_after_commit
 from operations.policies import Policy, policy_for
 from operations.request_integrity import submission_seal
-from operations.services.business import business_key, lock_identity, open_intent_for
+from operations.services.business import (
+    EarlierIntent,
+    business_key,
+    earlier_intent_for,
+    likely_duplicate_reason,
+    lock_identity,
+)
 from operations.services.notifications import submission_notification_statement
 from operations.services.refusals import refusals_audited
 from operations.services.transitions import outbox_handoff, transition
@@ -261,7 +267,7 @@ def intent_submit(
     )
     try:
         with transaction.atomic():
-            _insert(intent, key=key, gated=gated)
+            _insert(intent, key=key, gated=gated, policy=policy)
     except IntegrityError:
         # The key was used before (a replay), or a concurrent submission with the same client
         # key committed first (the unique index made us wait for it): answer as for that one.
@@ -289,41 +295,60 @@ def _business_identity(tenant: str, action: str, reference: str, arguments: Any,
     return key
 
 
-def _insert(intent: Intent, *, key: str, gated: bool) -> None:
-    """Write a new intent with its first audit event and, when it may run now, its outbox
+def _insert(intent: Intent, *, key: str, gated: bool, policy: Policy) -> None:
+    """Write a new intent with its first audit event(s) and, when it may run now, its outbox
     message, handed to the broker after commit. Call inside a transaction. Three statements
     with a business identity, two without (DESIGN.md step 1; issue 13)::
 
         SELECT statement_timestamp() [FROM pg_advisory_xact_lock(<identity>)]
-        SELECT ... FROM operations_intent WHERE business_key = <identity> AND status IN (open)
-            ORDER BY status = 'HELD', created_at, id LIMIT 1            -- with an identity only
+        SELECT ... FROM operations_intent WHERE business_key = <identity> AND ...  -- with an identity only:
+            the earliest open intent, else one that SUCCEEDED within the reuse window (its first
+            outcome), else the earliest held one (``business.earlier_intent_for``)
         WITH s0 AS (INSERT INTO operations_intent ... RETURNING approval_expires_at),
              s1 AS (INSERT INTO operations_outboxmessage ...)           -- when it may run now
-             s2 AS (INSERT INTO operations_auditevent ...)
+             s2 AS (INSERT INTO operations_auditevent ...)              -- two or three events for
+                                                                        -- a likely duplicate
              s3 AS (INSERT INTO operations_notification ...)            -- when it awaits approval
         SELECT ...
 
     The intent's unique (tenant, principal, client_key) makes a reused key fail the last
     statement (``IntegrityError``) with nothing written.
+
+    Behind an open intent it is inserted HELD, waiting for that one to end. Behind one that
+    SUCCEEDED within ``policy.reuse_window_for(arguments)`` it is a likely duplicate, decided at
+    once by ``policy.after_success`` (``operations.services.business``): HELD and escalated to
+    a person (event ``likely_duplicate``), or REJECTED (``likely_duplicate`` then ``rejected``).
     """
     now = lock_identity(key)
-    earlier = open_intent_for(key) if key else None
+    window = policy.reuse_window_for(intent.arguments)
+    earlier = earlier_intent_for(key, reuse_window_seconds=window) if key else None
+    duplicate = held = ""
     if earlier is not None:
-        # A second intent for the same business action: it waits for the first one.
+        # A second intent for the same business action: it waits for the first one, or, when
+        # that one already made its effect, it is a likely duplicate.
         intent.status, intent.held_behind_id, intent.approval_expires_at = (
             Intent.Status.HELD,
             earlier.id,
             None,
         )
-    event = audit_event(
+        if earlier.effect_at is not None:
+            duplicate = likely_duplicate_reason(
+                earlier_id=earlier.id,
+                action=intent.action,
+                reference=earlier.reference,
+                arguments=earlier.arguments,
+                provider_reference=earlier.provider_reference,
+                done_at=earlier.effect_at,
+                effects=earlier.effects,
+            )
+        held = f"held: {duplicate or f'intent {earlier.id} for the same business action is {earlier.status}'}"
+    submitted = audit_event(
         head=ChainHead(seq=0, hash=GENESIS, now=now),
         intent_id=intent.id,
         event="submitted",
         actor=intent.principal,
         to_status=intent.status,
-        reason=f"held: intent {earlier.id} for the same business action is {earlier.status}"
-        if earlier
-        else "",
+        reason=held,
         data={
             "request_hash": intent.request_hash,
             "fingerprint_version": FINGERPRINT_VERSION,
@@ -333,6 +358,9 @@ def _insert(intent: Intent, *, key: str, gated: bool) -> None:
             **({"held_behind": str(earlier.id)} if earlier else {}),
         },
     )
+    events = [submitted]
+    if earlier is not None and duplicate:
+        events += _likely_duplicate_events(intent, submitted, earlier, duplicate, policy, window)
     statements = [insert_statement(intent, returning="approval_expires_at")]
     handoff = None
     if earlier is None and not gated:
@@ -341,7 +369,7 @@ def _insert(intent: Intent, *, key: str, gated: bool) -> None:
         assert intent.not_before is None, "a submission with not_before needs its outbox row after the intent"
         handoff, enqueue = outbox_handoff(intent_id=intent.id)
         statements.append(enqueue)
-    statements.append(insert_statement(event))
+    statements.extend(insert_statement(event) for event in events)
     if intent.status == Intent.Status.AWAITING_APPROVAL:  # its approvers are told (the outbox row)
         statements.append(submission_notification_statement(intent))
     expires_at, *countdown = run_together(*statements)
@@ -349,6 +377,43 @@ def _insert(intent: Intent, *, key: str, gated: bool) -> None:
     intent._state.adding, intent._state.db = False, "default"  # saved, as save() would mark it
     if handoff is not None:
         handoff_after_commit(handoff, countdown[0])
+
+
+#: The actor of the events the reuse-window rule writes at submission: the policy decided, not
+#: a person, a worker or the reconciler.
+POLICY_ACTOR = "policy"
+
+
+def _likely_duplicate_events(
+    intent: Intent, submitted: AuditEvent, earlier: EarlierIntent, reason: str, policy: Policy, window: int
+) -> list[AuditEvent]:
+    """The events after ``submitted`` of an intent that is a likely duplicate of ``earlier``
+    (which SUCCEEDED within the reuse window), and its row set to match: ``likely_duplicate``
+    (HELD, escalated to a person at once, as ``reconciliation.held.decide_one`` does for one held
+    behind an open intent) and, under ``after_success = "reject"``, ``rejected`` (REJECTED)."""
+    data = {
+        "earlier": str(earlier.id),
+        "earlier_status": earlier.status,
+        "reuse_window_seconds": window,
+    }
+    head = ChainHead(seq=submitted.seq, hash=submitted.hash, now=submitted.created_at)
+    flagged = audit_event(
+        head=head, intent_id=intent.id, event="likely_duplicate", actor=POLICY_ACTOR, reason=reason, data=data
+    )
+    if policy.after_success != "reject":
+        intent.escalated_at = submitted.created_at  # in front of a person now
+        return [flagged]
+    intent.status = Intent.Status.REJECTED
+    rejected = audit_event(
+        head=ChainHead(seq=flagged.seq, hash=flagged.hash, now=submitted.created_at),
+        intent_id=intent.id,
+        event="rejected",
+        actor=POLICY_ACTOR,
+        from_status=Intent.Status.HELD,
+        to_status=Intent.Status.REJECTED,
+        reason=reason,
+    )
+    return [flagged, rejected]
 
 
 @refusals_audited("cancel")

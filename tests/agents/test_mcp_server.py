@@ -20,6 +20,7 @@ from typing import Any
 
 import anyio
 import pytest
+from django.test import Client as DjangoClient
 
 pytest.importorskip("mcp", reason="the MCP server needs the 'agents' extra")
 
@@ -404,3 +405,114 @@ def test_i15_an_unreachable_ledger_is_a_tool_error_saying_a_retry_is_safe() -> N
     message = tool_error(converse(client, conversation))
     # then
     assert "could not be reached" in message and "Retrying is safe" in message
+
+
+# --- case C33: the plan run again after a restart (issue 38 item 5) --------------------------------
+
+
+def charge_until_done(call: dict[str, Any]) -> Conversation:
+    """A conversation that submits ``call`` and waits until it is SUCCEEDED or FAILED."""
+
+    async def conversation(c: Client) -> tuple[dict[str, Any], dict[str, Any]]:
+        submitted = tool_json(await c.call_tool("submit_intent", call))
+        waited = submitted
+        for _ in range(5):
+            waited = tool_json(
+                await c.call_tool(
+                    "wait_for_intent",
+                    {"intent_id": submitted["intent_id"], "status": waited["status"], "timeout_seconds": 60},
+                )
+            )
+            if waited["status"] in {"SUCCEEDED", "FAILED"}:
+                break
+        return submitted, waited
+
+    return conversation
+
+
+def submit_once(call: dict[str, Any]) -> Conversation:
+    """A conversation that submits ``call`` once, then asks how it is a few seconds later (the
+    agent's ``wait_for_intent``: the reconciler's passes run meanwhile)."""
+
+    async def conversation(c: Client) -> tuple[dict[str, Any], dict[str, Any]]:
+        submitted = tool_json(await c.call_tool("submit_intent", call))
+        later = tool_json(
+            await c.call_tool("wait_for_intent", {"intent_id": submitted["intent_id"], "timeout_seconds": 3})
+        )
+        return submitted, later
+
+    return conversation
+
+
+def assert_held_as_a_likely_duplicate(answer: dict[str, Any], first_id: str, product: str, what: str) -> None:
+    """The tool's answer says HELD, as a likely duplicate of ``first_id``, and why."""
+    assert (
+        answer["status"] == "HELD"
+        and answer.get("replayed", False) is False
+        and answer["intent_id"] != first_id
+    )
+    assert answer["held_behind"] == first_id
+    assert answer["likely_duplicate"]["earlier_intent"] == first_id
+    assert f"{what} was already done 30.00 EUR by intent {first_id}" in answer["likely_duplicate"]["reason"]
+    assert answer["next_step"].startswith("Held as a likely duplicate:")
+    assert "Do not submit it again" in answer["next_step"]
+    assert answer["console_url"] == f"{product}/held/{answer['intent_id']}/"
+
+
+def assert_in_the_operators_queue(intent_ids: list[str]) -> None:
+    """HELD and escalated, never attempted, and listed in the operators' queue as likely duplicates."""
+    operator = UserFactory(username="olga", groups=["operator"])
+    console = DjangoClient()
+    console.force_login(operator)
+    queue = console.get("/unknown/").content.decode()
+    for intent_id in intent_ids:
+        intent = Intent.objects.get(id=intent_id)
+        assert intent.status == Intent.Status.HELD and intent.escalated_at is not None
+        assert intent.attempt_count == 0
+        assert intent_id in queue
+        held_page = console.get(f"/held/{intent_id}/")
+        assert held_page.status_code == 200 and "likely duplicate" in held_page.content.decode()
+    assert "likely duplicate" in queue
+
+
+def test_c33_the_same_charge_from_a_new_session_after_it_succeeded_is_held_not_charged_again(
+    product: str, sandbox: Any
+) -> None:
+    # given: a desktop agent (stdio: one MCP session per app run) charged order-c33 30.00 EUR
+    _, token = make_agent()
+    call = {"action": "payments.charge", "arguments": charge_arguments(3000, reference="order-c33")}
+    first, done = converse(stdio_client(product, token), charge_until_done(call))
+    assert done["status"] == "SUCCEEDED"
+    # when: the app restarts and runs its plan again: the same tool call from a new session,
+    # once without run_id and once (another restart) with a new run_id
+    again, again_later = converse(stdio_client(product, token), submit_once(call))
+    with_run, with_run_later = converse(
+        stdio_client(product, token), submit_once({**call, "run_id": "run-after-restart"})
+    )
+    # then: each answer says it is held as a likely duplicate of the first, and why
+    for answer in (again, again_later, with_run, with_run_later):
+        assert_held_as_a_likely_duplicate(answer, first["intent_id"], product, "order-c33")
+    # and: both wait for a person in the operators' queue; one charge at the provider
+    assert_in_the_operators_queue([again["intent_id"], with_run["intent_id"]])
+    (effect,) = sandbox.ledger("payments", reference="order-c33")
+    assert done["outcome"]["provider_reference"] == effect["id"]
+
+
+def test_c33_a_call_without_a_reference_from_a_new_session_is_held_too(
+    product: str, mcp_http: McpHttpServer, sandbox: Any
+) -> None:
+    # given: an agent's charge that names no reference, in one MCP session (Mcp-Session-Id)
+    _, token = make_agent()
+    call = {"action": "payments.charge", "arguments": charge_arguments(3000)}
+    first, done = converse(mcp_http.client(token, mode="legacy"), charge_until_done(call))
+    assert done["status"] == "SUCCEEDED"
+    # then: the server sent a reference derived from the call (the business object it names)
+    derived = first["reference"]
+    assert derived.startswith("derived-ref-v1-")
+    # when: the same call from a new session (its key is derived from the new session)
+    again, _ = converse(mcp_http.client(token, mode="legacy"), submit_once(call))
+    # then: recognised by that reference, held as a likely duplicate; one charge
+    assert again["idempotency_key"] != first["idempotency_key"] and again["reference"] == derived
+    assert_held_as_a_likely_duplicate(again, first["intent_id"], product, derived)
+    (effect,) = sandbox.ledger("payments", reference=derived)
+    assert done["outcome"]["provider_reference"] == effect["id"]

@@ -7,9 +7,8 @@ from typing import Any
 
 from operations.adapters.base import ExecutionResult
 from operations.models import Intent
-from operations.services import intent_claim, intent_record_success
+from operations.services import intent_claim, intent_record_success, intent_release_held
 from tests.console.browser_support import expect, pytestmark_browser, shot, sign_in
-from tests.console.conftest import gated
 from tests.factories import UserFactory, charge_arguments, submit
 
 pytestmark = pytestmark_browser
@@ -26,10 +25,16 @@ def _succeeded_charge(reference: str) -> Intent:
 
 
 def test_i16_2_duplicate_warning_journey(page: Any) -> None:
-    # given: order-2001 was already charged, and a second charge for it awaits approval
+    # given: order-2001 was already charged, and a second charge for it awaits approval: held
+    # as a likely duplicate (issue 38 item 5), released by an operator who accepted the risk
     UserFactory(username="alice", groups=["approver"])
     earlier = _succeeded_charge("order-2001")
-    intent = gated(25_000, reference="order-2001")
+    held = submit(arguments=charge_arguments(25_000), reference="order-2001")
+    assert (held.status, held.held_behind_id) == (Intent.Status.HELD, earlier.id)
+    intent = intent_release_held(
+        intent_id=held.id, actor="user:otto", reason="a second order", duplicate_risk_accepted=True
+    )
+    assert intent.status == Intent.Status.AWAITING_APPROVAL
     sign_in(page, "alice")
     # when: she opens the inbox
     page.get_by_role("link", name="Approvals").click()

@@ -34,6 +34,20 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 S = Intent.Status
 
 
+@pytest.fixture(autouse=True)
+def _no_reuse_window(settings: Any) -> None:
+    """Charges without a reuse window (``reuse_window_seconds: 0``), so a second charge for an
+    order already charged goes straight to its approvers: this module tests the approval page's
+    warning, the guard that remains when the window does not hold the second one (turned off, or
+    past it, or after an operator released it: test_every_kind). The window's own hold is tested
+    in tests/operations/test_reuse_window.py."""
+    policies = settings.EFFECT_LEDGER_POLICIES
+    settings.EFFECT_LEDGER_POLICIES = {
+        **policies,
+        "payments.charge": {**policies["payments.charge"], "reuse_window_seconds": 0},
+    }
+
+
 def succeeded(reference: str, **kwargs: Any) -> Intent:
     """A charge for ``reference`` that ran and succeeded (through the services)."""
     intent = submit(arguments=charge_arguments(4990), reference=reference, **kwargs)

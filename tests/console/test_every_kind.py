@@ -30,6 +30,7 @@ from operations.services import (
     intent_record_failure,
     intent_record_success,
     intent_reject,
+    intent_release_held,
 )
 from operations.services.execution import intent_hold_restored
 from operations.services.failover import RESTORE_GUARD_HOLD, intents_mark_forgotten_changes
@@ -387,13 +388,18 @@ def test_i16_2_duplicate_risk_for_every_action_kind(
     kind: str, every_kind: None, settings: Any, approver: Any, viewer_client: Client
 ) -> None:
     # given: an intent of this kind that succeeded, and a second one for the same reference
-    # awaiting approval (the earlier one is not open, so nothing holds the second)
+    # awaiting approval: held as a likely duplicate within the reuse window (issue 38 item 5),
+    # then released by an operator who accepted the risk, so its approvers decide
     earlier = build(kind, S.SUCCEEDED, settings=settings, approver=approver)
     action, arguments = KINDS[kind]
     if "reference" in arguments:
         arguments = {**arguments, "reference": earlier.reference}
     settings.EFFECT_LEDGER_POLICIES = {**settings.EFFECT_LEDGER_POLICIES, action: {"approval": "always"}}
-    second = submit(action=action, arguments=arguments, reference=earlier.reference)
+    held = submit(action=action, arguments=arguments, reference=earlier.reference)
+    assert (held.status, held.held_behind_id) == (S.HELD, earlier.id)
+    second = intent_release_held(
+        intent_id=held.id, actor="user:otto", reason="asked twice", duplicate_risk_accepted=True
+    )
     assert second.status == S.AWAITING_APPROVAL
     earlier_link = reverse("intent-detail", args=[earlier.id])
     # when / then: the approval page warns and links the earlier one; the inbox marks the row

@@ -29,6 +29,8 @@ SNAPSHOT_KEYS = {
     "business_identity_fields",
     "reference_required",
     "after_success",
+    # issue 38 item 5: the reuse window after an effect
+    "reuse_window_seconds",
 }
 
 
