@@ -40,6 +40,12 @@ def amount_rule(rules: Mapping[str, int] | None, currency: str) -> int | None:
     return rules.get(ANY_CURRENCY)
 
 
+#: The longest time any policy field may name, in seconds (ten years of 366 days): every one of
+#: them becomes a PostgreSQL interval or a ``timedelta`` added to the database clock, and a
+#: value near ``MAX_SAFE_NUMBER`` overflows both (a submission answered 500 instead of a
+#: refusal at start).
+MAX_POLICY_SECONDS = 10 * 366 * 86_400
+
 AFTER_SUCCESS_RULES = ("ask", "reject")
 #: ``reuse_window_seconds`` left unset: how long after an earlier intent for the same business
 #: identity made its effect a new one is still a likely duplicate. 24 hours for an intent that
@@ -116,12 +122,14 @@ class _Reader:
             raise self.error(name, f"must be true or false (got {value!r})")
         return value
 
-    def integer(self, name: str, default: int, *, minimum: int = 0) -> int:
-        return self._integer(name, self.values.get(name, default), minimum=minimum)
+    def integer(self, name: str, default: int, *, minimum: int = 0, maximum: int = MAX_SAFE_NUMBER) -> int:
+        return self._integer(name, self.values.get(name, default), minimum=minimum, maximum=maximum)
 
-    def optional_integer(self, name: str, default: int | None) -> int | None:
+    def optional_integer(
+        self, name: str, default: int | None, *, maximum: int = MAX_SAFE_NUMBER
+    ) -> int | None:
         value = self.values.get(name, default)
-        return None if value is None else self._integer(name, value, minimum=0)
+        return None if value is None else self._integer(name, value, minimum=0, maximum=maximum)
 
     def seconds(self, name: str, default: float) -> float:
         return self._seconds(name, self.values.get(name, default))
@@ -162,14 +170,20 @@ class _Reader:
     # intent goes through PostgreSQL jsonb and is sealed in RFC 8785 canonical JSON, which has
     # no exact form for larger numbers (RFC 7493 §2.2; ``idempotency.number_problem``).
 
-    def _integer(self, name: str, value: Any, *, minimum: int) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_SAFE_NUMBER:
-            raise self.error(name, f"must be an integer from {minimum} to {MAX_SAFE_NUMBER} (got {value!r})")
+    def _integer(self, name: str, value: Any, *, minimum: int, maximum: int = MAX_SAFE_NUMBER) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise self.error(name, f"must be an integer from {minimum} to {maximum} (got {value!r})")
         return int(value)
 
     def _seconds(self, name: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_SAFE_NUMBER:
-            raise self.error(name, f"must be a number of seconds from 0 to {MAX_SAFE_NUMBER} (got {value!r})")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not 0 <= value <= MAX_POLICY_SECONDS
+        ):
+            raise self.error(
+                name, f"must be a number of seconds from 0 to {MAX_POLICY_SECONDS} (got {value!r})"
+            )
         return float(value)
 
 
@@ -317,7 +331,9 @@ class Policy:
         if reader.strict and approval == "above_amount" and threshold is None:
             raise reader.error("approval_threshold_minor", "is required when approval is above_amount")
         # An approval request that expires at once could never be decided.
-        ttl = reader.integer("approval_ttl_seconds", defaults.approval_ttl_seconds, minimum=1)
+        ttl = reader.integer(
+            "approval_ttl_seconds", defaults.approval_ttl_seconds, minimum=1, maximum=MAX_POLICY_SECONDS
+        )
         required = reader.integer("approvals_required", defaults.approvals_required, minimum=1)
         if tier == "critical":  # seeds/004: a critical action always needs two different people
             approval, required = "always", max(2, required)
@@ -338,7 +354,7 @@ class Policy:
             reference_required=reader.flag("reference_required", defaults.reference_required),
             after_success=reader.choice("after_success", defaults.after_success, AFTER_SUCCESS_RULES),
             reuse_window_seconds=reader.optional_integer(
-                "reuse_window_seconds", defaults.reuse_window_seconds
+                "reuse_window_seconds", defaults.reuse_window_seconds, maximum=MAX_POLICY_SECONDS
             ),
         )
 

@@ -28,6 +28,7 @@ from operations.models import AuditEvent, Intent, OutboxMessage, Outcome
 from operations.policies import (
     DEFAULT_REUSE_WINDOW_MONEY_SECONDS,
     DEFAULT_REUSE_WINDOW_OTHER_SECONDS,
+    MAX_POLICY_SECONDS,
     Policy,
     PolicyError,
     policy_for,
@@ -362,3 +363,33 @@ def test_c33_defaults_and_old_snapshots() -> None:
     configured = Policy.from_config("payments.charge", {"reuse_window_seconds": 0})
     assert configured.reuse_window_for(charge_arguments()) == 0
     assert Policy.from_snapshot(configured.to_snapshot()).reuse_window_seconds == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "fields"),
+    [
+        ("reuse_window_seconds", {"reuse_window_seconds": MAX_POLICY_SECONDS + 1}),
+        ("reuse_window_seconds", {"reuse_window_seconds": 9_007_199_254_740_991}),
+        ("approval_ttl_seconds", {"approval_ttl_seconds": MAX_POLICY_SECONDS + 1}),
+        ("retry.deadline_seconds", {"retry": {"deadline_seconds": 10.0**13}}),
+        ("unknown_patience.seconds", {"unknown_patience": {"seconds": 10**15}}),
+    ],
+)
+def test_i38_a_time_the_database_clock_cannot_add_is_refused_at_start(
+    field: str, fields: dict[str, Any]
+) -> None:
+    # A window near 2**53 s passed the start-up check and made every submission of the action
+    # a 500 (PostgreSQL: interval out of range); every policy time is bounded to ten years.
+    with pytest.raises(PolicyError, match=f"{field} must be .* from [01] to {MAX_POLICY_SECONDS}"):
+        Policy.from_config("payments.charge", fields)
+
+
+def test_i38_the_longest_reuse_window_still_submits(settings: Any) -> None:
+    # given: the longest window a policy may name, and an earlier charge that succeeded
+    with_policy(settings, "payments.charge", reuse_window_seconds=MAX_POLICY_SECONDS)
+    first = succeeded(submit(arguments=charge_arguments(reference="order-max"), reference="order-max"))
+    effect_recorded_ago(first, MAX_POLICY_SECONDS - 60)
+    # when: the same order again under a new key
+    again = submit(arguments=charge_arguments(reference="order-max"), reference="order-max")
+    # then: answered (no database overflow), and still a likely duplicate
+    assert again.status == Intent.Status.HELD and again.held_behind_id == first.id

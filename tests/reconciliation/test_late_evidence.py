@@ -219,7 +219,7 @@ def test_a_line_for_an_intent_never_sent_is_not_its_effect(sandbox: Any) -> None
     intent.refresh_from_db()
     assert intent.status == "REJECTED"
     finding = ProviderFinding.objects.get(provider_reference="ch_never")
-    assert finding.kind == "extra_at_provider" and "never sent" in finding.detail["why"]
+    assert finding.kind == "extra_at_provider" and "before it was ever sent" in finding.detail["why"]
 
 
 def book(sandbox: Any, tenant: str, reference: str, *, lose_answer: bool) -> Intent:
