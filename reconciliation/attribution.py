@@ -6,16 +6,18 @@ may both book ``trip-1``. Wherever the ledger matches an effect the provider sho
 
 1. An effect that another intent already holds (its recorded ``Outcome``) is that intent's,
    never this one's, and never this one's duplicate to compensate.
-2. An intent that was never sent (no attempt) made no effect: nothing is its effect.
+2. An intent that ended before it was ever sent (no attempt) made no effect: nothing is its
+   effect (``reconciliation.late_evidence``). Not a rule for an UNKNOWN intent: after a
+   restore (issue 22) the database may have forgotten the attempts a provider did see.
 3. Evidence that names the idempotency key it was made under belongs to the intent with that
    key only (``reconciliation.events.match_intent`` applies this to events, statement lines are
    matched by key first).
-4. When other intents that were sent, hold no effect yet and share this intent's business
-   reference exist (of any tenant), an effect matched by reference alone cannot be told apart:
-   it is *ambiguous*. Nothing is decided automatically on it — no outcome, no compensation —
+4. When other intents that were sent (or are UNKNOWN), hold no effect yet and share this
+   intent's business reference exist (of any tenant), an effect matched by reference alone
+   cannot be told apart: it is *ambiguous*. Nothing is decided automatically on it — no outcome, no compensation —
    and a person decides with the evidence.
 
-``attribute`` applies 1, 2 and 4 to a list of provider references found by reference.
+``attribute`` applies 1 and 4 to a list of provider references found for an intent.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ class Attribution:
 
     Attributes:
         own: the provider references that may be the intent's effects, in the provider's order.
-        others: reference -> why it is not the intent's (e.g. "held by intent <id> of tenant globex").
+        others: reference -> why it is not the intent's ("the recorded effect of another
+            intent"; no other intent or tenant is named: operators of this tenant read it).
         ambiguous: "" or why the ``own`` ones cannot be told apart from other intents' effects
             (then nothing is decided automatically on them).
     """
@@ -82,7 +85,7 @@ def same_reference(intent: Intent) -> Q:
 
 def attribute(intent: Intent, references: Sequence[str], *, by_key: bool | None = None) -> Attribution:
     """Which of ``references`` (found at the provider for ``intent``) may be ``intent``'s
-    effects, by the module's rules 1, 2 and 4. At most three queries; reads only.
+    effects, by the module's rules 1 and 4. At most two queries (one ``EXISTS``); reads only.
 
     Args:
         by_key: the references were found by ``intent``'s own idempotency key (rule 4 does not
@@ -94,29 +97,28 @@ def attribute(intent: Intent, references: Sequence[str], *, by_key: bool | None 
     found = list(dict.fromkeys(ref for ref in references if ref))
     if not found:
         return Attribution(own=())
-    if intent.attempt_count == 0:
-        return Attribution(own=(), others={ref: f"intent {intent.id} was never sent" for ref in found})
-    others: dict[str, str] = {}
-    for ref, holder, tenant in (
-        Outcome.objects.filter(provider_reference__in=found, intent__action=intent.action)
+    # The words name no other intent and no tenant: they are shown to operators who may read
+    # this intent's tenant only (README "Accounts and roles": another tenant reveals nothing).
+    others = {
+        ref: "the recorded effect of another intent"
+        for ref in Outcome.objects.filter(provider_reference__in=found, intent__action=intent.action)
         .exclude(intent_id=intent.id)
-        .values_list("provider_reference", "intent_id", "intent__tenant")
-    ):
-        others.setdefault(ref, f"held by intent {holder} of tenant {tenant}")
+        .values_list("provider_reference", flat=True)
+    }
     own = tuple(ref for ref in found if ref not in others)
     ambiguous = ""
     if by_key is None:
         by_key = not _lists_by_reference(intent.action)
     if own and not by_key:
-        rivals = list(
-            Intent.objects.filter(same_reference(intent), attempt_count__gt=0)
+        rivals = (
+            Intent.objects.filter(same_reference(intent))
+            .filter(Q(attempt_count__gt=0) | Q(status=Intent.Status.UNKNOWN))
             .filter(~Exists(Outcome.objects.filter(intent=OuterRef("pk"))))
-            .values_list("id", "tenant")[:5]
+            .exists()
         )
         if rivals:
-            named = ", ".join(f"{rival} ({tenant})" for rival, tenant in rivals)
             ambiguous = (
-                f"other intents sent with the same reference hold no effect on record yet: {named}; "
-                "the provider's effects cannot be told apart by reference"
+                "another intent sent with the same reference (perhaps of another tenant) holds no effect "
+                "on record yet: the provider's effects cannot be told apart by reference"
             )
     return Attribution(own=own, others=others, ambiguous=ambiguous)

@@ -132,6 +132,10 @@ def apply_late_proof(
     """
     if intent.status not in ENDED_WITHOUT_EFFECT:
         raise ValueError(f"intent {intent.id} is {intent.status}, not ended without effect")
+    if intent.attempt_count == 0:
+        return LateOutcome(
+            "not_its_effect", f"intent {intent.id} ended {intent.status} before it was ever sent"
+        )
     attribution = attribute(intent, [proof.provider_reference], by_key=proof.by_key or None)
     if proof.provider_reference in attribution.others:
         return LateOutcome("not_its_effect", attribution.others[proof.provider_reference])

@@ -151,7 +151,7 @@ def _late(intent: Intent, result: LookupResult, attribution: Attribution | None,
     """A lookup's answer for an intent that ended without effect while it was at the provider:
     a FOUND effect of the intent's is late evidence (``resolved``); anything else is kept on
     record and changes nothing (``moved``)."""
-    if attribution is None or not attribution.own:
+    if attribution is None or not attribution.own or intent.attempt_count == 0:
         return "moved"
     proof = LateProof(
         provider_reference=attribution.own[0],

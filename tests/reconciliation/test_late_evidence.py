@@ -257,6 +257,8 @@ def test_c34_a_lookup_never_takes_another_tenants_reservation_and_cancels_nothin
     assert states == {globex_res: "confirmed", acme_res: "confirmed"}
     evidence = acme.evidence.get(kind="lookup")
     assert globex_res in json.dumps(evidence.detail["not_this_intents"])
+    # acme's operators read this evidence: it names neither globex's intent nor globex
+    assert str(globex.id) not in json.dumps(evidence.detail) and "globex" not in json.dumps(evidence.detail)
 
 
 def test_c34_two_unrecorded_bookings_under_one_reference_wait_for_a_person(sandbox: Any) -> None:
@@ -274,6 +276,8 @@ def test_c34_two_unrecorded_bookings_under_one_reference_wait_for_a_person(sandb
         assert intent.status == Intent.Status.UNKNOWN and intent.escalated_at is not None
         escalation = AuditEvent.objects.get(intent=intent, event="escalated")
         assert "cannot be told apart" in escalation.reason
+        other = acme if intent is globex else globex
+        assert str(other.id) not in escalation.reason and other.tenant not in escalation.reason
     assert not Outcome.objects.exists()
     assert not Intent.objects.filter(action="reservations.cancel").exists()
 
