@@ -52,6 +52,7 @@ from operations.models import Intent
 from operations.money import format_plain
 from operations.services import intent_record_refusal
 from operations.tenant_access import console_scope, role_scope
+from reconciliation.attribution import attribute
 from reconciliation.duplicates import COMPENSATION_ENDED, compensation_end
 from reconciliation.models import Evidence, ProviderEvent, ProviderFinding, StatementLine
 from reconciliation.resolution import RESOLVER_GROUPS
@@ -426,6 +427,17 @@ def _link_target(finding: ProviderFinding, user: User, intent_id: str) -> Intent
     if target.action not in actions:
         raise ResolutionRefused(
             f"intent {wanted} is a {target.action}, not an intent of {finding.source} ({', '.join(actions)})"
+        )
+    # One effect is one intent's (``reconciliation.attribution``, C34): an effect another intent
+    # already holds (a lookup attributed it meanwhile) is not linked or charged to this one.
+    taken = (
+        attribute(target, [finding.provider_reference], by_key=True).others.get(finding.provider_reference)
+        if finding.provider_reference
+        else None
+    )
+    if taken:
+        raise ResolutionRefused(
+            f"{finding.provider_reference} is {taken}: it cannot be intent {wanted}'s; close this finding"
         )
     return target
 

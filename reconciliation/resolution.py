@@ -22,6 +22,7 @@ from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import AuditEvent, Intent, Outcome
 from operations.selectors import last_audit_seq
 from operations.tenant_access import console_scope, role_scope
+from reconciliation.attribution import attribute
 from reconciliation.lookups import reconcile_intent
 from reconciliation.models import DuplicateFinding, Evidence
 from reconciliation.selectors import effect_on_record, found_by_lookup, intent_evidence
@@ -140,14 +141,20 @@ def resolve_confirmed(
     the intent then say "unverified".
 
     Raises:
-        ResolutionRefused: no permission, no reason, no reference, the provider contradicts it,
-            or it is unverified and ``accept_unverified`` is False.
+        ResolutionRefused: no permission, no reason, no reference, the reference is another
+            intent's recorded effect, the provider contradicts it, or it is unverified and
+            ``accept_unverified`` is False.
         IntentMoved: the intent is no longer UNKNOWN.
     """
     intent = _load(intent_id, user, reason, seen_seq=seen_seq)
     reference = provider_reference.strip()
     if not reference:
         raise ResolutionRefused("confirmed needs the provider's reference for the effect")
+    taken = attribute(intent, [reference], by_key=True).others.get(reference)
+    if taken:
+        # One effect is one intent's (``reconciliation.attribution``, C34): confirming another
+        # intent's effect here would hand it to this intent's agent (who might cancel it).
+        raise ResolutionRefused(f"{reference} is {taken}: it cannot be this intent's effect too")
     result = provider_lookup(intent)  # never raises: a removed action answers INCONCLUSIVE
     verified = False
     if result.status == LookupStatus.FOUND:

@@ -2,8 +2,10 @@
 ledger's intents of that statement source.
 
 A run stores the statement (``StatementRun`` and its ``StatementLine`` rows, insert-only) and
-matches its lines to intents one to one: by our idempotency key, then our business reference,
-then the provider's reference (``Outcome.provider_reference``). Then it compares amount and
+matches its lines to intents one to one: by our idempotency key, then the provider's reference
+(an ``Outcome.provider_reference``: the effect is already that intent's), then our business
+reference — within one tenant only: a reference that intents of several tenants hold matches
+none of them (an extra line for a person to link, as for an event; C34). Then it compares amount and
 currency, for intents whose arguments move money (``amount`` in minor units and ``currency``).
 
 Results, each non-matched one a ``ProviderFinding`` made with ``get_or_create`` on its
@@ -275,17 +277,25 @@ def _run(
             continue
         listed.add(entry.provider_reference)
         intent: Intent | None = by_key.get(_key_of(entry.idempotency_key)) if entry.idempotency_key else None
+        if intent is None and entry.provider_reference:
+            # An effect already recorded on an intent is that intent's (``reconciliation.attribution``).
+            intent = by_provider.get(entry.provider_reference)
+        shared = ""
         if intent is None and entry.reference:
             candidates = by_reference.get(entry.reference, [])
+            tenants = sorted({candidate.tenant for candidate in candidates})
+            if len(tenants) > 1:
+                # A business reference is the caller's: held by intents of several tenants it
+                # names none of them (as for an event; C34). A person links the line.
+                shared = f"intents of {len(tenants)} tenants have reference {entry.reference!r}: link it to the right one"
+                candidates = []
             free = [i for i in candidates if i.id not in matched_ids]
             succeeded = [i for i in free if i.status == Intent.Status.SUCCEEDED]
             pick = succeeded or free or candidates
             intent = pick[0] if pick else None
-        if intent is None and entry.provider_reference:
-            intent = by_provider.get(entry.provider_reference)
         line = _store_line(statement_run, number, entry, read, intent)
         finding: dict[str, Any] | None = None
-        why = _no_effect(intent, statement_run, day, line) if intent is not None else ""
+        why = _no_effect(intent, statement_run, day, line) if intent is not None else shared
         if intent is None or intent.id in matched_ids or why:
             counts["extra"] += 1
             if not why:

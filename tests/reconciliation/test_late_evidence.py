@@ -319,3 +319,72 @@ def test_a_late_effect_counts_against_the_days_ceilings_again(sandbox: Any, olga
     assert SpendWindow.objects.get(tenant="acme", action="payments.charge", currency="").effects == 1
     reservation = Reservation.objects.get(intent=intent, released_at__isnull=True)
     assert reservation.over_ceiling
+
+
+def test_c34_a_statement_never_settles_a_reference_two_tenants_share(sandbox: Any) -> None:
+    from django.utils import timezone
+
+    from reconciliation.statements import fetch_and_run
+
+    # given: both tenants' bookings of trip-5 were made and both answers lost
+    globex = book(sandbox, "globex", "trip-5", lose_answer=True)
+    acme = book(sandbox, "acme", "trip-5", lose_answer=True)
+    # when: the provider's statement of the day (two lines, reference trip-5, no key) is reconciled
+    result = fetch_and_run(source="sandbox-reservations", day=timezone.now().date())
+    # then: neither line is given to either tenant by reference; both wait for a person
+    assert result.error == "" and (result.matched, result.extra_at_provider) == (0, 2)
+    for intent in (globex, acme):
+        intent.refresh_from_db()
+        assert intent.status == Intent.Status.UNKNOWN
+    assert not Outcome.objects.exists()
+    whys = {f.detail["why"] for f in ProviderFinding.objects.filter(kind="extra_at_provider")}
+    assert whys == {"intents of 2 tenants have reference 'trip-5': link it to the right one"}
+
+
+def test_c34_an_operator_cannot_confirm_another_intents_effect(sandbox: Any, olga: Any) -> None:
+    from operations.exceptions import ResolutionRefused
+    from reconciliation.resolution import resolve_confirmed
+
+    # given: globex's trip-1 is booked; acme's booking never reached the provider (UNKNOWN)
+    globex = book(sandbox, "globex", "trip-1", lose_answer=False)
+    sandbox.inject("crash_before_effect", product="reservations")
+    acme = submit(tenant="acme", action="reservations.create", arguments=reservation("trip-1"))
+    assert execute_intent(acme.id) == "unknown"
+    globex_res = Outcome.objects.get(intent=globex).provider_reference
+    # when / then: confirming globex's reservation as acme's effect is refused, naming no one
+    with pytest.raises(ResolutionRefused, match="the recorded effect of another intent") as refused:
+        resolve_confirmed(
+            intent_id=acme.id,
+            user=olga,
+            provider_reference=globex_res,
+            reason="I see it in the dashboard",
+            accept_unverified=True,
+        )
+    assert str(globex.id) not in str(refused.value) and "globex" not in str(refused.value)
+    acme.refresh_from_db()
+    assert acme.status == Intent.Status.UNKNOWN and not Outcome.objects.filter(intent=acme).exists()
+
+
+def test_c34_an_effect_another_intent_holds_cannot_be_linked_to_this_one(sandbox: Any, olga: Any) -> None:
+    from operations.exceptions import ResolutionRefused
+    from reconciliation.findings import resolve_provider_finding
+
+    # given: an orphan event's finding for globex's reservation (its reference is shared), and
+    # acme's intent for the same reference
+    globex = book(sandbox, "globex", "trip-6", lose_answer=False)
+    acme = book(sandbox, "acme", "trip-6", lose_answer=False)
+    globex_res = Outcome.objects.get(intent=globex).provider_reference
+    finding = ProviderFinding.objects.create(
+        fingerprint=f"extra:sandbox-reservations:{globex_res}",
+        kind=ProviderFinding.Kind.ORPHAN_EVENT,
+        source="sandbox-reservations",
+        provider_reference=globex_res,
+    )
+    admin = UserFactory(username="root-op", groups=["operator"])
+    # when / then: linking it to acme's intent is refused; the finding stays open
+    with pytest.raises(ResolutionRefused, match="the recorded effect of another intent"):
+        resolve_provider_finding(
+            finding_id=finding.id, user=admin, verb="link", reason="same reference", intent_id=str(acme.id)
+        )
+    finding.refresh_from_db()
+    assert finding.state == "open"
