@@ -118,6 +118,16 @@ class CancelRefused(LedgerError):
     title = "Cancel refused"
 
 
+class CancelTooLate(CancelRefused):
+    """A cancel of an intent that was already sent to its provider: its effect may exist (an
+    answer lost, a retry or a wait for "in progress" pending), so it cannot be ended as if it
+    had none (issue 38); it ends by the provider's answer, a lookup or an operator."""
+
+    status = 409
+    code = "cancel-too-late"
+    title = "Too late to cancel: the intent was sent"
+
+
 class CallbackRefused(LedgerError):
     """An agent's callback URL is refused (``operations.callback_urls``); nothing was changed."""
 

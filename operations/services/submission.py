@@ -10,6 +10,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.db.models.functions import Now
 
 from operations import metrics
@@ -19,6 +20,7 @@ from operations.approval_validity import user_principal
 from operations.audit import GENESIS, ChainHead, audit_event
 from operations.exceptions import (
     CancelRefused,
+    CancelTooLate,
     ClientKeyInvalid,
     IdempotencyKeyReused,
     IntentMoved,
@@ -418,11 +420,18 @@ def _likely_duplicate_events(
 
 @refusals_audited("cancel")
 def intent_cancel(*, intent_id: uuid.UUID, actor: str, reason: str = "") -> Intent:
-    """Cancel an intent that has not started running (AWAITING_APPROVAL, READY or HELD).
+    """Cancel an intent that was never sent (AWAITING_APPROVAL, READY or HELD, no attempt yet).
+
+    An intent back in READY (a same-key retry, a wait for "request in progress"), HELD or
+    AWAITING_APPROVAL after an attempt was sent may hold an effect at the provider: CANCELLED
+    would tell its agent "no effect" and free its business identity for a second charge (issue
+    38; the same hole as an ``absent`` decided too early). Such a cancel is refused; the intent
+    ends by the provider's answer, a lookup or an operator.
 
     Raises:
         IntentMoved: the intent is RUNNING or beyond (cancel is honoured only before RUNNING);
             ``current`` names its state.
+        CancelTooLate: it was sent already (``attempt_count`` > 0); nothing changed.
         CancelRefused: an agent asked to cancel a compensation intent (only people may: an
             agent's cancel would leave the original's effect un-undone with nobody told).
     """
@@ -430,7 +439,8 @@ def intent_cancel(*, intent_id: uuid.UUID, actor: str, reason: str = "") -> Inte
         raise CancelRefused(
             "this is a compensation intent opened to undo another intent's effect; only an operator can cancel it"
         )
-    for from_status in (Intent.Status.AWAITING_APPROVAL, Intent.Status.READY, Intent.Status.HELD):
+    cancellable = (Intent.Status.AWAITING_APPROVAL, Intent.Status.READY, Intent.Status.HELD)
+    for from_status in cancellable:
         if transition(
             intent_id=intent_id,
             from_status=from_status,
@@ -438,11 +448,18 @@ def intent_cancel(*, intent_id: uuid.UUID, actor: str, reason: str = "") -> Inte
             actor=actor,
             event="cancelled",
             reason=reason,
+            # The race this stops: a worker's claim (READY -> RUNNING, attempt_count + 1) meanwhile.
+            where=Q(attempt_count=0),
         ):
             return Intent.objects.get(id=intent_id)
-    current = Intent.objects.get(id=intent_id).status
+    current, attempts = Intent.objects.filter(id=intent_id).values_list("status", "attempt_count").get()
     if current == Intent.Status.CANCELLED:
         return Intent.objects.get(id=intent_id)
+    if current in cancellable and attempts > 0:
+        raise CancelTooLate(
+            f"intent {intent_id} was sent to the provider already ({attempts} attempt(s)): its effect may exist, "
+            "so it can no longer be cancelled; it ends by the provider's answer, a lookup or an operator"
+        )
     raise IntentMoved(intent_id=intent_id, expected="AWAITING_APPROVAL, READY or HELD", current=current)
 
 

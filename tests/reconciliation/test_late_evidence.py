@@ -28,7 +28,7 @@ from reconciliation.lookups import reconcile_unknown, record_lookup
 from reconciliation.models import DuplicateFinding, ProviderEvent, ProviderFinding
 from reconciliation.resolution import resolve_absent
 from reconciliation.statements import run as statement_run
-from tests.factories import UserFactory, make_agent, submit
+from tests.factories import UserFactory, charge_arguments, make_agent, submit
 from tests.reconciliation.test_provider_events import charge_event, deliver, process_all
 from tests.reconciliation.test_reconciliation import reservation
 
@@ -388,3 +388,45 @@ def test_c34_an_effect_another_intent_holds_cannot_be_linked_to_this_one(sandbox
         )
     finding.refresh_from_db()
     assert finding.state == "open"
+
+
+def test_i38_a_charge_that_was_sent_cannot_be_cancelled_and_charged_again(sandbox: Any, api: Any) -> None:
+    # given: the provider charged order-lc and answered 500: READY for a same-key retry
+    sandbox.inject("error_500_after_effect", product="payments")
+    answer = api.post(
+        "/api/v1/intents",
+        {"action": "payments.charge", "arguments": charge_arguments(reference="order-lc")},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="order-lc-1",
+    )
+    intent = Intent.objects.get(id=answer.json()["intent_id"])
+    assert execute_intent(intent.id) == "retry"
+    sandbox.clear_faults()
+    assert len(sandbox.ledger("payments", reference="order-lc")) == 1
+    # when: the agent cancels it
+    refused = api.post(f"/api/v1/intents/{intent.id}/cancel", {}, format="json")
+    # then: 409 problem details, nothing changed, the refusal on the intent's audit chain
+    assert refused.status_code == 409
+    assert refused["Content-Type"].startswith("application/problem+json")
+    assert refused.json()["code"] == "cancel-too-late"
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.READY
+    assert AuditEvent.objects.filter(intent=intent, event="decision_refused").exists()
+    # and: the retry replays the charge (same key): SUCCEEDED, one charge; the same order under
+    # a new key is then a likely duplicate, not a second charge
+    Intent.objects.filter(id=intent.id).update(not_before=Now())
+    assert execute_intent(intent.id) == "succeeded"
+    again = submit(arguments=charge_arguments(reference="order-lc"), client_key="order-lc-2")
+    assert again.status == Intent.Status.HELD
+    assert len(sandbox.ledger("payments", reference="order-lc")) == 1
+
+
+def test_i38_an_intent_never_sent_can_still_be_cancelled(api: Any) -> None:
+    answer = api.post(
+        "/api/v1/intents",
+        {"action": "payments.charge", "arguments": charge_arguments(reference="order-c0")},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="order-c0-1",
+    )
+    cancelled = api.post(f"/api/v1/intents/{answer.json()['intent_id']}/cancel", {}, format="json")
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "CANCELLED"
