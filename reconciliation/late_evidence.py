@@ -87,8 +87,25 @@ def file_late_finding(
 ) -> ProviderFinding:
     """The open ``effect_after_ending`` finding of ``intent`` and ``proof``'s effect (once per
     intent and provider reference: ``late:<intent id>:<provider reference>``); ``ambiguous``,
-    when given, says why a person must tell whose effect it is (the intent is not moved then)."""
+    when given, says why a person must tell whose effect it is (the intent is not moved then).
+    ``detail.also_done_by`` names the intents of the same business action that made their effect
+    meanwhile (a re-submission after the ending): the operator undoes one of the two."""
     money = Money.of(intent.arguments)
+    # Intents of the same business action (same tenant) that made their effect meanwhile, e.g.
+    # a re-submission after the ending: with this one, two effects for one business action.
+    also_done = (
+        [
+            str(other)
+            for other in Intent.objects.filter(
+                business_key=intent.business_key,
+                status__in=[Intent.Status.SUCCEEDED, Intent.Status.COMPENSATING],
+            )
+            .exclude(id=intent.id)
+            .values_list("id", flat=True)[:10]
+        ]
+        if intent.business_key
+        else []
+    )
     finding, _ = ProviderFinding.objects.get_or_create(
         fingerprint=f"late:{intent.id}:{proof.provider_reference}",
         defaults={
@@ -107,6 +124,7 @@ def file_late_finding(
                 "ended": intent.status,
                 "evidence": proof.what,
                 **({"ambiguous": ambiguous} if ambiguous else {}),
+                **({"also_done_by": also_done} if also_done else {}),
                 **(proof.detail or {}),
             },
         },

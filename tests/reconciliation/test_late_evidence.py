@@ -430,3 +430,26 @@ def test_i38_an_intent_never_sent_can_still_be_cancelled(api: Any) -> None:
     )
     cancelled = api.post(f"/api/v1/intents/{answer.json()['intent_id']}/cancel", {}, format="json")
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "CANCELLED"
+
+
+def test_c31_a_re_submission_that_ran_before_the_late_evidence_is_named_on_the_finding(
+    sandbox: Any, olga: Any, one_attempt: None, client: Any
+) -> None:
+    from django.urls import reverse
+
+    # given: order-31r charged, answer lost, absent → FAILED; the agent re-submitted at once
+    # (nothing held it then) and that charge went through too: two charges
+    intent = charged_then_lost(sandbox, "order-31r")
+    found = provider_lookup(intent)
+    resolve_absent(intent_id=intent.id, user=olga, reason="customer says no charge")
+    again = submit(reference="order-31r", client_key="order-31r-second")
+    assert again.status == Intent.Status.READY and execute_intent(again.id) == "succeeded"
+    assert len(sandbox.ledger("payments", reference="order-31r")) == 2
+    # when: the first lookup's evidence is recorded
+    assert record_lookup(intent.id, found) == "resolved"
+    # then: the finding names the other intent that made the same business action's effect
+    finding = ProviderFinding.objects.get(intent=intent, kind="effect_after_ending")
+    assert finding.detail["also_done_by"] == [str(again.id)]
+    client.force_login(olga)
+    page = client.get(reverse("provider-finding-detail", args=[finding.id]))
+    assert page.status_code == 200 and str(again.id) in page.content.decode()
