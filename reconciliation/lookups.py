@@ -160,15 +160,23 @@ def _late(intent: Intent, result: LookupResult, attribution: Attribution | None,
         what="a lookup that was at the provider when it ended found its effect",
         detail={"lookup": result.detail, **attribution.as_detail()},
     )
-    with transaction.atomic():  # a savepoint: a failure here keeps the evidence recorded above
-        if attribution.ambiguous:
-            # Not surely its effect: a person tells (the finding says why); nothing moves.
-            file_late_finding(intent, proof, ambiguous=attribution.ambiguous)
-            return "moved"
-        if apply_late_proof(intent, proof).result != "applied":
-            return "moved"
-        if len(attribution.own) > 1:
-            record_duplicates(intent=intent, references=list(attribution.own), keep=proof.provider_reference)
+    try:
+        with transaction.atomic():  # a savepoint: a failure here keeps the evidence recorded above
+            if attribution.ambiguous:
+                # Not surely its effect: a person tells (the finding says why); nothing moves.
+                file_late_finding(intent, proof, ambiguous=attribution.ambiguous)
+                return "moved"
+            if apply_late_proof(intent, proof).result != "applied":
+                return "moved"
+            if len(attribution.own) > 1:
+                record_duplicates(
+                    intent=intent, references=list(attribution.own), keep=proof.provider_reference
+                )
+    except Exception:
+        # The found evidence stays on record (the operators' pages show it); counted and logged.
+        logger.exception("acting on late lookup evidence failed", extra={"intent_id": str(intent.id)})
+        metrics.RECONCILE_ITEM_ERRORS.labels(sweep="unknown").inc()
+        return "moved"
     return "resolved"
 
 
