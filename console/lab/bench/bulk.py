@@ -156,6 +156,8 @@ def _intent_row(
         "lease_owner": "bench:1" if state == "RUNNING" else "",
         "not_before": None,
         "attempt_count": 1,
+        "in_progress_waits": 0,
+        "in_progress_since": None,
         "escalated_at": None,
         "lookup_count": 0,
         "next_duplicate_check_at": None,
