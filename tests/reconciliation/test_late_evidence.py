@@ -453,3 +453,46 @@ def test_c31_a_re_submission_that_ran_before_the_late_evidence_is_named_on_the_f
     client.force_login(olga)
     page = client.get(reverse("provider-finding-detail", args=[finding.id]))
     assert page.status_code == 200 and str(again.id) in page.content.decode()
+
+
+def test_c34_a_stray_finding_whose_effect_a_lookup_attributed_since_is_closed_by_the_reconciler(
+    sandbox: Any,
+) -> None:
+    from reconciliation.findings import follow_up
+
+    # given: trip-7's event came while two tenants shared the reference (an orphan finding);
+    # since then acme's lookup recorded the reservation as acme's effect
+    book(sandbox, "globex", "trip-7", lose_answer=True)
+    acme = book(sandbox, "acme", "trip-7", lose_answer=False)
+    acme_res = Outcome.objects.get(intent=acme).provider_reference
+    stray = ProviderFinding.objects.create(
+        fingerprint=f"extra:sandbox-reservations:{acme_res}",
+        kind=ProviderFinding.Kind.ORPHAN_EVENT,
+        source="sandbox-reservations",
+        provider_reference=acme_res,
+    )
+    other_amount = ProviderFinding.objects.create(
+        fingerprint="extra:sandbox-payments:ch_other",
+        kind=ProviderFinding.Kind.EXTRA_AT_PROVIDER,
+        source="sandbox-payments",
+        provider_reference="ch_other",
+        amount=1,
+        currency="EUR",
+    )
+    charge = submit(reference="order-fu")
+    Intent.objects.filter(id=charge.id).update(status="SUCCEEDED", attempt_count=1)
+    Outcome.objects.create(intent=charge, source="provider", provider_reference="ch_other")
+    # when: the reconciler's follow-up of findings runs
+    follow_up()
+    # then: the stray is resolved, linked to acme's intent, on acme's audit chain; one whose
+    # amount differs from the intent's stays for a person
+    stray.refresh_from_db()
+    assert (stray.state, stray.resolution, stray.intent_id, stray.resolved_by) == (
+        "resolved",
+        "linked",
+        acme.id,
+        "reconciler",
+    )
+    assert AuditEvent.objects.filter(intent=acme, event="provider_finding_link", actor="reconciler").exists()
+    other_amount.refresh_from_db()
+    assert other_amount.state == "open" and other_amount.intent_id is None
