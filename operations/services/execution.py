@@ -19,7 +19,7 @@ from django.db.models.functions import Coalesce, Now
 from operations import metrics
 from operations.adapters.base import ExecutionResult
 from operations.adapters.registry import serving_problem
-from operations.approval_validity import Validity, approval_validity
+from operations.approval_validity import Validity, Verdict, approval_validity
 from operations.audit import (
     audit_append,
     audit_appended,
@@ -30,7 +30,7 @@ from operations.audit import (
 )
 from operations.backoff import backoff_seconds
 from operations.bounds import clean_detail, clean_text, reference_problem, unstorable_evidence
-from operations.models import FENCE_EPOCH_STRIDE, Attempt, Intent, OutboxMessage, Outcome
+from operations.models import FENCE_EPOCH_STRIDE, Approval, Attempt, Intent, OutboxMessage, Outcome
 from operations.policies import Policy
 from operations.services.budget import (  # the engine's names for them (``svc.<name>``)
     in_progress_wait_refusal as in_progress_wait_refusal,
@@ -283,11 +283,32 @@ def precheck_refusal(intent: Intent) -> Validity | None:
     Returns why the approvals on record may not be used (``approval_validity``: given on the
     intent's current request_hash, unexpired, enough different approvers; C10), or None. A
     ``Verdict.EXPIRED`` answer means the approval lapsed before execution (C22): the engine
-    sends the intent back to its approvers. Ceilings are not re-checked here: they were
+    sends the intent back to its approvers, unless an earlier attempt of this round already
+    used the approval (a retry after a send: the same use, so it is not refused; an intent
+    that was sent never goes back to its approvers). Ceilings are not re-checked here: they were
     reserved in the claim's own transaction (``operations.services.ceilings``; issue 18).
     """
     validity = approval_validity(intent)
-    return None if validity.usable else validity
+    if validity.usable:
+        return None
+    if validity.verdict == Verdict.EXPIRED and _approval_already_used(intent):
+        # A retry of an attempt the approval let through is the same use (issue 38): the
+        # approval lapsing since cannot send a sent intent back to its approvers, where an
+        # expiry or a reject would end it "without effect" while the provider may hold it.
+        return None
+    return validity
+
+
+def _approval_already_used(intent: Intent) -> bool:
+    """Whether an earlier attempt of this approval round ran on the current request_hash (its
+    approvals carry ``used_at``, ``approvals.intent_mark_approvals_used``)."""
+    return Approval.objects.filter(
+        intent=intent,
+        round=intent.approval_round,
+        decision=Approval.Decision.APPROVED,
+        request_hash=intent.request_hash,
+        used_at__isnull=False,
+    ).exists()
 
 
 def _back_to_approvers(intent: Intent, wait_reason: str) -> dict[str, Any]:

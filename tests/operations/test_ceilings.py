@@ -257,6 +257,37 @@ def test_c22_a_lapsed_approval_goes_back_to_the_approvers_never_failed(
     assert len(sandbox.ledger("payments", reference="c22")) == 1
 
 
+def test_i38_a_charge_already_sent_never_goes_back_to_its_approvers_when_the_approval_lapses(
+    sandbox: Any, settings: Any, approver: Any
+) -> None:
+    from django.db.models.functions import Now
+
+    from operations.models import Approval
+
+    # given: approval always; approved; the first attempt made the charge and answered 500
+    # (READY for a same-key retry); then the approval lapsed
+    settings.EFFECT_LEDGER_POLICIES = {
+        **settings.EFFECT_LEDGER_POLICIES,
+        "payments.charge": {"approval": "always", "approval_ttl_seconds": 600},
+    }
+    intent = submit(arguments=charge_arguments(25_000, reference="i38-lapse"), reference="i38-lapse")
+    intent_approve(intent_id=intent.id, user=approver, request_hash=intent.request_hash)
+    sandbox.inject("error_500_after_effect", product="payments")
+    assert execute_intent(intent.id) == "retry"
+    sandbox.clear_faults()
+    Approval.objects.filter(intent=intent).update(expires_at=Now())
+    Intent.objects.filter(id=intent.id).update(not_before=Now())
+    # when: the worker runs the retry
+    outcome = execute_intent(intent.id)
+    # then: the retry is the same approved request: it replays the charge (same key), never
+    # goes back to the approvers (where an expiry or a reject would end it "without effect")
+    assert outcome == "succeeded"
+    intent.refresh_from_db()
+    assert intent.status == S.SUCCEEDED
+    assert not AuditEvent.objects.filter(intent=intent, event="approval_lapsed").exists()
+    assert len(sandbox.ledger("payments", reference="i38-lapse")) == 1
+
+
 def test_i18_3_the_approver_sees_why_it_is_back_and_the_current_spend(settings: Any, approver: Any) -> None:
     # given: one charge reserved 4,000 of a 5,000 EUR day; the next waits for a person
     ceilings(settings, spend_per_day_minor={"EUR": 5_000})
