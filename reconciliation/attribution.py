@@ -12,10 +12,11 @@ may both book ``trip-1``. Wherever the ledger matches an effect the provider sho
 3. Evidence that names the idempotency key it was made under belongs to the intent with that
    key only (``reconciliation.events.match_intent`` applies this to events, statement lines are
    matched by key first).
-4. When other intents that were sent (or are UNKNOWN), hold no effect yet and share this
-   intent's business reference exist (of any tenant), an effect matched by reference alone
-   cannot be told apart: it is *ambiguous*. Nothing is decided automatically on it — no outcome, no compensation —
-   and a person decides with the evidence.
+4. When other intents that were sent (or are UNKNOWN) and hold no effect yet — or were sent
+   more than once, so may hold an unrecorded second one — share this intent's business
+   reference (of any tenant), an effect matched by reference alone cannot be told apart: it is
+   *ambiguous*. Nothing is decided automatically on it — no outcome, no compensation — and a
+   person decides with the evidence.
 
 ``attribute`` applies 1 and 4 to a list of provider references found for an intent.
 """
@@ -113,7 +114,9 @@ def attribute(intent: Intent, references: Sequence[str], *, by_key: bool | None 
         rivals = (
             Intent.objects.filter(same_reference(intent))
             .filter(Q(attempt_count__gt=0) | Q(status=Intent.Status.UNKNOWN))
-            .filter(~Exists(Outcome.objects.filter(intent=OuterRef("pk"))))
+            # No effect on record, or sent more than once (a provider without keys may hold a
+            # second effect of it that nobody recorded).
+            .filter(~Exists(Outcome.objects.filter(intent=OuterRef("pk"))) | Q(attempt_count__gt=1))
             .exists()
         )
         if rivals:

@@ -162,7 +162,12 @@ def resolve_confirmed(
             raise ResolutionRefused(
                 f"the provider reports {', '.join(result.provider_references)} for this intent, not {reference}"
             )
-        verified, verification = True, "confirmed by lookup"
+        ambiguous = attribute(intent, result.provider_references).ambiguous
+        if ambiguous:
+            # Listed by reference beside other intents' effects: the list does not say it is ours.
+            verification = f"unverified: {ambiguous}"
+        else:
+            verified, verification = True, "confirmed by lookup"
     elif result.status == LookupStatus.ABSENT:
         raise ResolutionRefused("the provider's authoritative lookup shows no effect for this intent")
     elif result.status == LookupStatus.UNSUPPORTED:
@@ -260,18 +265,30 @@ def resolve_compensate(
     The effect to undo is ``provider_reference`` or, if empty, the one the reconciler found.
 
     Raises:
-        ResolutionRefused: no permission, no reason, no compensation action, or no known effect.
+        ResolutionRefused: no permission, no reason, no compensation action, or no known effect;
+            the reference is another intent's recorded effect, or none was named and the
+            lookups' effects cannot be told apart from other intents' (C34).
         IntentMoved: the intent is no longer UNKNOWN.
     """
     intent = _load(intent_id, user, reason, seen_seq=seen_seq)
     reference = provider_reference.strip()
     if not reference:
         found = found_by_lookup(intent)
-        reference = found.provider_references[0] if found else ""
+        attribution = attribute(intent, found.provider_references) if found else None
+        if attribution is not None and attribution.ambiguous:
+            # C34: the first listed may be another tenant's booking; never undone on a guess.
+            raise ResolutionRefused(
+                f"the lookups found effects by this intent's reference, but {attribution.ambiguous}: "
+                "name the provider reference of this intent's own effect"
+            )
+        reference = attribution.own[0] if attribution is not None and attribution.own else ""
     if not reference:
         raise ResolutionRefused(
             "compensate needs the provider reference of the effect to undo; no lookup has found one yet"
         )
+    taken = attribute(intent, [reference], by_key=True).others.get(reference)
+    if taken:
+        raise ResolutionRefused(f"{reference} is {taken}: undoing it is not this intent's compensation")
     with transaction.atomic():
         _record(intent, user, "compensate", reason, [reference])
         services.intent_begin_compensation(

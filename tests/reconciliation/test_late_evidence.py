@@ -496,3 +496,52 @@ def test_c34_a_stray_finding_whose_effect_a_lookup_attributed_since_is_closed_by
     assert AuditEvent.objects.filter(intent=acme, event="provider_finding_link", actor="reconciler").exists()
     other_amount.refresh_from_db()
     assert other_amount.state == "open" and other_amount.intent_id is None
+
+
+def test_c34_an_operator_never_undoes_or_verifies_an_effect_by_a_shared_reference(
+    sandbox: Any, olga: Any
+) -> None:
+    from operations.exceptions import ResolutionRefused
+    from reconciliation.resolution import resolve_compensate, resolve_confirmed
+
+    # given: both tenants' trip-8 bookings made, both answers lost; the lookups found both
+    globex = book(sandbox, "globex", "trip-8", lose_answer=True)
+    acme = book(sandbox, "acme", "trip-8", lose_answer=True)
+    Intent.objects.filter(status="UNKNOWN").update(next_lookup_at=Now())
+    reconcile_unknown()
+    booked = [item["id"] for item in sandbox.ledger("reservations", reference="trip-8")]
+    # when / then: compensating without naming the effect is refused (the first listed could
+    # be the other tenant's booking); nothing is cancelled
+    with pytest.raises(ResolutionRefused, match="cannot be told apart"):
+        resolve_compensate(intent_id=acme.id, user=olga, reason="customer cancelled")
+    assert not Intent.objects.filter(action="reservations.cancel").exists()
+    # and confirming one of the listed bookings is not "verified by lookup": it must be accepted
+    # as unverified, and then says so
+    with pytest.raises(ResolutionRefused, match="cannot verify"):
+        resolve_confirmed(intent_id=acme.id, user=olga, provider_reference=booked[0], reason="looks right")
+    confirmed = resolve_confirmed(
+        intent_id=acme.id, user=olga, provider_reference=booked[0], reason="checked", accept_unverified=True
+    )
+    assert confirmed.status == Intent.Status.SUCCEEDED
+    assert Outcome.objects.get(intent=acme).detail["verified"] is False
+    # and the other tenant's operator cannot compensate that booking, now acme's recorded effect
+    with pytest.raises(ResolutionRefused, match="the recorded effect of another intent"):
+        resolve_compensate(intent_id=globex.id, user=olga, reason="undo", provider_reference=booked[0])
+    assert not Intent.objects.filter(action="reservations.cancel").exists()
+
+
+def test_c34_an_intent_sent_twice_keeps_its_reference_ambiguous_for_others(sandbox: Any) -> None:
+    # given: globex's trip-9 was sent twice (recorded with one of its two bookings); acme's
+    # trip-9 booking was made, its answer lost: three bookings, one recorded
+    globex = book(sandbox, "globex", "trip-9", lose_answer=False)
+    httpx.post(f"{sandbox.url}/v1/reservations", json=reservation("trip-9")).raise_for_status()
+    Intent.objects.filter(id=globex.id).update(attempt_count=2)
+    acme = book(sandbox, "acme", "trip-9", lose_answer=True)
+    # when: acme's lookup lists trip-9
+    Intent.objects.filter(id=acme.id).update(next_lookup_at=Now())
+    reconcile_unknown()
+    # then: globex's unrecorded second booking could be any of the two: acme takes none, nothing
+    # is cancelled, a person decides
+    acme.refresh_from_db()
+    assert acme.status == Intent.Status.UNKNOWN and acme.escalated_at is not None
+    assert not Intent.objects.filter(action="reservations.cancel").exists()
