@@ -494,8 +494,8 @@ def _attributed_meanwhile(batch: int = 200) -> int:
             except ResolutionRefused:
                 continue  # another amount than the intent asked: a person decides
             keys = {
-                *ProviderEvent.objects.filter(id=finding.event_id).values_list("idempotency_key", flat=True),
-                *StatementLine.objects.filter(id=finding.line_id).values_list("idempotency_key", flat=True),
+                finding.event.idempotency_key if finding.event is not None else "",
+                finding.line.idempotency_key if finding.line is not None else "",
             } - {""}
             if keys and keys != {intent.idempotency_key}:
                 continue  # the evidence names another key: our key decides, a person looks
