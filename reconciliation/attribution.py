@@ -48,11 +48,6 @@ class Attribution:
     others: dict[str, str] = field(default_factory=dict)
     ambiguous: str = ""
 
-    @property
-    def decisive(self) -> bool:
-        """True when ``own`` may be acted on automatically (not empty, not ambiguous)."""
-        return bool(self.own) and not self.ambiguous
-
     def as_detail(self) -> dict[str, object]:
         """The attribution as evidence detail (stored with the lookup, shown to operators)."""
         detail: dict[str, object] = {}
