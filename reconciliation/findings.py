@@ -108,6 +108,17 @@ def _evidence(
     )
 
 
+def _finding_data(finding: ProviderFinding) -> dict[str, Any]:
+    """What an audit event of a decision on ``finding`` records of it."""
+    return {
+        "finding_id": finding.id,
+        "finding_kind": finding.kind,
+        "source": finding.source,
+        "fingerprint": finding.fingerprint,
+        "provider_reference": finding.provider_reference,
+    }
+
+
 def _audit(
     intent_id: uuid.UUID, user: User, verb: str, reason: str, finding: ProviderFinding, **detail: Any
 ) -> None:
@@ -118,14 +129,7 @@ def _audit(
         event=f"provider_finding_{verb}",
         actor=_actor(user),
         reason=clean_text(reason),
-        data={
-            "finding_id": finding.id,
-            "finding_kind": finding.kind,
-            "source": finding.source,
-            "fingerprint": finding.fingerprint,
-            "provider_reference": finding.provider_reference,
-            **detail,
-        },
+        data={**_finding_data(finding), **detail},
     )
 
 
@@ -134,14 +138,7 @@ def _unattached(event: str, user: User, reason: str, finding: ProviderFinding, *
         event=event,
         actor=_actor(user),
         reason=reason[:2000],
-        data={
-            "finding_id": finding.id,
-            "finding_kind": finding.kind,
-            "source": finding.source,
-            "fingerprint": finding.fingerprint,
-            "provider_reference": finding.provider_reference,
-            **detail,
-        },
+        data={**_finding_data(finding), **detail},
     )
 
 
@@ -505,13 +502,7 @@ def _attributed_meanwhile(batch: int = 200) -> int:
                 event="provider_finding_link",
                 actor="reconciler",
                 reason=note,
-                data={
-                    "finding_id": finding.id,
-                    "finding_kind": finding.kind,
-                    "source": finding.source,
-                    "fingerprint": finding.fingerprint,
-                    "provider_reference": finding.provider_reference,
-                },
+                data=_finding_data(finding),
             )
             if finding.line_id is not None:
                 StatementLine.objects.filter(id=finding.line_id).update(intent=intent)
