@@ -316,6 +316,12 @@ class Adapter:
     #: not listed is refused (400). Empty: any type is accepted.
     event_types: ClassVar[dict[str, str]] = {}
 
+    @property
+    def test_endpoint(self) -> bool:
+        """Whether this adapter talks to a provider's test mode, where sending a request twice
+        costs nothing (default False): ``manage.py provider_probe`` refuses any other."""
+        return False
+
     def capabilities_for(self, action: str) -> Capabilities:
         """The capabilities of ``action`` (default: the class's ``capabilities``; an adapter
         serving several actions overrides this where they differ, e.g. a refund has no

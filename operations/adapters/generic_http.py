@@ -1,71 +1,66 @@
-"""A generic HTTP/JSON adapter for any API that honours an ``Idempotency-Key`` header.
+"""The declared HTTP adapter: any HTTP API, its contract written in configuration (issue 33).
 
-Configured per action in ``settings.EFFECT_LEDGER_GENERIC_HTTP``::
+Configured per action in ``settings.EFFECT_LEDGER_GENERIC_HTTP`` (or the JSON file
+``EFFECT_LEDGER_GENERIC_HTTP_FILE`` names). The contract's fields and what each means are in
+``operations.adapters.contract`` and docs/providers.md; the Stripe entry shipped there reads::
 
-    EFFECT_LEDGER_GENERIC_HTTP = {
-        "acme.transfer": {
-            "url": "https://api.acme.test/v1/transfers",          # required; POSTed as JSON
-            "lookup_url": "https://api.acme.test/v1/transfers?idempotency_key={idempotency_key}",
-            "schema": {...},                                       # JSON Schema of the arguments
-            "timeout_seconds": 10,                                 # caps call.deadline_seconds (whole call)
-            "headers": {"Authorization": "Bearer ..."},           # extra request headers
-            "id_field": "id",                                      # optional, default "id"
-            "fence_header": "X-Fencing-Token",                     # optional: send the fence
-            "method": "POST",                                      # optional
-            "versions": [1],                                       # optional: action_version values served
-            "target_field": "account",                             # optional: the argument naming who
-                                                                   # or what is affected (console lists)
-            "events": {                                            # optional: the provider's signed events
-                "source": "acme-pay",                              # slug: POST /providers/acme-pay/events
-                "secret": "whsec_...",                             # Standard Webhooks secret (or set it in
-                                                                   # EFFECT_LEDGER_PROVIDER_EVENT_SECRETS)
-                "proving_types": ["transfer.succeeded"],           # optional; default: every type
-                                                                   # ending in ".succeeded"
-                "types": ["transfer.created", "transfer.succeeded"],  # optional: every type it
-            },                                                     # sends; others refused (400)
-        },
+    "stripe.charge": {
+        "url": "https://api.stripe.com/v1/charges",
+        "encoding": "form",                                        # json (default) or form
+        "auth": {"scheme": "bearer", "secret": "env:STRIPE_SECRET_KEY"},  # named, never written
+        "keys": {"header": "Idempotency-Key", "deduplicates": true},       # or "none"
+        "body": {"amount": "{amount}", "currency": "{currency|lower}", "customer": "{customer}",
+                 "metadata": {"reference": "{reference}", "idempotency_key": "{idempotency_key}"}},
+        "lookup": {"url": "https://api.stripe.com/v1/charges?customer={customer}&limit=100",
+                   "by": "reference", "items": "/data",
+                   "fields": {"id": "/id", "status": "/status", "reference": "/metadata/reference",
+                              "idempotency_key": "/metadata/idempotency_key"},
+                   "proving_statuses": ["succeeded"], "consistency_window_seconds": 60},
+        "compensation": {"action": "stripe.refund", "arguments": {"charge": "{provider_reference}",
+                         "amount": "{amount}", "currency": "{currency}"}},
+        "events": {"source": "stripe", "scheme": "stripe", "secret": "env:STRIPE_WEBHOOK_SECRET", ...},
+        "schema": {...}, "timeout_seconds": 10, "test_mode": false
     }
 
-Every configured action is registered to this adapter (``registry.py``). The arguments are sent
-as the JSON body; the stored idempotency key goes in ``Idempotency-Key``. Outcomes follow the
-classification table in ``http_classifier``. With ``lookup_url`` the lookup is treated as
-authoritative (the API must answer by key from its committed state); without it, none.
+Every configured action is registered to this adapter (``registry.py``). Outcomes follow the
+classification table in ``http_classifier``; whether the engine may resend under the same key
+after an ambiguous answer is the contract's ``keys.deduplicates`` (``Capabilities``), so a
+provider without keys goes to a lookup or a person, never a second request.
 
 Events (issue 19): with ``events`` the provider's events are received at
-``POST /providers/<source>/events``, signed with Standard Webhooks (headers ``webhook-id``,
-``webhook-timestamp``, ``webhook-signature``; a timestamp more than 5 minutes off is refused),
-and must have the sandbox provider's body shape (``operations.adapters.events``)::
+``POST /providers/<source>/events``. Without a ``scheme`` they are Standard Webhooks (headers
+``webhook-id``, ``webhook-timestamp``, ``webhook-signature``; 5 minutes' tolerance) with the
+sandbox provider's body shape (``operations.adapters.events``)::
 
     {"id": "<event id == webhook-id>", "type": "transfer.succeeded", "created": "<RFC 3339>",
      "data": {"object": "transfer", "id": "<provider reference>", "idempotency_key": "<our key>",
               "reference": "<business reference>", "amount": 1200, "currency": "EUR"}}
 
-``data.idempotency_key`` (the ``Idempotency-Key`` we sent), ``data.reference`` or ``data.id``
-(the id our execute recorded, ``id_field``) match it to its intent. A type in
-``proving_types`` proves the action's effect exists; other types are recorded only. With
-``types`` (every type the provider sends; ``proving_types`` must be among them) an event of
-another type is refused 400 and nothing is stored; without it any type is accepted, but only
-the proving types prove anything. ``data.object`` is not checked (the configuration names no
-objects).
+``data.idempotency_key`` (the key we sent), ``data.reference`` or ``data.id`` (the id our
+execute recorded, ``id_field``) match it to its intent. A type in ``proving_types`` proves the
+action's effect exists; other types are recorded only. With ``types`` (every type the provider
+sends; ``proving_types`` must be among them) an event of another type is refused 400 and
+nothing is stored; without it any type is accepted, but only the proving types prove anything.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from dataclasses import replace
 from functools import cache
 from typing import Any, ClassVar, cast
-from urllib.parse import quote, urlsplit
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
+from operations.adapters import secrets as named
 from operations.adapters.base import (
     Adapter,
-    AdapterError,
     Capabilities,
     ExecutionCall,
     ExecutionResult,
@@ -73,8 +68,13 @@ from operations.adapters.base import (
     LookupResult,
     LookupStatus,
     Preview,
+    RetryableError,
+    TerminalError,
 )
+from operations.adapters.contract import Contract, parse_contract
+from operations.adapters.declared_lookup import body_reference, read_lookup
 from operations.adapters.events import EventFacts, parse_event_body
+from operations.adapters.templates import TemplateValueMissing, form_pairs, render, render_url
 
 #: An action without a ``schema`` accepts any JSON object.
 ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -90,8 +90,7 @@ def generic_http_config() -> dict[str, dict[str, Any]]:
     if not isinstance(config, dict):
         raise ImproperlyConfigured("EFFECT_LEDGER_GENERIC_HTTP must be a dict of action -> config")
     for action, entry in config.items():
-        if not isinstance(entry, dict) or not isinstance(entry.get("url"), str) or not entry["url"]:
-            raise ImproperlyConfigured(f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}] needs a 'url'")
+        parse_contract(str(action), entry)
         if "events" in entry:
             _check_events(action, entry["events"])
         if "statements" in entry:
@@ -145,7 +144,9 @@ def _check_events(action: str, events: Any) -> None:
 
 
 class GenericHttpAdapter(Adapter):
-    """Execute one configured action by POSTing its arguments with an ``Idempotency-Key``.
+    """Execute one declared action at its provider, as its contract says
+    (``operations.adapters.contract``): keys or none, JSON or form body, named credentials,
+    a lookup read through JSON pointers, a compensation built from the original's arguments.
 
     Use ``generic_http_adapter(action)`` to get the instance for an action: each action gets
     its own subclass so its capabilities and schema reflect its configuration.
@@ -153,7 +154,14 @@ class GenericHttpAdapter(Adapter):
 
     action_name: ClassVar[str] = ""
     config: ClassVar[dict[str, Any]] = {}
+    contract: ClassVar[Contract]
     capabilities = Capabilities(idempotency_keys=True, lookup=LookupKind.NONE)
+
+    @property
+    def test_endpoint(self) -> bool:
+        """Whether the configuration marks the endpoint as a provider's test mode
+        (``"test_mode": true``): ``manage.py provider_probe`` runs only against such."""
+        return self.contract.test_mode
 
     def receives_events(self) -> bool:
         """Only with an ``events`` entry: ``statements`` alone declares no inbox."""
@@ -185,14 +193,18 @@ class GenericHttpAdapter(Adapter):
 
     def preview(self, action: str, arguments: dict[str, Any]) -> Preview:
         """Describe the request that ``execute`` would send; nothing is sent."""
-        method, url = self.config.get("method", "POST"), self.config["url"]
+        contract = self.contract
         amount, currency = arguments.get("amount"), arguments.get("currency")
+        if contract.keys.deduplicates:
+            scope = f"one request to the configured endpoint, deduplicated by its {contract.keys.header}"
+        else:
+            scope = "one request to the configured endpoint; the provider does not deduplicate, so a lost answer goes to a lookup or a person, never a resend"
         return Preview(
-            summary=f"{action}: {method} {url}",
-            target=url,
+            summary=f"{action}: {contract.method} {_host(contract.url)}",
+            target=self.target_for(action, arguments),
             amount_minor=amount if isinstance(amount, int) and not isinstance(amount, bool) else None,
             currency=currency if isinstance(currency, str) else None,
-            scope="one request to the configured endpoint, deduplicated by its Idempotency-Key",
+            scope=scope,
         )
 
     def target_for(self, action: str, arguments: dict[str, Any]) -> str:
@@ -202,14 +214,37 @@ class GenericHttpAdapter(Adapter):
         if isinstance(name, str) and name:
             value = arguments.get(name) if isinstance(arguments, dict) else None
             return "" if isinstance(value, bool) or not isinstance(value, str | int) else str(value)
-        # The host and port only: a URL's user:password@ must never reach a page.
-        parts = urlsplit(str(self.config["url"]))
-        return f"{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
+        return _host(self.contract.url)
+
+    def _headers(self) -> dict[str, str]:
+        """The configured headers and credentials, secrets read now.
+
+        Raises:
+            SecretUnavailable: a named secret cannot be read.
+        """
+        headers = {
+            name: named.resolve(value) if value.startswith(("env:", "file:")) else value
+            for name, value in self.contract.headers.items()
+        }
+        auth = self.contract.auth
+        if auth:
+            secret = named.resolve(auth["secret"])
+            if auth["scheme"] == "bearer":
+                headers["Authorization"] = f"Bearer {secret}"
+            elif auth["scheme"] == "basic":
+                user, _, password = secret.partition(":")
+                token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+                headers["Authorization"] = f"Basic {token}"  # RFC 7617 §2
+            else:
+                headers[auth["header"]] = secret
+        return headers
 
     def execute(self, call: ExecutionCall) -> ExecutionResult:
-        """Send the arguments as JSON with ``Idempotency-Key: call.idempotency_key``, the whole
-        call (connect, send, headers, body) within ``min(call.deadline_seconds,
-        timeout_seconds)`` seconds and the answer under ``PROVIDER_RESPONSE_MAX_BYTES``.
+        """Send the call as the contract says: the body (the arguments, or the ``body`` template
+        rendered from them) as JSON or form fields, our key in the contract's key header (none
+        for ``"keys": "none"``), the credentials read from their named secrets; the whole call
+        within ``min(call.deadline_seconds, timeout_seconds)`` seconds and the answer under
+        ``PROVIDER_RESPONSE_MAX_BYTES``.
 
         Returns:
             ``ExecutionResult(provider_reference=body[id_field], or the idempotency key when a
@@ -217,24 +252,40 @@ class GenericHttpAdapter(Adapter):
             our key; detail={"status", "id_from_body"}, replayed=Idempotent-Replayed header)``.
 
         Raises:
-            RetryableError, TerminalError, AmbiguousOutcome: by the table in
-            ``http_classifier`` (an unreadable 2xx, a redirect, a 409 in progress, a 5xx and a
-            deadline or size cap hit after sending are ambiguous; a 409 ``stale_fence`` is
-            ``NewerAttemptExists``, ambiguous too: a newer attempt exists; 429 and not sent are
-            retryable; other 4xx, 422 key reused and 400 missing key are terminal).
+            RetryableError: a named secret cannot be read (``secret_unavailable``: nothing
+                sent), and the table's retryable rows.
+            TerminalError: the URL or body names a value the intent lacks
+                (``template_value_missing``: nothing sent), and the table's terminal rows.
+            AmbiguousOutcome: by the table in ``http_classifier`` (an unreadable 2xx, a
+                redirect, a 409 in progress, a 5xx and a deadline or size cap hit after sending
+                are ambiguous; a 409 ``stale_fence`` is ``NewerAttemptExists``). Whether the
+                engine may then resend under the same key is the contract's
+                ``keys.deduplicates`` (``Capabilities.same_key_retry_safe``), never this method.
         """
-        headers = {**self.config.get("headers", {}), "Idempotency-Key": call.idempotency_key}
+        contract, values = self.contract, _values(call)
+        try:
+            headers = self._headers()
+            url = render_url(contract.url, values)
+            body = call.arguments if contract.body is None else render(contract.body, values)
+        except named.SecretUnavailable as exc:
+            raise RetryableError(str(exc), detail={"code": "secret_unavailable"}) from exc
+        except TemplateValueMissing as exc:
+            raise TerminalError(str(exc), detail={"code": "template_value_missing"}) from exc
+        if contract.keys.header:
+            headers[contract.keys.header] = call.idempotency_key
         if self.config.get("fence_header"):
             headers[str(self.config["fence_header"])] = str(call.fence)
+        form = form_pairs(body) if contract.encoding == "form" else None
         answer = http.send(
-            str(self.config.get("method", "POST")),
-            self.config["url"],
+            contract.method,
+            url,
             deadline_seconds=self._timeout(call),
-            json=call.arguments,
+            json=None if form is not None else body,
+            form=form,
             headers=headers,
         )
-        body = answers.expect_success(answer, allow_no_content=True)
-        provider_id = _body_reference(body.get(self.config.get("id_field", "id")))
+        reply = answers.expect_success(answer, allow_no_content=True)
+        provider_id = body_reference(reply.get(self.config.get("id_field", "id")))
         return answers.success_result(
             answer,
             provider_reference=provider_id if provider_id is not None else call.idempotency_key,
@@ -242,62 +293,54 @@ class GenericHttpAdapter(Adapter):
         )
 
     def lookup(self, call: ExecutionCall) -> LookupResult:
-        """GET ``lookup_url`` (``{idempotency_key}`` substituted, URL-quoted). Never raises.
-
-        200 with ``{"data": [...]}`` → FOUND (non-empty, every id) or ABSENT (empty); 200 with an
-        object → FOUND; 404 → ABSENT; 410 → WITHDRAWN; errors, and a 2xx that is not a JSON
-        object (``http_classifier.json_object``) → INCONCLUSIVE; no ``lookup_url`` →
-        UNSUPPORTED.
-        """
-        template = self.config.get("lookup_url")
-        if not template:
+        """Ask the provider for the effects of ``call`` as the contract's ``lookup`` says
+        (``operations.adapters.declared_lookup.read_lookup``); UNSUPPORTED without one. Never
+        raises."""
+        if self.contract.lookup is None:
             return LookupResult(status=LookupStatus.UNSUPPORTED)
-        url = str(template).format(idempotency_key=quote(call.idempotency_key, safe=""))
         try:
-            response = http.send(
-                "GET", url, deadline_seconds=self._timeout(call), headers=self.config.get("headers", {})
-            )
-        except AdapterError as exc:
-            detail = {**exc.detail, "error": str(exc)[:300]}
-            return LookupResult(status=LookupStatus.INCONCLUSIVE, detail=detail)
-        if response.status_code == 404:
-            return LookupResult(status=LookupStatus.ABSENT, detail={"status": 404})
-        if response.status_code == 410:
-            return LookupResult(status=LookupStatus.WITHDRAWN, detail={"status": 410})
-        if not response.is_success:
+            headers = self._headers()
+        except named.SecretUnavailable as exc:
             return LookupResult(
-                status=LookupStatus.INCONCLUSIVE,
-                detail={"status": response.status_code, "code": answers.error_code(response)},
+                status=LookupStatus.INCONCLUSIVE, detail={"code": "secret_unavailable", "error": str(exc)}
             )
-        body, id_field = answers.json_object(response), self.config.get("id_field", "id")
-        if body is None:
-            return LookupResult(
-                status=LookupStatus.INCONCLUSIVE,
-                detail={"status": response.status_code, "code": "unreadable_success"},
-            )
-        if isinstance(body.get("data"), list):
-            found = (_body_reference(i.get(id_field)) for i in body["data"] if isinstance(i, dict))
-            ids = tuple(i for i in found if i is not None)
-            if not ids:
-                return LookupResult(status=LookupStatus.ABSENT, detail={"status": response.status_code})
-            return LookupResult(status=LookupStatus.FOUND, provider_references=ids)
-        provider_id = _body_reference(body.get(id_field))
-        references = (provider_id,) if provider_id is not None else ()
-        return LookupResult(status=LookupStatus.FOUND, provider_references=references)
+        return read_lookup(
+            self.contract.lookup, call, _values(call), headers=headers, deadline_seconds=self._timeout(call)
+        )
+
+    def compensation_arguments(
+        self, action: str, arguments: dict[str, Any], provider_reference: str
+    ) -> dict[str, Any]:
+        """The compensation's arguments: its ``arguments`` template rendered from the original's
+        arguments and ``{provider_reference}`` (the effect to undo).
+
+        Raises:
+            NotImplementedError: the contract declares no compensation.
+            TemplateValueMissing: the template names a value the original lacks.
+        """
+        compensation = self.contract.compensation
+        if compensation is None:
+            raise NotImplementedError(f"{action} declares no compensation")
+        rendered = render(compensation.arguments, {**arguments, "provider_reference": provider_reference})
+        return cast(dict[str, Any], rendered)
 
 
-def _body_reference(value: Any) -> str | None:
-    """The provider's id for an effect as found in its JSON body: a string as is, an integer
-    as its decimal text, None when absent or empty. Any other value (an object, a list, a
-    float, a boolean) is passed on unchanged, typed as text only nominally, so that the engine's
-    and the lookups' one check (``operations.bounds.reference_problem``) records it as an
-    unstorable reference (UNKNOWN, escalated; an inconclusive lookup) instead of a Python repr
-    standing in for an id the provider never gave."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
-    return cast(str, value)
+def _host(url: str) -> str:
+    """The host and port of ``url`` only: a URL's user:password@ and query must never reach a page."""
+    parts = urlsplit(url)
+    return f"{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
+
+
+def _values(call: ExecutionCall) -> dict[str, Any]:
+    """What a template may name for ``call``: its arguments and its call values."""
+    reference = call.reference or call.arguments.get("reference") or ""
+    return {
+        **call.arguments,
+        "idempotency_key": call.idempotency_key,
+        "reference": reference,
+        "intent_id": call.intent_id,
+        "fence": call.fence,
+    }
 
 
 def _versions(action: str, config: dict[str, Any]) -> tuple[int, ...]:
@@ -313,10 +356,30 @@ def _versions(action: str, config: dict[str, Any]) -> tuple[int, ...]:
     return tuple(versions)
 
 
+def _capabilities(contract: Contract, *, fences: bool) -> Capabilities:
+    """What the engine and the reconciler read of a declared contract (``Capabilities``): keys
+    honoured only where the provider deduplicates them; the lookup's kind and lag; listing by
+    reference; the compensation's action."""
+    lookup = contract.lookup
+    if lookup is None:
+        kind, window = LookupKind.NONE, 0.0
+    else:
+        kind = LookupKind.AUTHORITATIVE if lookup.authoritative else LookupKind.EVENTUAL
+        window = lookup.consistency_window_seconds
+    return Capabilities(
+        idempotency_keys=contract.keys.deduplicates,
+        lookup=kind,
+        consistency_window_seconds=window,
+        list_by_reference=lookup is not None and lookup.by == "reference",
+        compensation_action=contract.compensation.action if contract.compensation else None,
+        fences=fences,
+    )
+
+
 @cache
 def _adapter_for(action: str, config_json: str) -> GenericHttpAdapter:
     config = json.loads(config_json)
-    lookup = LookupKind.AUTHORITATIVE if config.get("lookup_url") else LookupKind.NONE
+    contract = parse_contract(action, config)
     cls = type(
         f"GenericHttpAdapter[{action}]",
         (GenericHttpAdapter,),
@@ -325,9 +388,8 @@ def _adapter_for(action: str, config_json: str) -> GenericHttpAdapter:
             "action_name": action,
             "actions": (action,),
             "config": config,
-            "capabilities": Capabilities(
-                idempotency_keys=True, lookup=lookup, fences=bool(config.get("fence_header"))
-            ),
+            "contract": contract,
+            "capabilities": _capabilities(contract, fences=bool(config.get("fence_header"))),
             "argument_schemas": {action: config.get("schema") or ANY_OBJECT_SCHEMA},
             "versions": {action: _versions(action, config)},
             # The evidence source it declares (issue 19): ``events.source`` or ``statements.source``.

@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 from django.conf import settings
@@ -221,6 +222,7 @@ def send(
     json: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
     params: dict[str, str] | None = None,
+    form: list[tuple[str, str]] | None = None,
     max_bytes: int | None = None,
 ) -> HttpAnswer:
     """Send one HTTP request (no automatic retries, no redirects) and read its whole answer.
@@ -228,6 +230,8 @@ def send(
     Args:
         deadline_seconds: wall-clock bound of the whole call (connect, send, headers, body), in
             seconds; the caller passes at most ``ExecutionCall.deadline_seconds``.
+        form: fields sent as ``application/x-www-form-urlencoded`` instead of ``json`` (in
+            order; ``operations.adapters.templates.form_pairs`` flattens nested values).
         max_bytes: the body's size cap in bytes (default ``response_max_bytes()``).
 
     Returns:
@@ -248,12 +252,17 @@ def send(
         raise RetryableError(f"{method} {url}: no time left to send", detail={"code": "deadline_before_send"})
     client = _client()
     request_headers = {**(headers or {}), "Accept-Encoding": "identity", "Connection": "close"}
+    request_body = None
+    if form is not None:
+        request_body = urlencode(form).encode("ascii")
+        request_headers["Content-Type"] = "application/x-www-form-urlencoded"
     try:
         with deadline.watch():
             request = client.build_request(
                 method,
                 url,
                 json=json,
+                content=request_body,
                 headers=request_headers,
                 params=params,
                 timeout=httpx.Timeout(deadline.remaining()),

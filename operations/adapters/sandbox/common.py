@@ -11,6 +11,7 @@ from django.conf import settings
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
+    Adapter,
     AdapterError,
     AmbiguousOutcome,
     ExecutionCall,
@@ -195,3 +196,13 @@ def fetch_statement(product: str, day: date, deadline_seconds: float) -> list[St
             )
         )
     return entries
+
+
+class SandboxAdapter(Adapter):
+    """What every sandbox adapter is: a client of the project's own test double, so sending a
+    request twice costs nothing (``test_endpoint``, for ``manage.py provider_probe``)."""
+
+    @property
+    def test_endpoint(self) -> bool:
+        """Always: the sandbox provider is a test endpoint."""
+        return True

@@ -11,7 +11,6 @@ from django.conf import settings
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
-    Adapter,
     AdapterError,
     Capabilities,
     ExecutionCall,
@@ -24,6 +23,7 @@ from operations.adapters.base import (
 )
 from operations.adapters.sandbox.common import (
     EMAIL_SCHEMA,
+    SandboxAdapter,
     fetch_statement,
     inconclusive,
     message_id_for,
@@ -34,7 +34,7 @@ from operations.adapters.sandbox.common import (
 )
 
 
-class SandboxEmailAdapter(Adapter):
+class SandboxEmailAdapter(SandboxAdapter):
     """``email.send`` on the sandbox: no keys; our key is the Message-ID; eventual lookup."""
 
     actions: ClassVar[tuple[str, ...]] = ("email.send",)

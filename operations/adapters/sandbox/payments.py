@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
-    Adapter,
     AdapterError,
     Capabilities,
     ExecutionCall,
@@ -23,6 +22,7 @@ from operations.adapters.base import (
 from operations.adapters.sandbox.common import (
     CHARGE_SCHEMA,
     REFUND_SCHEMA,
+    SandboxAdapter,
     fetch_statement,
     format_minor,
     inconclusive,
@@ -33,7 +33,7 @@ from operations.adapters.sandbox.common import (
 )
 
 
-class SandboxPaymentsAdapter(Adapter):
+class SandboxPaymentsAdapter(SandboxAdapter):
     """``payments.charge`` and ``payments.refund`` on the sandbox: keys honoured, fences
     enforced, lookup by key authoritative."""
 

@@ -12,7 +12,6 @@ from django.conf import settings
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
-    Adapter,
     AdapterError,
     Capabilities,
     ExecutionCall,
@@ -28,6 +27,7 @@ from operations.adapters.sandbox.common import (
     CANCEL_RESERVATION_SCHEMA,
     READ_TIMEOUT_SECONDS,
     RESERVATION_SCHEMA,
+    SandboxAdapter,
     call_reference,
     fetch_statement,
     inconclusive,
@@ -38,7 +38,7 @@ from operations.adapters.sandbox.common import (
 )
 
 
-class SandboxReservationsAdapter(Adapter):
+class SandboxReservationsAdapter(SandboxAdapter):
     """``reservations.create`` / ``reservations.cancel``: no keys, no lookup by key, list by
     our reference only; a duplicate is compensated by ``reservations.cancel``."""
 
