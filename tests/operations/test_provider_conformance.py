@@ -178,6 +178,68 @@ def test_generic_adapter_conformance(provider: FakeProvider, cell: str) -> None:
         assert outcome.provider_reference == expected
 
 
+# A declared provider that does not deduplicate (issue 33, "Done when"): every cell of the table
+# again, for an API without keys ("keys": "none") and one that takes an Idempotency-Key but
+# ignores it (localstripe; "deduplicates": false). An ambiguous answer is never followed by a
+# second request: the intent goes UNKNOWN, for a lookup or a person. Only a definite "not
+# applied" (a 429) is retried; a definite refusal fails.
+NO_KEY_ENDS: dict[str, tuple[str, int]] = {
+    "ok": ("SUCCEEDED", 1),
+    "slow first request, then a replay": ("UNKNOWN", 1),
+    "409 problem without code, every time": ("UNKNOWN", 1),
+    "409 unknown code, every time": ("UNKNOWN", 1),
+    "409 stale_fence (a newer attempt exists: no same-key retry)": ("UNKNOWN", 1),
+    "200 HTML, every time": ("UNKNOWN", 1),
+    "429 Retry-After seconds, then ok": ("SUCCEEDED", 2),
+    "503 Retry-After HTTP-date, then ok": ("UNKNOWN", 1),  # a 503 may come after the effect
+    "429 every time": ("FAILED", BUDGET),
+    "trickle, then a replay": ("UNKNOWN", 1),
+    "50 MB body, then a replay": ("UNKNOWN", 1),
+    "502 after the effect, then a replay": ("UNKNOWN", 1),
+    "504 every time": ("UNKNOWN", 1),
+    "redirect, every time (not followed)": ("UNKNOWN", 1),
+    "200 without an id": ("SUCCEEDED", 1),
+    "422 key reused": ("FAILED", 1),
+    "400 key missing": ("FAILED", 1),
+    "dropped connection after the effect, then a replay": ("UNKNOWN", 1),
+}
+NO_KEY_CONTRACTS = {
+    "no keys": "none",
+    "key sent, ignored": {"header": "Idempotency-Key", "deduplicates": False},
+}
+
+
+def test_the_no_key_table_covers_every_cell() -> None:
+    assert set(NO_KEY_ENDS) == set(CELLS)
+
+
+@pytest.mark.parametrize("keys", list(NO_KEY_CONTRACTS))
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_a_declared_provider_without_keys_never_resends_after_an_ambiguous_answer(
+    provider: FakeProvider, settings: Any, cell: str, keys: str
+) -> None:
+    # given
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {
+        "acme.transfer": {"url": f"{provider.url}/v1/transfers", "keys": NO_KEY_CONTRACTS[keys]}
+    }
+    script, _, _, _, _ = CELLS[cell]
+    end_state, requests = NO_KEY_ENDS[cell]
+    provider.script(*script)
+    intent = submit(action="acme.transfer", arguments=TRANSFER)
+
+    # when
+    run_to_rest(intent, provider)
+
+    # then
+    intent.refresh_from_db()
+    assert intent.status == end_state, intent.last_error
+    assert len(provider.requests) == requests
+    sent = intent.idempotency_key if keys == "key sent, ignored" else ""
+    assert provider.keys() == [sent] * requests
+    if end_state == "UNKNOWN":
+        assert intent.attempt_count == 1
+
+
 # The sandbox adapters share the classifier: the cells that apply to them, same expectations
 # except where their contract differs (an id is required; email has no keys).
 SANDBOX_CELLS: dict[str, tuple[str, list[Answer], str, int, int]] = {
