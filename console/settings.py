@@ -19,6 +19,7 @@ from csp.constants import NONE, SELF
 from console.embedded import embedded_database_url
 from console.env import env_bool, env_float, env_int, env_list, env_str, security_settings
 from console.secret_key import resolve_secret_key
+from operations.adapters.secrets import PUBLISHED_SANDBOX_EVENTS_SECRET
 from operations.rates import rate_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -312,6 +313,11 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Effect Ledger
+# The sandbox provider (the project's own test double): its actions (payments.charge, email.send,
+# reservations.*) and its event inboxes exist only with this on. Quick start, the tests and the
+# lab turn it on (console.lab.enable_sandbox); a production configuration leaves it off, so its
+# published event secret opens nothing (issue 33 item 6).
+EFFECT_LEDGER_SANDBOX = env_bool("EFFECT_LEDGER_SANDBOX", DEBUG)
 SANDBOX_PROVIDER_URL = env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8765")
 # Where ``manage.py sandbox_provider`` keeps its data (a libpq URL); empty: a database of its own
 # on the ledger's server, ``<ledger database>_sandbox``, created when missing. Never the ledger's
@@ -327,9 +333,7 @@ SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS = env_float(
 # The Standard Webhooks secret the sandbox provider signs its events with (``whsec_`` and
 # base64), for all three sandbox event sources. The sandbox is a test double: its default secret
 # is public; a real provider's secret goes in EFFECT_LEDGER_PROVIDER_EVENT_SECRETS.
-SANDBOX_EVENTS_SECRET = env_str(
-    "SANDBOX_EVENTS_SECRET", "whsec_ZWZmZWN0LWxlZGdlci1zYW5kYm94LWV2ZW50cy1zZWNyZXQ="
-)
+SANDBOX_EVENTS_SECRET = env_str("SANDBOX_EVENTS_SECRET", PUBLISHED_SANDBOX_EVENTS_SECRET)
 # Where the sandbox provider POSTs its events (``manage.py sandbox_provider --events-url``):
 # the ledger's ``/providers/`` prefix, e.g. http://127.0.0.1:8000/providers/; empty: no events.
 SANDBOX_EVENTS_URL = env_str("SANDBOX_EVENTS_URL")

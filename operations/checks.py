@@ -29,6 +29,41 @@ def evidence_source_check(app_configs: Any = None, **kwargs: Any) -> list[CheckM
 
 
 @register()
+def published_secret_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """No real provider's event source is signed with a secret published in this repository
+    (issue 33 item 6): anyone could forge its evidence. The inbox refuses such events too."""
+    from operations.adapters.registry import evidence_sources
+    from operations.adapters.secrets import PUBLISHED_SECRETS
+
+    return [
+        Error(
+            f"the event source {source!r} uses a secret published in this repository",
+            hint="give the source its own secret (EFFECT_LEDGER_PROVIDER_EVENT_SECRETS or its events' secret)",
+            id="operations.E004",
+        )
+        for source, adapter in evidence_sources().items()
+        if not adapter.test_endpoint and adapter.event_secret() in PUBLISHED_SECRETS
+    ]
+
+
+@register(deploy=True)
+def sandbox_in_production_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``check --deploy``: the sandbox provider (a test double, with a published event secret)
+    should not serve actions in a production deployment (issue 33 item 6)."""
+    from operations.adapters.registry import sandbox_enabled
+
+    if not sandbox_enabled() or settings.DEBUG:
+        return []
+    return [
+        Warning(
+            "EFFECT_LEDGER_SANDBOX is on: the sandbox provider's actions and event inboxes are served",
+            hint="unset EFFECT_LEDGER_SANDBOX in production; the sandbox's event secret is public",
+            id="operations.W005",
+        )
+    ]
+
+
+@register()
 def redis_visibility_timeout_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``operations.E001``: on Redis, ``visibility_timeout`` must exceed the longest time a
     message is held unacknowledged, or Redis delivers it a second time while it still runs.

@@ -415,8 +415,16 @@ class Policy:
 
 
 def configured_policies() -> dict[str, Any]:
-    """``settings.EFFECT_LEDGER_POLICIES``: action -> overrides (empty when unset)."""
-    return dict(getattr(settings, "EFFECT_LEDGER_POLICIES", {}) or {})
+    """``settings.EFFECT_LEDGER_POLICIES``: action -> overrides (empty when unset). The policies
+    of the sandbox provider's actions are left out where the sandbox is off (issue 33 item 6:
+    the shipped settings configure them, and a deployment without the sandbox serves none)."""
+    from operations.adapters.registry import SANDBOX_ADAPTERS, sandbox_enabled
+
+    configured = dict(getattr(settings, "EFFECT_LEDGER_POLICIES", {}) or {})
+    if sandbox_enabled():
+        return configured
+    explicit = getattr(settings, "EFFECT_LEDGER_ADAPTERS", {}) or {}
+    return {a: p for a, p in configured.items() if a not in SANDBOX_ADAPTERS or a in explicit}
 
 
 def policy_for(action: str) -> Policy:

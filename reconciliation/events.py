@@ -62,6 +62,7 @@ from operations import metrics, services
 from operations.adapters.base import Adapter
 from operations.adapters.events import EventFacts, EventInvalid, EventSignatureInvalid, check_storable
 from operations.adapters.registry import evidence_source_actions, evidence_sources
+from operations.adapters.secrets import PUBLISHED_SECRETS
 from operations.idempotency import canonical_json
 from operations.models import ENDED_WITHOUT_EFFECT, Intent, OutboxMessage, Outcome
 from operations.outbox import Handoff, enqueue_statement, handoff_after_commit
@@ -132,13 +133,17 @@ def receive_provider_event(*, source: str, body: bytes, headers: Mapping[str, st
 
     Raises:
         UnknownEventSource: no adapter declares ``source`` (404).
-        EventSignatureInvalid: missing, wrong or stale signature (401), checked first.
+        EventSignatureInvalid: missing, wrong or stale signature (401), checked first; or a
+            real provider's source whose secret is a published one (``PUBLISHED_SECRETS``:
+            anyone could sign with it).
         EventInvalid: a signed body that is not such an event (400): malformed, a type or
             object the source does not send, a negative amount, ``created`` outside
             2000-01-01..2100-01-01 UTC, a NUL or text not encodable as UTF-8 in any string.
     """
     try:
         adapter = event_source(source)
+        if not adapter.test_endpoint and adapter.event_secret() in PUBLISHED_SECRETS:
+            raise EventSignatureInvalid("this source's secret is published; set its own (issue 33 item 6)")
         webhook_id = adapter.verify_event(body, headers)
         facts = adapter.parse_event(body, webhook_id=webhook_id)
         try:

@@ -10,12 +10,19 @@ from typing import Any
 # Counters of this test session (and the worker processes it starts) go to their own folder,
 # never into a running quickstart's.
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="el-metrics-"))
+# The tests run against the sandbox provider: its actions are served here and in every process
+# the tests start (console/settings.py EFFECT_LEDGER_SANDBOX; off in production, issue 33 item 6).
+os.environ.setdefault("EFFECT_LEDGER_SANDBOX", "1")
 
 import pytest
+from django.conf import settings as django_settings
 from django.db.backends.postgresql.operations import DatabaseOperations
 from rest_framework.test import APIClient
 
 from tests.factories import UserFactory, make_agent
+
+# pytest-django may have read the settings before this file: turn the sandbox on there too.
+django_settings.EFFECT_LEDGER_SANDBOX = True
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -17,3 +17,15 @@ LAB_TASK_MODULES = (
     "console.lab.crashlab.naive",
     "console.lab.bench.tasks",
 )
+
+
+def enable_sandbox() -> None:
+    """Serve the sandbox provider's actions and event sources in this process and in every
+    process it starts (``settings.EFFECT_LEDGER_SANDBOX``, ``EFFECT_LEDGER_SANDBOX=1``): the lab's
+    commands are where the sandbox runs (issue 33 item 6)."""
+    import os
+
+    from django.conf import settings
+
+    settings.EFFECT_LEDGER_SANDBOX = True
+    os.environ["EFFECT_LEDGER_SANDBOX"] = "1"

@@ -148,6 +148,8 @@ class LocalCluster:
             "EFFECT_LEDGER_AUDIT_CHECKPOINT_FILE": str(settings.EFFECT_LEDGER["AUDIT_CHECKPOINT_FILE"]),
             "PYTHONUNBUFFERED": "1",
             "LOG_LEVEL": "WARNING",
+            # The lab drives the sandbox provider's actions (issue 33 item 6).
+            "EFFECT_LEDGER_SANDBOX": "1",
             # The lab's web processes (the benchmark's gunicorn) measure the ledger, not the API's
             # rate limits (operations/throttling.py).
             "EFFECT_LEDGER_RATE_AGENT": "off",

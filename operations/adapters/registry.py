@@ -1,7 +1,9 @@
 """The registry of adapters by action.
 
 ``settings.EFFECT_LEDGER_ADAPTERS`` maps an action name to the dotted path of its adapter class;
-the defaults below register the sandbox provider's products. Every action configured in
+the sandbox provider's products (``SANDBOX_ADAPTERS``) are registered only where the sandbox runs
+(``settings.EFFECT_LEDGER_SANDBOX``: quick start, tests, the lab; off in a production
+configuration, so its actions and its event inboxes do not exist there). Every action configured in
 ``settings.EFFECT_LEDGER_GENERIC_HTTP`` is served by the generic HTTP adapter
 (``generic_http.py``), unless ``EFFECT_LEDGER_ADAPTERS`` names another class for it.
 """
@@ -17,7 +19,9 @@ from django.utils.module_loading import import_string
 from operations.adapters.base import Adapter, Capabilities
 from operations.adapters.generic_http import generic_http_adapter, generic_http_config
 
-DEFAULT_ADAPTERS: dict[str, str] = {
+#: The sandbox provider's products, served only with ``settings.EFFECT_LEDGER_SANDBOX`` on (issue
+#: 33 item 6: the test double and its published event secret are not live in production).
+SANDBOX_ADAPTERS: dict[str, str] = {
     "payments.charge": "operations.adapters.sandbox.SandboxPaymentsAdapter",
     "payments.refund": "operations.adapters.sandbox.SandboxPaymentsAdapter",
     "email.send": "operations.adapters.sandbox.SandboxEmailAdapter",
@@ -58,8 +62,15 @@ class AdapterBroken(ActionUnavailable):
         self.action = action
 
 
+def sandbox_enabled() -> bool:
+    """Whether this deployment serves the sandbox provider's actions and event sources
+    (``settings.EFFECT_LEDGER_SANDBOX``; default: ``DEBUG``)."""
+    return bool(getattr(settings, "EFFECT_LEDGER_SANDBOX", False))
+
+
 def _adapter_paths() -> dict[str, str]:
-    return {**DEFAULT_ADAPTERS, **getattr(settings, "EFFECT_LEDGER_ADAPTERS", {})}
+    defaults = SANDBOX_ADAPTERS if sandbox_enabled() else {}
+    return {**defaults, **getattr(settings, "EFFECT_LEDGER_ADAPTERS", {})}
 
 
 def known_actions() -> list[str]:

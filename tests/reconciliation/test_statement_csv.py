@@ -175,5 +175,7 @@ def test_c21_a_repeated_header_is_refused_on_line_1() -> None:
 def test_c21_one_effect_listed_twice_is_refused_naming_both_lines() -> None:
     # a charge repeated further down is the same effect, not a second one to refund
     with pytest.raises(StatementFileError, match="^line 4: provider reference 'ch_1' is already on line 2"):
-        upload(b"Charge ID,Order,Amount,Currency\nch_1,o-1,49.90,EUR\nch_2,o-2,1.00,EUR\nch_1,o-1,49.90,EUR\n")
+        upload(
+            b"Charge ID,Order,Amount,Currency\nch_1,o-1,49.90,EUR\nch_2,o-2,1.00,EUR\nch_1,o-1,49.90,EUR\n"
+        )
     assert not StatementRun.objects.exists() and not ProviderFinding.objects.exists()

@@ -12,6 +12,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from console.lab import enable_sandbox
+
 # Counters of the benchmark's processes go to their own folder, never into a quickstart's.
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="el-bench-metrics-"))
 
@@ -73,6 +75,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         """Run the benchmark, print the Markdown report, write the files asked for."""
+        enable_sandbox()
         from console.lab.bench import report, runner
         from console.lab.bench.choices import CeleryPool, WebWorkers
 

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from console.lab import enable_sandbox
 from console.lab.crashlab.report import markdown_table
 from console.lab.crashlab.runner import BOUNDARIES, STRATEGIES, CrashLab, LabConfig
 from console.lab.crashlab.verdict import judge, rows_from_json
@@ -89,6 +90,7 @@ class Command(BaseCommand):
         parser.add_argument("--requested-by", default="cli")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        enable_sandbox()
         if options["judge"]:
             self._judge(Path(options["judge"]))
             return

@@ -34,7 +34,7 @@ from django.db import connection
 
 from console.accounts import console_user_create
 from console.agents.cli import DEFAULT_HTTP_PORT
-from console.lab import LAB_TASK_MODULES
+from console.lab import LAB_TASK_MODULES, enable_sandbox
 from console.lab.sandbox_provider.store import (
     default_dsn,
     dsn_from_settings_dict,
@@ -72,6 +72,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-run", action="store_true", help="set up only; do not start the processes")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        enable_sandbox()
         call_command("migrate", interactive=False, verbosity=0)
         self._create_accounts()
         self._create_audit_signing_key()

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
+from console.lab import enable_sandbox
 from console.lab.sandbox_provider.events import check_secret
 from console.lab.sandbox_provider.server import run_provider
 from console.lab.sandbox_provider.store import prepare_default_database
@@ -69,6 +70,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        enable_sandbox()
         """Start the server, print the readiness line, block until a stop signal."""
         dsn = provider_dsn(options["dsn"])
         events_url = options["events_url"]

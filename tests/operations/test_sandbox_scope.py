@@ -1,0 +1,155 @@
+"""Issue 33 item 6: the test double is not live in production. The sandbox provider's actions
+and event inboxes exist only with ``EFFECT_LEDGER_SANDBOX`` on (quick start, tests, lab), and no
+real provider's source accepts events signed with a secret published in this repository."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import Client
+from django.utils import timezone
+from standardwebhooks.webhooks import Webhook
+
+from operations.adapters.registry import UnknownAction, evidence_sources, get_adapter, known_actions
+from operations.adapters.secrets import PUBLISHED_SANDBOX_EVENTS_SECRET
+from reconciliation.models import ProviderEvent
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+OWN_SECRET = "whsec_" + "b3duLWFjbWUtc2VjcmV0LWZvci10ZXN0cw=="
+
+
+def signed(event: dict[str, Any], secret: str) -> tuple[bytes, dict[str, str]]:
+    body = json.dumps(event).encode()
+    now = timezone.now()
+    return body, {
+        "webhook-id": event["id"],
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(secret).sign(event["id"], now, body.decode()),
+    }
+
+
+CHARGE_EVENT = {
+    "id": "evt_forged",
+    "type": "charge.succeeded",
+    "data": {
+        "object": "charge",
+        "id": "ch_forged",
+        "reference": "order-77",
+        "amount": 1200,
+        "currency": "EUR",
+    },
+}
+
+
+def test_a_production_configuration_serves_no_sandbox_action() -> None:
+    # given: a process started as a deployment would be, nothing said about the sandbox
+    env = {k: v for k, v in os.environ.items() if k not in ("EFFECT_LEDGER_SANDBOX", "DJANGO_DEBUG")}
+    script = (
+        "import django; django.setup(); from django.conf import settings;"
+        "from operations.adapters.registry import known_actions;"
+        "print(settings.EFFECT_LEDGER_SANDBOX, 'payments.charge' in known_actions())"
+    )
+
+    # when
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=BASE_DIR,
+        env={**env, "DJANGO_SETTINGS_MODULE": "console.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+    # then
+    assert out.stdout.split() == ["False", "False"]
+
+
+@pytest.mark.django_db
+def test_i33_6_without_the_sandbox_its_actions_and_inbox_do_not_exist(settings: Any, client: Client) -> None:
+    # given
+    settings.EFFECT_LEDGER_SANDBOX = False
+    body, headers = signed(CHARGE_EVENT, PUBLISHED_SANDBOX_EVENTS_SECRET)
+
+    # when
+    response = client.post(
+        "/providers/sandbox-payments/events", data=body, content_type="application/json", headers=headers
+    )
+
+    # then
+    assert response.status_code == 404
+    assert not ProviderEvent.objects.exists()
+    assert "payments.charge" not in known_actions()
+    assert "sandbox-payments" not in evidence_sources()
+    with pytest.raises(UnknownAction):
+        get_adapter("payments.charge")
+
+
+@pytest.mark.django_db
+def test_the_sandbox_inbox_is_there_where_the_sandbox_runs(settings: Any, client: Client) -> None:
+    settings.EFFECT_LEDGER_SANDBOX = True
+    body, headers = signed(CHARGE_EVENT, PUBLISHED_SANDBOX_EVENTS_SECRET)
+    response = client.post(
+        "/providers/sandbox-payments/events", data=body, content_type="application/json", headers=headers
+    )
+    assert response.status_code == 200
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("where", ["events secret", "EFFECT_LEDGER_PROVIDER_EVENT_SECRETS"])
+def test_a_real_source_signed_with_a_published_secret_is_refused(
+    settings: Any, client: Client, where: str
+) -> None:
+    # given: a declared provider whose events secret is the sandbox's published one
+    events: dict[str, Any] = {"source": "acme-pay", "proving_types": ["charge.succeeded"]}
+    if where == "events secret":
+        events["secret"] = PUBLISHED_SANDBOX_EVENTS_SECRET
+    else:
+        settings.EFFECT_LEDGER_PROVIDER_EVENT_SECRETS = {"acme-pay": PUBLISHED_SANDBOX_EVENTS_SECRET}
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {
+        "acme.transfer": {"url": "https://api.acme.test/t", "events": events}
+    }
+    body, headers = signed(CHARGE_EVENT, PUBLISHED_SANDBOX_EVENTS_SECRET)
+
+    # when
+    response = client.post(
+        "/providers/acme-pay/events", data=body, content_type="application/json", headers=headers
+    )
+
+    # then
+    assert response.status_code == 401
+    assert not ProviderEvent.objects.exists()
+    with pytest.raises(SystemCheckError, match="operations.E004"):
+        call_command("check")
+
+
+@pytest.mark.django_db
+def test_a_real_source_with_its_own_secret_is_accepted(settings: Any, client: Client) -> None:
+    events = {"source": "acme-pay", "secret": OWN_SECRET, "proving_types": ["charge.succeeded"]}
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {
+        "acme.transfer": {"url": "https://api.acme.test/t", "events": events}
+    }
+    body, headers = signed(CHARGE_EVENT, OWN_SECRET)
+    response = client.post(
+        "/providers/acme-pay/events", data=body, content_type="application/json", headers=headers
+    )
+    assert response.status_code == 200
+    call_command("check")  # no error
+
+
+def test_check_deploy_warns_when_the_sandbox_is_on(settings: Any, capsys: Any) -> None:
+    settings.EFFECT_LEDGER_SANDBOX, settings.DEBUG = True, False
+    with pytest.raises(SystemCheckError, match="operations.W005"):
+        call_command("check", "--deploy", "--fail-level", "WARNING")
+    settings.EFFECT_LEDGER_SANDBOX = False
+    with pytest.raises(SystemCheckError) as raised:  # the test settings' HTTPS warnings remain
+        call_command("check", "--deploy", "--fail-level", "WARNING")
+    assert "operations.W005" not in str(raised.value)
