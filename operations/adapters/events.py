@@ -29,7 +29,7 @@ from standardwebhooks.webhooks import Webhook
 from operations.api_json import loads_strict
 
 #: The longest field values stored (the ``ProviderEvent`` columns).
-_LIMITS = {"id": 200, "type": 100, "idempotency_key": 255, "reference": 200, "provider_reference": 200}
+FIELD_LIMITS = {"id": 200, "type": 100, "idempotency_key": 255, "reference": 200, "provider_reference": 200}
 
 #: ``created`` must fall in [EARLIEST, LATEST) once converted to UTC: a date outside is no
 #: provider's clock (and years 1 or 9999 overflow once shifted to UTC or PostgreSQL's range).
@@ -108,7 +108,16 @@ def verify_standard_webhook(secret: str, body: bytes, headers: Mapping[str, str]
 
 
 def _text(data: Mapping[str, Any], name: str, limit: int, *, required: bool = False) -> str:
-    value = data.get(name)
+    return checked_text(data.get(name), name, limit, required=required)
+
+
+def checked_text(value: Any, name: str, limit: int, *, required: bool = False) -> str:
+    """The JSON value ``value`` of the field ``name`` as text: "" for null or "" (absent).
+
+    Raises:
+        EventInvalid: absent while ``required``, not a string, longer than ``limit``
+            characters or holding a NUL.
+    """
     if value is None or value == "":
         if required:
             raise EventInvalid(f"{name} is required")
@@ -120,7 +129,7 @@ def _text(data: Mapping[str, Any], name: str, limit: int, *, required: bool = Fa
     return value
 
 
-def _occurred_at(value: Any) -> datetime | None:
+def occurred_at_from_rfc3339(value: Any) -> datetime | None:
     """``created`` as an aware UTC datetime, or None when absent.
 
     Raises:
@@ -209,10 +218,10 @@ def parse_event_body(
     if not isinstance(payload, dict):
         raise EventInvalid("the body must be a JSON object")
     check_storable(payload)
-    event_id = _text(payload, "id", _LIMITS["id"], required=True)
+    event_id = _text(payload, "id", FIELD_LIMITS["id"], required=True)
     if event_id != webhook_id:
         raise EventInvalid("the body's id differs from the signed webhook-id")
-    event_type = _text(payload, "type", _LIMITS["type"], required=True)
+    event_type = _text(payload, "type", FIELD_LIMITS["type"], required=True)
     if types and event_type not in types:
         raise EventInvalid(f"this source sends no events of type {event_type!r}"[:200])
     data = payload.get("data")
@@ -232,13 +241,13 @@ def parse_event_body(
     currency = _text(data, "currency", 3)
     if currency and not re.fullmatch(r"[A-Z]{3}", currency):
         raise EventInvalid("data.currency must be an ISO 4217 code")
-    key = _text(data, "idempotency_key", _LIMITS["idempotency_key"])
+    key = _text(data, "idempotency_key", FIELD_LIMITS["idempotency_key"])
     if not key:
         key = key_from_message_id(_text(data, "message_id", 1000))
-    occurred_at = _occurred_at(payload.get("created"))
+    occurred_at = occurred_at_from_rfc3339(payload.get("created"))
     proves_action = proving.get(event_type, "")
     # an event proving an effect must name it: without the provider's id it proves nothing
-    provider_reference = _text(data, "id", _LIMITS["provider_reference"])
+    provider_reference = _text(data, "id", FIELD_LIMITS["provider_reference"])
     if proves_action and not provider_reference:
         raise EventInvalid(f"data.id (the provider's id of the effect) is required for {event_type!r}"[:200])
     return EventFacts(
@@ -246,7 +255,7 @@ def parse_event_body(
         event_type=event_type,
         occurred_at=occurred_at,
         idempotency_key=key,
-        reference=_text(data, "reference", _LIMITS["reference"]),
+        reference=_text(data, "reference", FIELD_LIMITS["reference"]),
         provider_reference=provider_reference,
         amount=amount,
         currency=currency,
