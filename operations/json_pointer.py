@@ -35,6 +35,17 @@ def pointer_from_tokens(tokens: Iterable[str]) -> str:
     return "".join("/" + token.replace("~", "~0").replace("/", "~1") for token in tokens)
 
 
+def is_pointer(value: object) -> bool:
+    """Whether ``value`` is a well-formed JSON pointer (``pointer_tokens`` accepts it)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        pointer_tokens(value)
+    except ValueError:
+        return False
+    return True
+
+
 def resolve_pointer(document: Any, pointer: str, default: Any = None) -> Any:
     """The value ``pointer`` refers to in the parsed JSON ``document``, or ``default`` when it
     refers to nothing: a missing member, an index past the end or not written as RFC 6901

@@ -15,7 +15,8 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from operations.adapters import secrets as named
-from operations.adapters.templates import check_pointer, placeholders
+from operations.adapters.templates import placeholders
+from operations.json_pointer import is_pointer
 
 #: Fields a lookup's pointers may read from one item of the answer.
 LOOKUP_FIELDS = ("id", "status", "amount", "currency", "reference", "idempotency_key")
@@ -188,13 +189,13 @@ def _lookup(where: str, entry: dict[str, Any]) -> Lookup | None:
     if by not in ("key", "reference", "id"):
         raise _fail(f"{where}['by']", "must be 'key', 'reference' or 'id'")
     items = value.get("items")
-    if items is not None and not check_pointer(items):
+    if items is not None and not is_pointer(items):
         raise _fail(f"{where}['items']", "must be a JSON pointer ('/data') or absent")
     fields = value.get("fields", {"id": "/id"})
     if (
         not isinstance(fields, dict)
         or set(fields) - set(LOOKUP_FIELDS)
-        or not all(map(check_pointer, fields.values()))
+        or not all(map(is_pointer, fields.values()))
     ):
         raise _fail(
             f"{where}['fields']", f"must map {list(LOOKUP_FIELDS)} to JSON pointers ('/metadata/reference')"

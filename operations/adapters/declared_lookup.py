@@ -24,8 +24,9 @@ from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import AdapterError, ExecutionCall, LookupResult, LookupStatus
 from operations.adapters.contract import Lookup
-from operations.adapters.templates import TemplateValueMissing, render_url, resolve_pointer
+from operations.adapters.templates import TemplateValueMissing, render_url
 from operations.api_json import loads_strict
+from operations.json_pointer import resolve_pointer
 
 #: The most effects' statuses a lookup's detail keeps (the detail is stored on the run).
 DETAIL_ITEMS = 20

@@ -48,6 +48,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import cache
 from typing import Any, ClassVar, cast
@@ -56,6 +57,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from operations.adapters import event_schemes as schemes
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters import secrets as named
@@ -73,9 +75,11 @@ from operations.adapters.base import (
 )
 from operations.adapters.contract import Contract, parse_contract
 from operations.adapters.declared_lookup import body_reference, read_lookup
-from operations.adapters.events import EventFacts, parse_event_body
+from operations.adapters.events import EventFacts, EventInvalid, parse_event_body
 from operations.adapters.templates import TemplateValueMissing, form_pairs, render, render_url
 
+#: The events' signature scheme of a source that names none (issue 19's).
+STANDARD_WEBHOOKS = "standard-webhooks"
 #: An action without a ``schema`` accepts any JSON object.
 ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
@@ -120,18 +124,31 @@ def _check_statements(action: str, entry: dict[str, Any]) -> None:
 
 
 def _check_events(action: str, events: Any) -> None:
-    """Refuse a malformed ``events`` entry: ``{"source": slug, "secret": "whsec_...",
-    "proving_types": [type, ...], "types": [type, ...]}`` (all but source optional; with
-    ``types``, every proving type must be one of them)."""
+    """Refuse a malformed ``events`` entry: ``{"source": slug, "scheme": name, "secret": ...,
+    "tolerance_seconds": n, "fields": {name: pointer}, "proving_types": [type, ...],
+    "types": [type, ...]}`` (all but source optional; with ``types``, every proving type must be
+    one of them). The secret is named (``env:NAME``, ``file:PATH``); a literal ``whsec_``
+    secret is still read for a Standard Webhooks source configured before issue 33."""
     where = f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}]['events']"
-    if not isinstance(events, dict) or set(events) - {"source", "secret", "proving_types", "types"}:
-        raise ImproperlyConfigured(f"{where} must be {{'source', 'secret', 'proving_types', 'types'}}")
+    allowed = {"source", "scheme", "secret", "tolerance_seconds", "fields", "proving_types", "types"}
+    if not isinstance(events, dict) or set(events) - allowed:
+        raise ImproperlyConfigured(f"{where} must be an object with {sorted(allowed)}")
     source = events.get("source")
     if not isinstance(source, str) or not _SLUG.fullmatch(source):
         raise ImproperlyConfigured(f"{where}['source'] must be a slug (a-z, 0-9, '-'; up to 60)")
+    scheme = events.get("scheme", STANDARD_WEBHOOKS)
+    schemes.check_scheme(scheme, f"{where}['scheme']")
     secret = events.get("secret", "")
-    if not isinstance(secret, str) or (secret and not secret.startswith("whsec_")):
-        raise ImproperlyConfigured(f"{where}['secret'] must be a Standard Webhooks secret 'whsec_...'")
+    legacy_secret = scheme == STANDARD_WEBHOOKS and isinstance(secret, str) and secret.startswith("whsec_")
+    if secret and not legacy_secret:
+        named.check_reference(secret, where=f"{where}['secret']")
+    tolerance = events.get("tolerance_seconds", schemes.DEFAULT_TOLERANCE_SECONDS)
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not 0 < tolerance <= 3600:
+        raise ImproperlyConfigured(
+            f"{where}['tolerance_seconds'] must be seconds, more than 0 and at most 3600"
+        )
+    if "fields" in events:
+        schemes.check_fields(events["fields"], f"{where}['fields']")
     types = events.get("proving_types", [])
     if not isinstance(types, list) or not all(isinstance(t, str) and t for t in types):
         raise ImproperlyConfigured(f"{where}['proving_types'] must be a list of event types")
@@ -167,24 +184,58 @@ class GenericHttpAdapter(Adapter):
         """Only with an ``events`` entry: ``statements`` alone declares no inbox."""
         return "events" in self.config
 
+    def _events(self) -> dict[str, Any]:
+        return dict(self.config.get("events") or {})
+
     def event_secret(self) -> str:
-        """The configuration's ``events.secret``, else
-        ``EFFECT_LEDGER_PROVIDER_EVENT_SECRETS[source]`` ("" refuses every event)."""
-        configured = str((self.config.get("events") or {}).get("secret", ""))
+        """The configuration's ``events.secret`` (a named secret read now, or a legacy literal
+        ``whsec_``), else ``EFFECT_LEDGER_PROVIDER_EVENT_SECRETS[source]``; "" when neither can
+        be read (every event is then refused)."""
+        configured = str(self._events().get("secret", ""))
+        if configured.startswith(("env:", "file:")):
+            try:
+                return named.resolve(configured)
+            except named.SecretUnavailable:
+                return ""
         return configured or super().event_secret()
 
+    def verify_event(self, body: bytes, headers: Mapping[str, str]) -> str:
+        """Verify the raw ``body`` with the source's ``events.scheme`` (default
+        ``standard-webhooks``; ``stripe``, ``github-hmac``, ``slack-v0``:
+        ``operations.adapters.event_schemes``) and its ``tolerance_seconds`` (default 300).
+        Returns the signed delivery id, or "" where the scheme signs none (the body's id is used).
+
+        Raises:
+            EventSignatureInvalid: missing, wrong or stale signature, or no secret.
+        """
+        events = self._events()
+        tolerance = float(events.get("tolerance_seconds", schemes.DEFAULT_TOLERANCE_SECONDS))
+        scheme = str(events.get("scheme", STANDARD_WEBHOOKS))
+        return schemes.verify(scheme, self.event_secret(), body, headers, tolerance_seconds=tolerance)
+
     def parse_event(self, body: bytes, *, webhook_id: str) -> EventFacts:
-        """Read the body (module docstring); a type in ``events.proving_types`` (default: any
-        type ending in ``.succeeded``) proves this action's effect. With ``events.types`` a type
-        not listed there is refused; without it, any type is read.
+        """Read the body: through the ``events.fields`` pointers when the source declares a
+        scheme other than Standard Webhooks or fields of its own
+        (``event_schemes.parse_mapped_event``), else in the sandbox's shape (module docstring).
+        A type in ``events.proving_types`` (default: any type ending in ``.succeeded``) proves
+        this action's effect. With ``events.types`` a type not listed there is refused.
 
         Raises:
             EventInvalid: the body is not such an event, or of a type not in ``events.types``.
         """
-        sent = (self.config.get("events") or {}).get("types") or []
-        facts = parse_event_body(body, webhook_id=webhook_id, proving={}, types=dict.fromkeys(sent, ""))
-        listed = (self.config.get("events") or {}).get("proving_types")
+        events = self._events()
+        sent = events.get("types") or []
+        listed = events.get("proving_types")
+        if events.get("scheme", STANDARD_WEBHOOKS) != STANDARD_WEBHOOKS or "fields" in events:
+            facts = schemes.parse_mapped_event(
+                body, delivery_id=webhook_id, fields=events.get("fields") or {},
+                proving_types=(), types=sent or None, proves_action="",
+            )  # fmt: skip
+        else:
+            facts = parse_event_body(body, webhook_id=webhook_id, proving={}, types=dict.fromkeys(sent, ""))
         proves = facts.event_type in listed if listed else facts.event_type.endswith(".succeeded")
+        if proves and not facts.provider_reference:
+            raise EventInvalid(f"{facts.event_type!r} proves an effect but names no provider id of it"[:200])
         return replace(facts, proves_action=self.action_name) if proves else facts
 
     def _timeout(self, call: ExecutionCall) -> float:

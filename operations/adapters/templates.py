@@ -12,8 +12,8 @@ JSON pointers into a provider's answer.
 * **Form encoding** (``application/x-www-form-urlencoded``) of nested values the way Stripe's API
   reads them: ``metadata[reference]=...``, ``items[0][price]=...``, booleans as ``true``/``false``
   (Stripe API reference, "Form-encoded requests").
-* **JSON pointers** (RFC 6901) read the id, status, amount, currency and our reference out of an
-  answer: ``/data/object/metadata/reference``; ``~1`` is ``/`` and ``~0`` is ``~`` (§4).
+
+JSON pointers into an answer (RFC 6901) are ``operations.json_pointer``'s.
 """
 
 from __future__ import annotations
@@ -124,38 +124,3 @@ def form_pairs(value: Mapping[str, Any]) -> list[tuple[str, str]]:
         else:
             pairs.append((name, str(item)))
     return pairs
-
-
-def check_pointer(pointer: object) -> bool:
-    """Whether ``pointer`` is a JSON pointer: ``""`` (the whole document) or text starting with
-    ``/`` (RFC 6901 §3)."""
-    return isinstance(pointer, str) and (pointer == "" or pointer.startswith("/"))
-
-
-def resolve_pointer(document: Any, pointer: str) -> Any:
-    """The value ``pointer`` (RFC 6901) points at in ``document``, or None when any step of it is
-    missing (a key absent, an index out of range or not a number, a step into a scalar).
-
-    Raises:
-        ValueError: ``pointer`` is not a JSON pointer (``check_pointer``).
-    """
-    if not check_pointer(pointer):
-        raise ValueError(f"not a JSON pointer: {pointer!r}")
-    current = document
-    for raw in pointer.split("/")[1:]:
-        token = raw.replace("~1", "/").replace("~0", "~")
-        if isinstance(current, dict):
-            if token not in current:
-                return None
-            current = current[token]
-        elif isinstance(current, list):
-            if (
-                not token.isdigit()
-                or (len(token) > 1 and token.startswith("0"))
-                or int(token) >= len(current)
-            ):
-                return None
-            current = current[int(token)]
-        else:
-            return None
-    return current

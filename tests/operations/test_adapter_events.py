@@ -99,8 +99,12 @@ def test_generic_listed_proving_types_only(settings: Any) -> None:
     adapter = evidence_sources()["acme-pay"]
     body = json.dumps({"id": "e", "type": "transfer.succeeded", "data": {}}).encode()
     assert adapter.parse_event(body, webhook_id="e").proves_action == ""
-    body = json.dumps({"id": "e", "type": "transfer.paid", "data": {}}).encode()
+    body = json.dumps({"id": "e", "type": "transfer.paid", "data": {"id": "tr_1"}}).encode()
     assert adapter.parse_event(body, webhook_id="e").proves_action == "acme.transfer"
+    # a proving type must name the effect, as the sandbox's reader requires (issue 33)
+    body = json.dumps({"id": "e", "type": "transfer.paid", "data": {}}).encode()
+    with pytest.raises(EventInvalid, match="names no provider id"):
+        adapter.parse_event(body, webhook_id="e")
 
 
 def test_source_without_a_secret_refuses_everything(settings: Any) -> None:
@@ -181,7 +185,9 @@ def test_c20_generic_types_limit_what_is_accepted(settings: Any) -> None:
     adapter = evidence_sources()["acme-pay"]
     with pytest.raises(EventInvalid, match="transfer.whatever"):
         adapter.parse_event(body, webhook_id="e")
-    ok = json.dumps({"id": "e", "type": "transfer.succeeded", "data": {"object": "transfer"}}).encode()
+    ok = json.dumps(
+        {"id": "e", "type": "transfer.succeeded", "data": {"object": "transfer", "id": "t"}}
+    ).encode()
     assert adapter.parse_event(ok, webhook_id="e").proves_action == "acme.transfer"
 
 
