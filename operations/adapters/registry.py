@@ -3,7 +3,8 @@
 ``settings.EFFECT_LEDGER_ADAPTERS`` maps an action name to the dotted path of its adapter class;
 the defaults below register the sandbox provider's products. Every action configured in
 ``settings.EFFECT_LEDGER_GENERIC_HTTP`` is served by the generic HTTP adapter
-(``generic_http.py``), unless ``EFFECT_LEDGER_ADAPTERS`` names another class for it.
+(``generic_http.py``), and every action in ``settings.EFFECT_LEDGER_SMTP`` by the SMTP adapter
+(``smtp.py``), unless ``EFFECT_LEDGER_ADAPTERS`` names another class for it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from django.utils.module_loading import import_string
 
 from operations.adapters.base import Adapter, Capabilities
 from operations.adapters.generic_http import generic_http_adapter, generic_http_config
+from operations.adapters.smtp import smtp_adapter, smtp_config
 
 DEFAULT_ADAPTERS: dict[str, str] = {
     "payments.charge": "operations.adapters.sandbox.SandboxPaymentsAdapter",
@@ -64,7 +66,7 @@ def _adapter_paths() -> dict[str, str]:
 
 def known_actions() -> list[str]:
     """Return every registered action name, sorted."""
-    return sorted({*_adapter_paths(), *generic_http_config()})
+    return sorted({*_adapter_paths(), *generic_http_config(), *smtp_config()})
 
 
 @cache
@@ -79,14 +81,14 @@ def get_adapter(action: str) -> Adapter:
     Raises:
         UnknownAction: no adapter is registered for it.
         AdapterBroken: its adapter cannot be loaded (an import error, a wrong class path,
-            ``EFFECT_LEDGER_GENERIC_HTTP`` malformed).
+            ``EFFECT_LEDGER_GENERIC_HTTP`` or ``EFFECT_LEDGER_SMTP`` malformed).
     """
     explicit = getattr(settings, "EFFECT_LEDGER_ADAPTERS", {})
     try:
         if action not in explicit:
-            generic = generic_http_adapter(action)
-            if generic is not None:
-                return generic
+            declared = generic_http_adapter(action) or smtp_adapter(action)
+            if declared is not None:
+                return declared
         path = _adapter_paths().get(action)
         if path is None:
             raise UnknownAction(action, _known_or_none())
@@ -99,12 +101,14 @@ def get_adapter(action: str) -> Adapter:
 
 def adapter_label(action: str) -> str:
     """The name of the adapter serving ``action``, for people, without loading it: ``generic
-    HTTP``, the configured class's name (``SandboxPaymentsAdapter``), or ``not served``."""
+    HTTP``, ``SMTP``, the configured class's name (``SandboxPaymentsAdapter``), or ``not served``."""
     explicit = getattr(settings, "EFFECT_LEDGER_ADAPTERS", {})
     if action not in explicit:
         try:
             if action in generic_http_config():
                 return "generic HTTP"
+            if action in smtp_config():
+                return "SMTP"
         except Exception:  # noqa: BLE001 - a malformed configuration serves nothing (get_adapter says why)
             return "not served"
     path = _adapter_paths().get(action)
