@@ -6,6 +6,7 @@ final reply leaves the intent UNKNOWN for a person, never sent again on its own.
 
 from __future__ import annotations
 
+import ssl
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -37,7 +38,7 @@ from reconciliation.resolution import resolve_absent
 from reconciliation.selectors import unknown_queue
 from reconciliation.services import reconcile_pass
 from tests.factories import UserFactory, settled, submit
-from tests.support.smtp_server import MailServer, free_port, running_mail_server
+from tests.support.smtp_server import MailServer, free_port, running_mail_server, self_signed_context
 
 ACTION = "mail.notify"
 EMAIL = {"to": "ana@example.test", "subject": "Your receipt", "body": "Thanks.\n.\nA line with a dot."}
@@ -207,6 +208,45 @@ def test_starttls_not_offered_sends_nothing_in_the_clear(settings: Any, mail_ser
         adapter(settings, mail_server.entry(starttls=True)).execute(call())
     assert raised.value.detail["code"] == "not_offered"
     assert mail_server.received == []
+
+
+@pytest.mark.parametrize("mode", ["starttls", "ssl"])
+def test_tls_with_a_trusted_certificate_delivers_and_authenticates(
+    settings: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    # given: a relay offering STARTTLS (or implicit TLS) and AUTH, with a certificate our TLS
+    # context trusts (the adapter's default context, given this test's CA)
+    context = self_signed_context(tmp_path)
+    original = ssl.create_default_context
+
+    def trusting(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        if args or kwargs:
+            return original(*args, **kwargs)
+        return original(cafile=str(tmp_path / "smtp-cert.pem"))
+
+    monkeypatch.setattr(ssl, "create_default_context", trusting)
+    monkeypatch.setenv("SMTP_TEST_USER", "ledger")
+    monkeypatch.setenv("SMTP_TEST_PASSWORD", "s3cret")
+    tls = {"starttls" if mode == "starttls" else "tls": context}
+    with running_mail_server(users={"ledger": "s3cret"}, **tls) as server:
+        entry = server.entry(username="env:SMTP_TEST_USER", password="env:SMTP_TEST_PASSWORD", **{mode: True})
+        # when
+        result = adapter(settings, entry).execute(call())
+    # then: delivered once, over TLS, after AUTH
+    assert result.provider_reference == "Q1" and len(server.received) == 1
+
+
+@pytest.mark.parametrize("mode", ["starttls", "ssl"])
+def test_a_certificate_nobody_trusts_sends_nothing(settings: Any, tmp_path: Any, mode: str) -> None:
+    # given: a relay offering TLS (STARTTLS, or implicit TLS) with a self-signed certificate
+    context = self_signed_context(tmp_path)
+    with running_mail_server(**{"starttls" if mode == "starttls" else "tls": context}) as server:
+        # when / then: the certificate is verified, refused, and nothing is sent
+        with pytest.raises(RetryableError) as raised:
+            adapter(settings, server.entry(**{mode: True})).execute(call())
+        assert raised.value.detail["code"] == "not_sent"
+        assert "CERTIFICATE_VERIFY_FAILED" in str(raised.value)
+        assert server.received == []
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,10 @@ Faults (``MailHandler`` attributes, changed between calls):
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import socket
+import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,6 +27,10 @@ from typing import Any
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, AuthResult, Envelope, LoginPassword, Session
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 
 def free_port() -> int:
@@ -142,14 +149,55 @@ def _authenticator(users: dict[str, str]) -> Any:
     return authenticate
 
 
+def self_signed_context(folder: Any) -> ssl.SSLContext:
+    """A server TLS context with a fresh self-signed certificate for 127.0.0.1 (written under
+    ``folder``): one no client trusts by default."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "smtp-cert.pem", folder / "smtp-key.pem"
+    cert_file.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert_file, key_file)
+    return context
+
+
 @contextmanager
-def running_mail_server(*, users: dict[str, str] | None = None) -> Iterator[MailServer]:
-    """Start an aiosmtpd server on 127.0.0.1 (AUTH offered in the clear when ``users`` maps
-    logins to passwords); stop it on exit."""
+def running_mail_server(
+    *,
+    users: dict[str, str] | None = None,
+    starttls: ssl.SSLContext | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> Iterator[MailServer]:
+    """Start an aiosmtpd server on 127.0.0.1; stop it on exit. ``users`` (login -> password):
+    AUTH offered in the clear; ``starttls``: STARTTLS offered with this context; ``tls``:
+    implicit TLS (RFC 8314) with this context."""
     handler = MailHandler()
     options: dict[str, Any] = {}
     if users is not None:
         options = {"authenticator": _authenticator(users), "auth_require_tls": False}
+    if starttls is not None:
+        options["tls_context"] = starttls
+    if tls is not None:
+        options["ssl_context"] = tls
     controller = _Controller(handler, hostname="127.0.0.1", port=free_port(), **options)
     controller.start()
     try:

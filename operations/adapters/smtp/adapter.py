@@ -145,13 +145,15 @@ class SmtpEmailAdapter(Adapter):
         context = ssl.create_default_context()
         try:
             timeout = max(deadline.remaining(), 0.001)
+            # Connected by the constructor, which keeps the host name that TLS verifies the
+            # certificate against (``connect`` alone does not); a greeting other than 220 raises
+            # SMTPConnectError with its code.
             if self.config.get("ssl"):
                 client: smtplib.SMTP = smtplib.SMTP_SSL(
-                    local_hostname=local_hostname(), timeout=timeout, context=context
+                    host, port, local_hostname=local_hostname(), timeout=timeout, context=context
                 )
             else:
-                client = smtplib.SMTP(local_hostname=local_hostname(), timeout=timeout)
-            expect("greeting", client.connect(host, port), range(220, 221))
+                client = smtplib.SMTP(host, port, local_hostname=local_hostname(), timeout=timeout)
             deadline.arm(client)
             self._hello(client)
             if self.config.get("starttls"):
@@ -182,7 +184,7 @@ class SmtpEmailAdapter(Adapter):
         except AdapterError:
             raise
         except smtplib.SMTPResponseException as exc:
-            raise refused("connect", exc.smtp_code, exc.smtp_error) from exc
+            raise refused("greeting", exc.smtp_code, exc.smtp_error) from exc
         except (OSError, smtplib.SMTPException) as exc:
             raise self._not_sent(deadline, exc) from exc
 
