@@ -31,7 +31,7 @@ sent email cannot be undone (no compensation).
 Classification. The commit point is the server's final reply to the message data: a server
 that has received the whole message may deliver it even when its reply never reaches us
 (RFC 5321 §4.1.1.4, DATA: the receiver takes responsibility when it sends the final 250; the
-data ends with ``<CRLF>.<CRLF>``). Reply codes by class (RFC 5321 §4.2.1): 2yz done, 4yz
+data ends with ``<CRLF>.<CRLF>``; §6.1 names the duplicate a lost OK causes). Reply codes by class (RFC 5321 §4.2.1): 2yz done, 4yz
 transient ("the request may be repeated"), 5yz permanent ("the client SHOULD NOT repeat the
 exact request"). The whole call runs within ``min(call.deadline_seconds, timeout_seconds)``:
 each step's socket timeout is the time left, and a watchdog shuts the socket down when it
