@@ -349,6 +349,10 @@ _generic_http_file = env_str("EFFECT_LEDGER_GENERIC_HTTP_FILE")
 EFFECT_LEDGER_GENERIC_HTTP: dict[str, Any] = (
     json.loads(Path(_generic_http_file).read_text()) if _generic_http_file else {}
 )
+# Real mail relays behind the SMTP adapter: a JSON file mapping each action to {"host", "port",
+# "from", "starttls", "username": "env:NAME", ...} (see operations/adapters/smtp.py).
+_smtp_file = env_str("EFFECT_LEDGER_SMTP_FILE")
+EFFECT_LEDGER_SMTP: dict[str, Any] = json.loads(Path(_smtp_file).read_text()) if _smtp_file else {}
 
 EFFECT_LEDGER: dict[str, Any] = {
     # Seconds a worker's claim on an intent lasts; the provider deadline is shorter (see engine).

@@ -36,7 +36,7 @@ FIELD_LIMITS = {"id": 200, "type": 100, "idempotency_key": 255, "reference": 200
 EARLIEST_CREATED = datetime(2000, 1, 1, tzinfo=UTC)
 LATEST_CREATED = datetime(2100, 1, 1, tzinfo=UTC)
 
-#: Our key inside an email's Message-ID (``operations.adapters.sandbox.common.message_id_for``).
+#: Our key inside an email's Message-ID (``message_id_for``).
 _MESSAGE_ID = re.compile(r"^<(?P<key>[^<>@\s]+)@effect-ledger\.local>$")
 
 
@@ -178,6 +178,13 @@ def check_storable(payload: Any) -> None:
                 value.encode("utf-8")
             except UnicodeEncodeError as exc:
                 raise EventInvalid("the event holds text that is not UTF-8 (a lone surrogate)") from exc
+
+
+def message_id_for(idempotency_key: str) -> str:
+    """The RFC 5322 Message-ID that carries our key: ``<{idempotency_key}@effect-ledger.local>``
+    (every email adapter sends it, the sandbox's and SMTP's; ``key_from_message_id`` reads it
+    back from a provider's event or statement)."""
+    return f"<{idempotency_key}@effect-ledger.local>"
 
 
 def key_from_message_id(message_id: str) -> str:

@@ -5,7 +5,8 @@ the sandbox provider's products (``SANDBOX_ADAPTERS``) are registered only where
 (``settings.EFFECT_LEDGER_SANDBOX``: quick start, tests, the lab; off in a production
 configuration, so its actions and its event inboxes do not exist there). Every action configured in
 ``settings.EFFECT_LEDGER_GENERIC_HTTP`` is served by the generic HTTP adapter
-(``generic_http.py``), unless ``EFFECT_LEDGER_ADAPTERS`` names another class for it.
+(``generic_http.py``), and every action in ``settings.EFFECT_LEDGER_SMTP`` by the SMTP adapter
+(``smtp.py``), unless ``EFFECT_LEDGER_ADAPTERS`` names another class for it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.utils.module_loading import import_string
 
 from operations.adapters.base import Adapter, Capabilities
 from operations.adapters.generic_http import generic_http_adapter, generic_http_config
+from operations.adapters.smtp import smtp_adapter, smtp_config
 
 #: The sandbox provider's products, served only with ``settings.EFFECT_LEDGER_SANDBOX`` on (issue
 #: 33 item 6: the test double and its published event secret are not live in production).
@@ -75,7 +77,7 @@ def _adapter_paths() -> dict[str, str]:
 
 def known_actions() -> list[str]:
     """Return every registered action name, sorted."""
-    return sorted({*_adapter_paths(), *generic_http_config()})
+    return sorted({*_adapter_paths(), *generic_http_config(), *smtp_config()})
 
 
 @cache
@@ -90,14 +92,14 @@ def get_adapter(action: str) -> Adapter:
     Raises:
         UnknownAction: no adapter is registered for it.
         AdapterBroken: its adapter cannot be loaded (an import error, a wrong class path,
-            ``EFFECT_LEDGER_GENERIC_HTTP`` malformed).
+            ``EFFECT_LEDGER_GENERIC_HTTP`` or ``EFFECT_LEDGER_SMTP`` malformed).
     """
     explicit = getattr(settings, "EFFECT_LEDGER_ADAPTERS", {})
     try:
         if action not in explicit:
-            generic = generic_http_adapter(action)
-            if generic is not None:
-                return generic
+            declared = generic_http_adapter(action) or smtp_adapter(action)
+            if declared is not None:
+                return declared
         path = _adapter_paths().get(action)
         if path is None:
             raise UnknownAction(action, _known_or_none())
@@ -110,12 +112,14 @@ def get_adapter(action: str) -> Adapter:
 
 def adapter_label(action: str) -> str:
     """The name of the adapter serving ``action``, for people, without loading it: ``generic
-    HTTP``, the configured class's name (``SandboxPaymentsAdapter``), or ``not served``."""
+    HTTP``, ``SMTP``, the configured class's name (``SandboxPaymentsAdapter``), or ``not served``."""
     explicit = getattr(settings, "EFFECT_LEDGER_ADAPTERS", {})
     if action not in explicit:
         try:
             if action in generic_http_config():
                 return "generic HTTP"
+            if action in smtp_config():
+                return "SMTP"
         except Exception:  # noqa: BLE001 - a malformed configuration serves nothing (get_adapter says why)
             return "not served"
     path = _adapter_paths().get(action)

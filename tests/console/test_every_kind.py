@@ -53,6 +53,9 @@ GENERIC_HTTP = {
     "acme.notify": {"url": "http://127.0.0.1:9/v1/notifications"},
 }
 
+#: An SMTP action (operations/adapters/smtp/); nothing is ever sent to it either.
+SMTP = {"mail.notify": {"host": "127.0.0.1", "port": 9, "from": "Ledger <ledger@example.test>"}}
+
 #: kind -> (action, arguments). The generic action without lookup_url has an integer
 #: ``amount`` but no ``currency`` (a count, not money).
 KINDS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -66,6 +69,7 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "reservations.cancel": ("reservations.cancel", {"reservation": "res_1", "reference": "cancel-1"}),
     "generic-with-lookup": ("acme.transfer", {"amount": 1250, "currency": "USD", "account": "acc_9"}),
     "generic-without-lookup": ("acme.notify", {"amount": 3, "channel": "ops", "text": "deployed"}),
+    "smtp": ("mail.notify", {"to": "ana@example.test", "subject": "Receipt", "body": "Thanks"}),
 }
 
 #: Only these kinds have a compensation (payments.refund, reservations.cancel): the others
@@ -118,12 +122,13 @@ def _fast_passwords(settings: Any) -> None:
 
 @pytest.fixture
 def every_kind(settings: Any) -> None:
-    """Register the generic HTTP actions; no action needs approval unless a test gates it.
+    """Register the generic HTTP and SMTP actions; no action needs approval unless a test gates it.
 
-    ``get_adapter`` caches generic adapters per configuration, so changing the setting here
-    yields this configuration's adapters.
+    ``get_adapter`` caches generic and SMTP adapters per configuration, so changing the setting
+    here yields this configuration's adapters.
     """
     settings.EFFECT_LEDGER_GENERIC_HTTP = GENERIC_HTTP
+    settings.EFFECT_LEDGER_SMTP = SMTP
     settings.EFFECT_LEDGER_POLICIES = {action: {"approval": "never"} for action, _ in KINDS.values()}
 
 
@@ -442,6 +447,7 @@ TARGETS = {
     "reservations.cancel": "res_1",
     "generic-with-lookup": "acc_9",
     "generic-without-lookup": "127.0.0.1:9",
+    "smtp": "ana@example.test",
 }
 #: kind -> its amount column (an email, a reservation and a count without currency: none).
 AMOUNTS = {"payments.charge": "49.90", "payments.refund": "15.00", "generic-with-lookup": "12.50"}
@@ -483,3 +489,22 @@ def test_i16_3_lists_show_reference_target_and_amount_for_every_kind(
             assert AMOUNTS[kind] in row
         else:
             assert '<td class="num">—</td>' in row
+
+
+#: The SMTP kind never reaches COMPENSATING or COMPENSATED (an email cannot be undone).
+SMTP_STATES = [state for state in STATES if state not in (S.COMPENSATING, S.COMPENSATED)]
+
+
+@pytest.mark.parametrize("state", SMTP_STATES)
+def test_evidence_pages_render_with_an_smtp_intent_in_every_state(
+    state: str, every_kind: None, settings: Any, approver: Any, viewer_client: Client, operator_client: Client
+) -> None:
+    # given: an SMTP intent (no keys, no lookup, no evidence source) in this state
+    intent = build("smtp", state, settings=settings, approver=approver)
+    # when / then: the findings and statements pages render, page and partial
+    for name in ("provider-findings", "statements"):
+        page(viewer_client, reverse(name))
+        assert "<html" not in page(viewer_client, reverse(name), **HTMX)
+    # and where it is UNKNOWN, its resolution page asks for the duplicate-risk acknowledgement
+    resolution = page(operator_client, reverse("unknown-detail", args=[intent.id]))
+    assert ('id="absent-ack"' in resolution) == (intent.status == S.UNKNOWN)

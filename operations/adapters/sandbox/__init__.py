@@ -16,10 +16,10 @@ The base URL is ``settings.SANDBOX_PROVIDER_URL``; every request is bounded by t
 
 from __future__ import annotations
 
+from operations.adapters.events import message_id_for
 from operations.adapters.sandbox.common import (
     call_reference,
     format_minor,
-    message_id_for,
     sandbox_url,
 )
 from operations.adapters.sandbox.email import SandboxEmailAdapter

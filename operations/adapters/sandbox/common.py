@@ -1,5 +1,5 @@
-"""What the sandbox adapters share: argument schemas, URLs, the Message-ID that carries our
-key, and small helpers for provider answers."""
+"""What the sandbox adapters share: argument schemas, URLs and small helpers for provider
+answers. (The Message-ID that carries our key is ``operations.adapters.events.message_id_for``.)"""
 
 from __future__ import annotations
 
@@ -109,11 +109,6 @@ def sandbox_event_secret(source: str) -> str:
     when set, else ``settings.SANDBOX_EVENTS_SECRET`` (one secret for the three sandbox sources)."""
     secrets = getattr(settings, "EFFECT_LEDGER_PROVIDER_EVENT_SECRETS", {}) or {}
     return str(secrets.get(source) or getattr(settings, "SANDBOX_EVENTS_SECRET", ""))
-
-
-def message_id_for(idempotency_key: str) -> str:
-    """The RFC 5322 Message-ID that carries our key: ``<{idempotency_key}@effect-ledger.local>``."""
-    return f"<{idempotency_key}@effect-ledger.local>"
 
 
 def call_reference(call: ExecutionCall) -> str | None:

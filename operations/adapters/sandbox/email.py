@@ -21,12 +21,12 @@ from operations.adapters.base import (
     Preview,
     StatementEntry,
 )
+from operations.adapters.events import message_id_for
 from operations.adapters.sandbox.common import (
     EMAIL_SCHEMA,
     SandboxAdapter,
     fetch_statement,
     inconclusive,
-    message_id_for,
     provider_id,
     sandbox_event_secret,
     sandbox_url,
