@@ -57,6 +57,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from operations.adapters import event_bodies as bodies
 from operations.adapters import event_schemes as schemes
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
@@ -148,7 +149,7 @@ def _check_events(action: str, events: Any) -> None:
             f"{where}['tolerance_seconds'] must be seconds, more than 0 and at most 3600"
         )
     if "fields" in events:
-        schemes.check_fields(events["fields"], f"{where}['fields']")
+        bodies.check_fields(events["fields"], f"{where}['fields']")
     types = events.get("proving_types", [])
     if not isinstance(types, list) or not all(isinstance(t, str) and t for t in types):
         raise ImproperlyConfigured(f"{where}['proving_types'] must be a list of event types")
@@ -227,7 +228,7 @@ class GenericHttpAdapter(Adapter):
         sent = events.get("types") or []
         listed = events.get("proving_types")
         if events.get("scheme", STANDARD_WEBHOOKS) != STANDARD_WEBHOOKS or "fields" in events:
-            facts = schemes.parse_mapped_event(
+            facts = bodies.parse_mapped_event(
                 body, delivery_id=webhook_id, fields=events.get("fields") or {},
                 proving_types=(), types=sent or None, proves_action="",
             )  # fmt: skip

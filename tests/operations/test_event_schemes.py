@@ -19,13 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from standardwebhooks.webhooks import Webhook
 
-from operations.adapters.event_schemes import (
-    SCHEMES,
-    check_fields,
-    check_scheme,
-    parse_mapped_event,
-    verify,
-)
+from operations.adapters.event_bodies import check_fields, parse_mapped_event
+from operations.adapters.event_schemes import SCHEMES, check_scheme, verify
 from operations.adapters.events import EventFacts, EventInvalid, EventSignatureInvalid
 from operations.json_pointer import pointer_from_tokens, pointer_tokens, resolve_pointer
 
