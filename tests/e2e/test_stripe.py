@@ -217,3 +217,17 @@ def test_c24_a_lost_answer_is_never_followed_by_a_second_post(
         assert intent.status == "SUCCEEDED"
         assert stripe.proxy.count(CHARGES) == 2
         assert len(stripe.charges()) == 2
+
+
+def test_c24_a_charge_without_a_business_reference_is_found_by_our_key(stripe: Stripe) -> None:
+    # given: a charge that names no order (no reference); localstripe charged, the answer was lost
+    intent = charge_with_lost_answer(stripe, "")
+    assert intent.status == "UNKNOWN" and intent.reference == ""
+    # when
+    passes()
+    # then: the customer's charges are listed, and ours carries our key in its metadata
+    intent.refresh_from_db()
+    (charge,) = stripe.charges()
+    assert charge["metadata"] == {"idempotency_key": intent.idempotency_key}
+    assert intent.status == "SUCCEEDED"
+    assert intent.outcomes.get().provider_reference == charge["id"]
