@@ -91,10 +91,14 @@ def read_lookup(
 
     Returns:
         the ``LookupResult``; its detail holds the HTTP status, how many effects were listed and
-        matched, and up to ``DETAIL_ITEMS`` statuses by id. Never raises.
+        matched, and up to ``DETAIL_ITEMS`` statuses by id; INCONCLUSIVE (``no_reference``) for
+        a listing by reference of an intent without one, unless the items carry our key (then
+        they are matched by it). Never raises.
     """
     reference = str(values.get("reference") or "")
-    if lookup.by == "reference" and not reference:
+    if lookup.by == "reference" and not reference and "idempotency_key" not in lookup.fields:
+        # Without our reference a listing by reference cannot tell ours; with our key in each
+        # item (Stripe's metadata) it still can, whatever the URL lists by.
         return _inconclusive(code="no_reference")
     try:
         url = render_url(lookup.url, values)

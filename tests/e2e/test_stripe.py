@@ -1,0 +1,232 @@
+"""Case C24 against localstripe (a fake Stripe written by others, a real process on loopback):
+the shipped Stripe declaration (``docs/providers/stripe.json``), pointed at localstripe through
+a proxy that can lose its answers (``tests/support/answer_proxy.py``).
+
+localstripe does not deduplicate on ``Idempotency-Key``, so the tests declare
+``"deduplicates": false`` (what ``manage.py provider_probe`` finds, C26): the ledger must find the
+first charge by our reference before it could ever send again, and it never sends again after an
+ambiguous answer. Every count of charges is localstripe's own.
+
+``test_c24_worker_sigkilled_...`` drives real worker and beat processes (the worker is killed
+while the proxy holds localstripe's answer); the others run the engine and the reconciler in this
+process so every step is deterministic. Stripe-signed events are not part of these tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db.models.functions import Now
+
+from operations.engine import execute_intent
+from operations.models import Attempt, AuditEvent, Intent, Outcome
+from reconciliation.resolution import resolve_compensate
+from tests.e2e.test_unhappy_matrix import passes
+from tests.factories import UserFactory, submit
+from tests.support.answer_proxy import AnswerProxy
+from tests.support.stripe_server import TEST_SECRET_KEY, LocalStripe, stripe_declaration
+from tests.support.workers import Cluster, requires_real_broker, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: What localstripe does about our key (a probe finds it): sent, ignored.
+KEYS_IGNORED = {"header": "Idempotency-Key", "deduplicates": False}
+CHARGES = "POST /v1/charges"
+
+
+@dataclass
+class Stripe:
+    """localstripe, the proxy in front of it, a customer with a card, and the declaration."""
+
+    server: LocalStripe
+    proxy: AnswerProxy
+    customer: str
+    config: dict[str, dict[str, Any]]
+    operator: Any
+
+    def arguments(self, amount: int = 4990) -> dict[str, Any]:
+        return {"amount": amount, "currency": "EUR", "customer": self.customer}
+
+    def charges(self) -> list[dict[str, Any]]:
+        return self.server.charges(self.customer)
+
+
+def declare(settings: Any, base_url: str, keys: Any = KEYS_IGNORED) -> dict[str, dict[str, Any]]:
+    """Serve ``stripe.charge`` and ``stripe.refund`` from the shipped declaration at ``base_url``,
+    with ``keys`` declared, no approval, and short lookup windows."""
+    config = stripe_declaration(
+        base_url, **{action: {"keys": keys} for action in ("stripe.charge", "stripe.refund")}
+    )
+    for entry in config.values():
+        entry["lookup"]["consistency_window_seconds"] = 5
+    settings.EFFECT_LEDGER_GENERIC_HTTP = config
+    settings.EFFECT_LEDGER_POLICIES = {
+        **settings.EFFECT_LEDGER_POLICIES,
+        "stripe.charge": {"approval": "never"},
+        "stripe.refund": {"approval": "never"},
+    }
+    return config
+
+
+@pytest.fixture
+def stripe(localstripe: LocalStripe, settings: Any) -> Any:
+    proxy = AnswerProxy(localstripe.url).start()
+    try:
+        yield Stripe(
+            server=localstripe,
+            proxy=proxy,
+            customer=localstripe.customer_with_card(),
+            config=declare(settings, proxy.url),
+            operator=UserFactory(username="olga", groups=["operator"]),
+        )
+    finally:
+        proxy.stop()
+
+
+def charge_with_lost_answer(stripe: Stripe, reference: str) -> Intent:
+    """Submit a charge for ``reference`` and execute it once; localstripe charges, the answer is
+    dropped on its way back. Returns the intent, re-read."""
+    stripe.proxy.lose(CHARGES, mode="drop")
+    intent = submit(action="stripe.charge", arguments=stripe.arguments(), reference=reference)
+    assert execute_intent(intent.id) == "unknown"
+    intent.refresh_from_db()
+    return intent
+
+
+@requires_real_broker
+@pytest.mark.integration
+def test_c24_worker_sigkilled_after_localstripe_charged_ends_succeeded_through_the_lookup(
+    cluster: Cluster, stripe: Stripe, tmp_path: Path
+) -> None:
+    # given: real worker and beat processes that read the declaration from its file and the key
+    # from the environment; localstripe charges, the proxy holds its answer (the worker waits)
+    declared = tmp_path / "stripe.json"
+    declared.write_text(json.dumps(stripe.config))
+    cluster.env["EFFECT_LEDGER_GENERIC_HTTP_FILE"] = str(declared)
+    cluster.env["STRIPE_SECRET_KEY"] = TEST_SECRET_KEY
+    cluster.set_timing(lease_seconds=8, provider_timeout_seconds=4.0)
+    cluster.worker("w1")
+    cluster.beat()
+    stripe.proxy.lose(CHARGES, mode="hold")
+    intent = submit(action="stripe.charge", arguments=stripe.arguments(), reference="order-77")
+    wait_for(lambda: len(stripe.charges()) == 1, 30, "localstripe to apply the charge")
+    intent.refresh_from_db()
+    assert (intent.status, intent.attempt_count) == ("RUNNING", 1), "the worker must still be waiting"
+
+    # when: the worker dies after localstripe applied the charge, and the agent re-plans the
+    # same order under a new key
+    os.kill(int(intent.lease_owner.rsplit(":", 1)[1]), signal.SIGKILL)
+    second = submit(action="stripe.charge", arguments=stripe.arguments(), reference="order-77")
+
+    # then: the reconciler finds the charge by our reference; one charge at localstripe
+    wait_for(lambda: Intent.objects.get(id=intent.id).status == "SUCCEEDED", 90, "the lookup to find it")
+    (charge,) = stripe.charges()
+    outcome = Outcome.objects.get(intent=intent)
+    assert (outcome.source, outcome.provider_reference) == ("reconciler", charge["id"])
+    assert charge["metadata"] == {"reference": "order-77", "idempotency_key": intent.idempotency_key}
+    assert (charge["amount"], charge["currency"], charge["status"]) == (4990, "eur", "succeeded")
+    (attempt,) = Attempt.objects.filter(intent=intent)
+    assert attempt.result == "abandoned"  # the killed worker never recorded an answer
+    taken_over = AuditEvent.objects.get(intent=intent, event="lease_taken_over")
+    assert taken_over.to_status == "UNKNOWN"  # no keys honoured: never sent again, looked up
+    # the second key for the same order is held behind the first, and sent nothing
+    second.refresh_from_db()
+    assert (second.status, second.held_behind_id) == ("HELD", intent.id)
+    wait_for(lambda: Intent.objects.get(id=second.id).escalated_at is not None, 30, "a person to be asked")
+    assert stripe.proxy.count(CHARGES) == 1
+    assert len(stripe.charges()) == 1
+
+
+def test_c24_lost_answer_is_found_by_our_reference_and_a_second_key_is_held(stripe: Stripe) -> None:
+    # given: localstripe charged, the answer was lost
+    intent = charge_with_lost_answer(stripe, "order-78")
+    assert intent.status == "UNKNOWN"
+    # when: the agent re-plans the same order under another key; every delivery of it and the
+    # reconciler run
+    second = submit(action="stripe.charge", arguments=stripe.arguments(), reference="order-78")
+    assert second.status == "HELD" and second.held_behind_id == intent.id
+    assert execute_intent(second.id) != "succeeded"
+    passes()
+    # then
+    intent.refresh_from_db()
+    (charge,) = stripe.charges()
+    assert intent.status == "SUCCEEDED"
+    assert intent.outcomes.get().provider_reference == charge["id"]
+    second.refresh_from_db()
+    assert second.status == "HELD" and second.escalated_at is not None
+    assert stripe.proxy.count(CHARGES) == 1
+
+
+def test_c24_compensation_refunds_the_charge_at_localstripe(stripe: Stripe) -> None:
+    # given: a charge whose answer was lost; the operator sees it in Stripe's dashboard
+    intent = charge_with_lost_answer(stripe, "order-79")
+    (charge,) = stripe.charges()
+    # when: the operator compensates it, and the compensation runs
+    resolve_compensate(
+        intent_id=intent.id,
+        user=stripe.operator,
+        reason="customer cancelled",
+        provider_reference=charge["id"],
+    )
+    (refund_intent,) = Intent.objects.filter(compensates=intent)
+    assert refund_intent.action == "stripe.refund"
+    assert refund_intent.arguments == {"charge": charge["id"], "amount": 4990, "currency": "EUR"}
+    assert execute_intent(refund_intent.id) == "succeeded"
+    # then: one refund of the whole charge at localstripe, and the charge is compensated
+    (refund,) = stripe.server.refunds(charge["id"])
+    assert (refund["amount"], refund["status"]) == (4990, "succeeded")
+    assert refund["metadata"]["idempotency_key"] == refund_intent.idempotency_key
+    assert refund_intent.outcomes.get().provider_reference == refund["id"]
+    assert Intent.objects.get(id=intent.id).status == "COMPENSATED"
+    assert len(stripe.charges()) == 1
+
+
+@pytest.mark.parametrize("declared", ["truthfully", "control: deduplicates claimed"])
+def test_c24_a_lost_answer_is_never_followed_by_a_second_post(
+    stripe: Stripe, settings: Any, declared: str
+) -> None:
+    # given: the lookup cannot answer (localstripe's listing is unreachable), so only the
+    # engine's rule stands between a lost answer and a second charge
+    keys = KEYS_IGNORED if declared == "truthfully" else {"header": "Idempotency-Key", "deduplicates": True}
+    config = declare(settings, stripe.proxy.url, keys=keys)
+    config["stripe.charge"]["lookup"]["url"] = "http://127.0.0.1:1/v1/charges?customer={customer}"
+    settings.EFFECT_LEDGER_GENERIC_HTTP = config
+    stripe.proxy.lose(CHARGES, mode="drop")
+    intent = submit(action="stripe.charge", arguments=stripe.arguments(), reference="order-80")
+    # the control's engine believes the key protects a same-key resend
+    assert execute_intent(intent.id) == ("unknown" if declared == "truthfully" else "retry")
+    # when: deliveries repeat and the reconciler runs until its patience is spent
+    for _ in range(3):
+        Intent.objects.filter(id=intent.id, status="READY").update(not_before=Now())
+        execute_intent(intent.id)
+    passes(intent.policy["unknown_patience"]["lookups"])
+    # then: told the truth, the ledger never sent again; an operator has the item
+    intent.refresh_from_db()
+    if declared == "truthfully":
+        assert intent.status == "UNKNOWN" and intent.escalated_at is not None
+        assert stripe.proxy.count(CHARGES) == 1
+        assert len(stripe.charges()) == 1
+    else:  # believing the false claim, the same-key resend charged the customer twice
+        assert intent.status == "SUCCEEDED"
+        assert stripe.proxy.count(CHARGES) == 2
+        assert len(stripe.charges()) == 2
+
+
+def test_c24_a_charge_without_a_business_reference_is_found_by_our_key(stripe: Stripe) -> None:
+    # given: a charge that names no order (no reference); localstripe charged, the answer was lost
+    intent = charge_with_lost_answer(stripe, "")
+    assert intent.status == "UNKNOWN" and intent.reference == ""
+    # when
+    passes()
+    # then: the customer's charges are listed, and ours carries our key in its metadata
+    intent.refresh_from_db()
+    (charge,) = stripe.charges()
+    assert charge["metadata"] == {"idempotency_key": intent.idempotency_key}
+    assert intent.status == "SUCCEEDED"
+    assert intent.outcomes.get().provider_reference == charge["id"]

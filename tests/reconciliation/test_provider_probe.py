@@ -1,0 +1,141 @@
+"""Case C26: ``manage.py provider_probe`` says what a provider's test mode actually does, against
+servers that are really running: localstripe (written by others; it ignores ``Idempotency-Key``)
+and the sandbox provider's payments (they deduplicate on it). It refuses any action not marked
+as a test endpoint, before anything is sent, and it never creates an intent."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from operations.adapters.base import LookupResult, LookupStatus
+from operations.models import Intent
+from reconciliation.models import ProviderEvent
+from reconciliation.provider_probe import Sent, key_verdict
+from tests.support.fake_provider import FakeProvider
+from tests.support.stripe_server import LocalStripe, stripe_declaration
+
+
+def probe(action: str, arguments: dict[str, Any], **options: Any) -> tuple[str, dict[str, Any]]:
+    """Run the command; returns its output and the declaration it printed (the JSON at the end)."""
+    out = StringIO()
+    call_command("provider_probe", action, arguments=json.dumps(arguments), stdout=out, **options)
+    text = out.getvalue()
+    return text, json.loads(text[text.index("\n{") :])
+
+
+@pytest.mark.django_db
+def test_c26_probe_finds_that_localstripe_does_not_deduplicate_idempotency_key(
+    localstripe: LocalStripe, settings: Any
+) -> None:
+    # given: the shipped declaration (it says Stripe deduplicates), marked as a test endpoint,
+    # pointed at localstripe
+    settings.EFFECT_LEDGER_GENERIC_HTTP = stripe_declaration(
+        localstripe.url, **{"stripe.charge": {"test_mode": True}}
+    )
+    customer = localstripe.customer_with_card()
+    # when
+    text, declare = probe(
+        "stripe.charge", {"amount": 1200, "currency": "EUR", "customer": customer}, event_wait=0.5
+    )
+    # then: two charges under one key, both listed by the lookup right after
+    assert "key: does not deduplicate Idempotency-Key: two requests with one key made two effects" in text
+    charges = localstripe.charges(customer)
+    assert len(charges) == 2
+    assert len({c["metadata"]["idempotency_key"] for c in charges}) == 1
+    listed = text.split("lookup right after the effect: found (2 for the key: ", 1)[1].split(")", 1)[0]
+    assert sorted(listed.split(", ")) == sorted(c["id"] for c in charges)
+    assert "event: not expected: the action declares no events" in text
+    assert declare["keys"] == {"header": "Idempotency-Key", "deduplicates": False}
+    assert declare["lookup"]["by"] == "reference" and declare["lookup"]["items"] == "/data"
+    assert not Intent.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_c26_probe_finds_that_the_sandbox_payments_deduplicate_and_sees_their_signed_event(
+    sandbox: Any, live_server: Any
+) -> None:
+    # given: the sandbox provider sends its signed events to the live ledger
+    sandbox.event_settings(url=f"{live_server.url}/providers/")
+    # when
+    text, declare = probe(
+        "payments.charge", {"amount": 1200, "currency": "EUR", "customer": "cus_42"}, event_wait=15
+    )
+    # then: one effect for the key, answered twice; found at once; its event arrived verified
+    (effect,) = sandbox.ledger("payments")
+    assert "key: deduplicates its idempotency key: the repeated request was answered with the first" in text
+    assert f"request 2, same key: {effect['id']} (answered as a replay)" in text
+    assert f"lookup right after the effect: found (1 for the key: {effect['id']})" in text
+    assert "event: arrived and verified after" in text and "charge.succeeded" in text
+    assert "proves the effect (at sandbox-payments)" in text
+    assert ProviderEvent.objects.filter(idempotency_key=effect["idempotency_key"]).exists()
+    assert declare == {
+        "keys": {"header": "Idempotency-Key", "deduplicates": True},
+        "lookup": {"authoritative": True, "consistency_window_seconds": 0.0},
+    }
+    assert not Intent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_probe_says_when_no_event_arrives(sandbox: Any) -> None:
+    # given: the sandbox sends no events (its default in tests)
+    # when
+    text, _ = probe(
+        "payments.charge", {"amount": 1200, "currency": "EUR", "customer": "cus_42"}, event_wait=0.5
+    )
+    # then
+    assert "event: none arrived within 0.5 s (at sandbox-payments)" in text
+
+
+@pytest.mark.django_db
+def test_c26_a_non_test_endpoint_is_refused_and_nothing_is_sent(
+    fake_provider: FakeProvider, settings: Any
+) -> None:
+    # given: a declared action at a server that counts requests, not marked "test_mode"
+    url = f"{fake_provider.url}/v1/transfers"
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {
+        "acme.transfer": {"url": url, "lookup": {"url": url + "?key={idempotency_key}"}},
+        "acme.refund": {"url": url, "test_mode": False},
+    }
+    for action in ("acme.transfer", "acme.refund"):
+        # when / then
+        with pytest.raises(CommandError, match="not a test endpoint"):
+            probe(action, {"amount": 1200, "currency": "EUR"})
+    assert fake_provider.requests == []
+    assert not Intent.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_probe_refuses_arguments_its_schema_refuses_and_unknown_actions(sandbox: Any) -> None:
+    with pytest.raises(CommandError, match="schema"):
+        probe("payments.charge", {"amount": 12.5, "currency": "EUR", "customer": "cus_42"})
+    with pytest.raises(CommandError, match="unknown action"):
+        probe("nobody.knows", {})
+    with pytest.raises(CommandError, match="JSON object"):
+        call_command("provider_probe", "payments.charge", arguments="[1]")
+    assert sandbox.request_count() == 0
+
+
+FOUND_TWO = LookupResult(status=LookupStatus.FOUND, provider_references=("ch_1", "ch_2"))
+FOUND_ONE = LookupResult(status=LookupStatus.FOUND, provider_references=("ch_1",))
+NOT_YET = LookupResult(status=LookupStatus.NOT_FOUND_YET)
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "found", "expected"),
+    [
+        (Sent("ch_1"), Sent("ch_2"), NOT_YET, False),  # two effects answered
+        (Sent("ch_1"), Sent("ch_1", replayed=True), FOUND_ONE, True),
+        (Sent("ch_1"), Sent("ch_1"), FOUND_TWO, False),  # the lookup counts two
+        (Sent("k"), Sent("k"), FOUND_ONE, True),  # id-less answers, one effect listed
+        (Sent("k"), Sent("k"), NOT_YET, None),  # id-less answers, nothing to count
+        (Sent("ch_1"), Sent(error="AmbiguousOutcome: 502"), FOUND_ONE, None),  # a request failed
+        (Sent("ch_1"), Sent(error="AmbiguousOutcome: 502"), FOUND_TWO, False),
+    ],
+)
+def test_the_key_verdict(first: Sent, second: Sent, found: LookupResult, expected: bool | None) -> None:
+    assert key_verdict(first, second, found, "k")[0] is expected
