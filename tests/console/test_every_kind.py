@@ -37,6 +37,7 @@ from operations.services.failover import RESTORE_GUARD_HOLD, intents_mark_forgot
 from operations.services.resolution import intent_begin_compensation
 from tests.console.conftest import signed_in, status_count
 from tests.factories import submit, user_named
+from tests.support.stripe_server import stripe_declaration
 
 pytestmark = pytest.mark.django_db
 
@@ -52,6 +53,17 @@ GENERIC_HTTP = {
     },
     "acme.notify": {"url": "http://127.0.0.1:9/v1/notifications"},
 }
+
+#: The shipped Stripe declaration (docs/providers/stripe.json: form body, keys sent but not
+#: trusted here, lookup listing by reference, refund as compensation, Stripe-signed events),
+#: pointed at a closed port; nothing is ever sent to it.
+STRIPE = stripe_declaration(
+    "http://127.0.0.1:9",
+    **{
+        a: {"keys": {"header": "Idempotency-Key", "deduplicates": False}}
+        for a in ("stripe.charge", "stripe.refund")
+    },
+)
 
 #: An SMTP action (operations/adapters/smtp/); nothing is ever sent to it either.
 SMTP = {"mail.notify": {"host": "127.0.0.1", "port": 9, "from": "Ledger <ledger@example.test>"}}
@@ -70,11 +82,13 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "generic-with-lookup": ("acme.transfer", {"amount": 1250, "currency": "USD", "account": "acc_9"}),
     "generic-without-lookup": ("acme.notify", {"amount": 3, "channel": "ops", "text": "deployed"}),
     "smtp": ("mail.notify", {"to": "ana@example.test", "subject": "Receipt", "body": "Thanks"}),
+    "stripe": ("stripe.charge", {"amount": 4990, "currency": "EUR", "customer": "cus_42"}),
+    "stripe.refund": ("stripe.refund", {"charge": "ch_1", "amount": 1500, "currency": "EUR"}),
 }
 
 #: Only these kinds have a compensation (payments.refund, reservations.cancel): the others
 #: never reach COMPENSATING or COMPENSATED.
-COMPENSABLE = {"payments.charge", "reservations.create"}
+COMPENSABLE = {"payments.charge", "reservations.create", "stripe"}
 
 UNKNOWN_ESCALATED = "UNKNOWN-escalated"
 #: HELD for a person: its adapter cannot be loaded any more (issue 21), so nothing can run it.
@@ -127,7 +141,7 @@ def every_kind(settings: Any) -> None:
     ``get_adapter`` caches generic and SMTP adapters per configuration, so changing the setting
     here yields this configuration's adapters.
     """
-    settings.EFFECT_LEDGER_GENERIC_HTTP = GENERIC_HTTP
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {**GENERIC_HTTP, **STRIPE}
     settings.EFFECT_LEDGER_SMTP = SMTP
     settings.EFFECT_LEDGER_POLICIES = {action: {"approval": "never"} for action, _ in KINDS.values()}
 
@@ -373,6 +387,8 @@ AMOUNT_SHOWN = {
     "payments.charge": "49.90 EUR",
     "payments.refund": "15.00 EUR",
     "generic-with-lookup": "12.50 USD",
+    "stripe": "49.90 EUR",
+    "stripe.refund": "15.00 EUR",
 }
 
 
@@ -448,9 +464,17 @@ TARGETS = {
     "generic-with-lookup": "acc_9",
     "generic-without-lookup": "127.0.0.1:9",
     "smtp": "ana@example.test",
+    "stripe": "cus_42",
+    "stripe.refund": "ch_1",
 }
 #: kind -> its amount column (an email, a reservation and a count without currency: none).
-AMOUNTS = {"payments.charge": "49.90", "payments.refund": "15.00", "generic-with-lookup": "12.50"}
+AMOUNTS = {
+    "payments.charge": "49.90",
+    "payments.refund": "15.00",
+    "generic-with-lookup": "12.50",
+    "stripe": "49.90",
+    "stripe.refund": "15.00",
+}
 
 
 def row_of(body: str, intent: Intent) -> str:
@@ -495,12 +519,22 @@ def test_i16_3_lists_show_reference_target_and_amount_for_every_kind(
 SMTP_STATES = [state for state in STATES if state not in (S.COMPENSATING, S.COMPENSATED)]
 
 
-@pytest.mark.parametrize("state", SMTP_STATES)
-def test_evidence_pages_render_with_an_smtp_intent_in_every_state(
-    state: str, every_kind: None, settings: Any, approver: Any, viewer_client: Client, operator_client: Client
+@pytest.mark.parametrize(
+    ("kind", "state"),
+    [("smtp", state) for state in SMTP_STATES] + [("stripe", state) for state in STATES],
+)
+def test_evidence_pages_render_with_an_smtp_or_stripe_intent_in_every_state(
+    kind: str,
+    state: str,
+    every_kind: None,
+    settings: Any,
+    approver: Any,
+    viewer_client: Client,
+    operator_client: Client,
 ) -> None:
-    # given: an SMTP intent (no keys, no lookup, no evidence source) in this state
-    intent = build("smtp", state, settings=settings, approver=approver)
+    # given: an SMTP intent (no keys, no lookup, no evidence source) or a Stripe one (keys not
+    # trusted, a lagging listing, an events source) in this state
+    intent = build(kind, state, settings=settings, approver=approver)
     # when / then: the findings and statements pages render, page and partial
     for name in ("provider-findings", "statements"):
         page(viewer_client, reverse(name))

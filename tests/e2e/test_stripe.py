@@ -9,14 +9,23 @@ ambiguous answer. Every count of charges is localstripe's own.
 
 ``test_c24_worker_sigkilled_...`` drives real worker and beat processes (the worker is killed
 while the proxy holds localstripe's answer); the others run the engine and the reconciler in this
-process so every step is deterministic. Stripe-signed events are not part of these tests.
+process so every step is deterministic.
+
+Events: localstripe's own webhook sender signs with ``Stripe-Signature`` exactly as Stripe
+does, but sends no ``charge.*`` events (only customer, invoice and payment-intent ones). So one
+test has localstripe's sender deliver its ``customer.created`` to the live inbox (verified with
+the right secret, refused with a wrong one), and the proving test signs a ``charge.succeeded``
+carrying the charge object localstripe itself returns, the way Stripe's documentation signs.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +35,8 @@ from django.db.models.functions import Now
 
 from operations.engine import execute_intent
 from operations.models import Attempt, AuditEvent, Intent, Outcome
+from reconciliation.events import process_provider_event
+from reconciliation.models import ProviderEvent
 from reconciliation.resolution import resolve_compensate
 from tests.e2e.test_unhappy_matrix import passes
 from tests.factories import UserFactory, submit
@@ -230,3 +241,87 @@ def test_c24_a_charge_without_a_business_reference_is_found_by_our_key(stripe: S
     assert charge["metadata"] == {"idempotency_key": intent.idempotency_key}
     assert intent.status == "SUCCEEDED"
     assert intent.outcomes.get().provider_reference == charge["id"]
+
+
+# --- Stripe-signed events (the declaration's "events": scheme "stripe", source "stripe") -------
+
+WEBHOOK_SECRET = "whsec_" + "localstripe-endpoint-secret-for-the-tests"
+INBOX = "/providers/stripe/events"
+
+
+def stripe_signature(body: bytes, secret: str = WEBHOOK_SECRET, at: int | None = None) -> dict[str, str]:
+    """``Stripe-Signature`` as Stripe's documentation ("Verify webhook signatures") computes it:
+    HMAC-SHA256 with the endpoint secret over ``"{t}.{body}"``, hex, as ``t=...,v1=...``."""
+    t = int(time.time()) if at is None else at
+    digest = hmac.new(secret.encode(), f"{t}.".encode() + body, hashlib.sha256).hexdigest()
+    return {"Stripe-Signature": f"t={t},v1={digest}"}
+
+
+def charge_succeeded(charge: dict[str, Any]) -> bytes:
+    """Stripe's ``charge.succeeded`` event around ``charge`` (the object localstripe returned)."""
+    event = {"id": f"evt_{charge['id']}", "object": "event", "type": "charge.succeeded",
+             "created": int(time.time()), "data": {"object": charge}}  # fmt: skip
+    return json.dumps(event).encode()
+
+
+def test_c24_localstripes_own_webhook_sender_reaches_the_inbox_verified(
+    stripe: Stripe, live_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: localstripe delivers its events to the live inbox, once with the endpoint's secret
+    # and once with another one
+    monkeypatch.setenv("STRIPE_WEBHOOK_SECRET", WEBHOOK_SECRET)
+    for name, secret in (("right", WEBHOOK_SECRET), ("wrong", "whsec_" + "not-the-endpoints-secret")):
+        response = stripe.server.client.post(
+            f"/_config/webhooks/{name}",
+            data={"url": f"{live_server.url}{INBOX}", "secret": secret, "events[0]": "customer.created"},
+        )
+        response.raise_for_status()
+
+    # when: a customer is created at localstripe (its sender signs and posts customer.created)
+    customer = stripe.server.customer_with_card()
+
+    # then: the delivery signed with the right secret is stored once; the other was refused
+    # (the fixture's own customer, created a moment before, may be delivered too)
+    mine = ProviderEvent.objects.filter(source="stripe", provider_reference=customer)
+    wait_for(mine.exists, 30, "localstripe's event")
+    wait_for(lambda: "failed with response code 401" in stripe.server.log_path.read_text(), 30, "the refusal")
+    (event,) = mine
+    assert event.event_type == "customer.created" and event.event_id.startswith("evt_")
+    assert set(ProviderEvent.objects.values_list("event_type", flat=True)) == {"customer.created"}
+
+
+def test_c24_a_stripe_signed_charge_succeeded_proves_an_unknown_charge(
+    stripe: Stripe, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: a charge whose answer was lost (UNKNOWN), and Stripe's event for the charge
+    monkeypatch.setenv("STRIPE_WEBHOOK_SECRET", WEBHOOK_SECRET)
+    intent = charge_with_lost_answer(stripe, reference="order-88")
+    assert intent.status == "UNKNOWN"
+    (charge,) = stripe.charges()
+    body = charge_succeeded(charge)
+
+    # when: refusals first — a forged signature, an altered body, a stale and a future timestamp
+    refused = [
+        client.post(INBOX, data=body, content_type="application/json", headers=headers).status_code
+        for headers in (
+            stripe_signature(body, secret="whsec_" + "forged"),
+            stripe_signature(body.replace(b'"amount": 4990', b'"amount": 1')),
+            stripe_signature(body, at=int(time.time()) - 301),
+            stripe_signature(body, at=int(time.time()) + 301),
+        )
+    ]
+    stored_after_refusals = ProviderEvent.objects.count()
+    response = client.post(INBOX, data=body, content_type="application/json", headers=stripe_signature(body))
+
+    # then: nothing was stored for the refused ones; the signed one proves the charge
+    assert refused == [401, 401, 401, 401] and stored_after_refusals == 0
+    assert response.status_code == 200, response.content
+    event = ProviderEvent.objects.get(source="stripe")
+    assert (event.provider_reference, event.idempotency_key, event.amount, event.currency) == (
+        charge["id"], intent.idempotency_key, 4990, "EUR",
+    )  # fmt: skip
+    process_provider_event(event_pk=event.pk)
+    intent.refresh_from_db()
+    assert intent.status == "SUCCEEDED"
+    assert Outcome.objects.get(intent=intent).provider_reference == charge["id"]
+    assert len(stripe.charges()) == 1

@@ -184,8 +184,14 @@ def _serve() -> None:  # pragma: no cover - runs in the child process
     # localstripe writes its whole store to /tmp/localstripe.pickle on every change; a test
     # server keeps it in memory (and never shares it with another run).
     localstripe.resources.Store.dump_to_disk = lambda self: None  # type: ignore[method-assign]
+    # its webhook sender says on this logger whether each delivery was answered 2xx (stderr: the log)
+    import logging
+
     from localstripe.server import app
 
+    sender = logging.getLogger("aiohttp.access")
+    sender.setLevel(logging.INFO)
+    sender.addHandler(logging.StreamHandler())
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
