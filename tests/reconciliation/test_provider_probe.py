@@ -139,3 +139,17 @@ NOT_YET = LookupResult(status=LookupStatus.NOT_FOUND_YET)
 )
 def test_the_key_verdict(first: Sent, second: Sent, found: LookupResult, expected: bool | None) -> None:
     assert key_verdict(first, second, found, "k")[0] is expected
+
+
+def test_an_adapter_in_code_without_keys_is_declared_as_having_none() -> None:
+    # the sandbox's email carries our key in its Message-ID, never in an Idempotency-Key header
+    from operations.adapters.registry import get_adapter
+    from reconciliation.provider_probe import _declared_keys
+
+    email, payments = get_adapter("email.send"), get_adapter("payments.charge")
+    assert _declared_keys(email, "email.send", None) == "none"
+    assert _declared_keys(email, "email.send", False) == "none"
+    assert _declared_keys(payments, "payments.charge", None) == {
+        "header": "Idempotency-Key",
+        "deduplicates": True,
+    }
