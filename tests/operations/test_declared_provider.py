@@ -482,3 +482,45 @@ def test_a_declared_contract_is_validated_once_per_configuration(settings: Any) 
     contract = parse_contract("acme.charge", stripe_like("http://127.0.0.1:9"))
     assert contract.keys.deduplicates is False and contract.encoding == "form"
     assert contract.lookup is not None and contract.lookup.by == "reference"
+
+
+@pytest.mark.parametrize(
+    ("variable", "content", "words"),
+    [
+        (
+            "EFFECT_LEDGER_GENERIC_HTTP_FILE",
+            {"acme.charge": {"url": "https://p.test", "headers": {"Authorization": "Bearer sk_live_1"}}},
+            "EFFECT_LEDGER_GENERIC_HTTP['acme.charge']['headers']['Authorization'] must name a secret",
+        ),
+        (
+            "EFFECT_LEDGER_SMTP_FILE",
+            {"mail.send": {"host": "smtp.test", "port": 587, "from": "a@b.test", "password": "hunter2"}},
+            "EFFECT_LEDGER_SMTP['mail.send']",
+        ),
+    ],
+)
+def test_i33_a_malformed_declaration_file_stops_the_process_at_start_up(
+    tmp_path: Any, variable: str, content: dict[str, Any], words: str
+) -> None:
+    # given: a declaration file with a mistake, as a deployment would name it
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    declared = tmp_path / "providers.json"
+    declared.write_text(json.dumps(content))
+    env = {**os.environ, variable: str(declared)}
+    # when: any process starts (here `manage.py check`)
+    run = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=Path(__file__).resolve().parents[2],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    # then: it refuses to start, naming the action and the field, never echoing the secret
+    assert run.returncode != 0
+    assert words in run.stderr
+    assert "sk_live_1" not in run.stderr and "hunter2" not in run.stderr
