@@ -36,10 +36,10 @@ from django.db.models.functions import Now
 from operations.engine import execute_intent
 from operations.models import Attempt, AuditEvent, Intent, Outcome
 from reconciliation.events import process_provider_event
-from reconciliation.models import ProviderEvent
-from reconciliation.resolution import resolve_compensate
+from reconciliation.models import DuplicateFinding, ProviderEvent
+from reconciliation.resolution import resolve_absent, resolve_compensate
 from tests.e2e.test_unhappy_matrix import passes
-from tests.factories import UserFactory, submit
+from tests.factories import UserFactory, settled, submit
 from tests.support.answer_proxy import AnswerProxy
 from tests.support.stripe_server import TEST_SECRET_KEY, LocalStripe, stripe_declaration
 from tests.support.workers import Cluster, requires_real_broker, wait_for
@@ -325,3 +325,36 @@ def test_c24_a_stripe_signed_charge_succeeded_proves_an_unknown_charge(
     assert intent.status == "SUCCEEDED"
     assert Outcome.objects.get(intent=intent).provider_reference == charge["id"]
     assert len(stripe.charges()) == 1
+
+
+def test_c24_a_resend_the_operator_accepted_leaves_a_second_charge_the_ledger_finds_and_refunds(
+    stripe: Stripe, settings: Any
+) -> None:
+    # given: a lost answer, and no lookup before the operator decides (the listing is down)
+    config = declare(settings, stripe.proxy.url)
+    listing = config["stripe.charge"]["lookup"]["url"]
+    config["stripe.charge"]["lookup"]["url"] = "http://127.0.0.1:1/v1/charges?customer={customer}"
+    settings.EFFECT_LEDGER_GENERIC_HTTP = config
+    intent = charge_with_lost_answer(stripe, reference="order-90")
+    # when: the operator says "absent" and accepts the duplicate risk (refused without it)
+    with pytest.raises(Exception, match="does not deduplicate"):
+        resolve_absent(intent_id=intent.id, user=stripe.operator, reason="not in the dashboard")
+    resolve_absent(
+        intent_id=intent.id, user=stripe.operator, reason="not in the dashboard", accept_duplicate_risk=True
+    )
+    assert execute_intent(settled(intent).id) == "succeeded"  # localstripe charges a second time
+    assert len(stripe.charges()) == 2
+    # and the listing answers again for the duplicate check
+    config["stripe.charge"]["lookup"]["url"] = listing
+    settings.EFFECT_LEDGER_GENERIC_HTTP = config
+    passes(2)
+    # then: the charge not kept is a duplicate, refunded by the declared compensation
+    kept = Outcome.objects.get(intent=intent).provider_reference
+    (duplicate,) = DuplicateFinding.objects.filter(intent=intent)
+    assert duplicate.provider_reference != kept
+    assert {kept, duplicate.provider_reference} == {c["id"] for c in stripe.charges()}
+    (refund_intent,) = Intent.objects.filter(action="stripe.refund")
+    assert refund_intent.arguments["charge"] == duplicate.provider_reference
+    assert execute_intent(refund_intent.id) == "succeeded"
+    (refund,) = stripe.server.refunds(duplicate.provider_reference)
+    assert refund["amount"] == 4990 and not stripe.server.refunds(kept)
