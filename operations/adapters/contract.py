@@ -9,15 +9,20 @@ Stripe and SMTP examples, is docs/providers.md ("Connecting a real provider").
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from operations.adapters import event_bodies as bodies
+from operations.adapters import event_schemes as schemes
 from operations.adapters import secrets as named
 from operations.adapters.templates import placeholders
 from operations.json_pointer import is_pointer
 
+#: The events' signature scheme of a source that names none (issue 19's).
+STANDARD_WEBHOOKS = "standard-webhooks"
 #: Fields a lookup's pointers may read from one item of the answer.
 LOOKUP_FIELDS = ("id", "status", "amount", "currency", "reference", "idempotency_key")
 #: Header names that carry credentials: their value must be a secret reference, never written.
@@ -237,6 +242,64 @@ def _compensation(where: str, value: Any, action: str) -> Compensation | None:
     return Compensation(action=value["action"], arguments=arguments)
 
 
+_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,59}")
+
+
+def _check_statements(action: str, entry: dict[str, Any]) -> None:
+    """Refuse a malformed ``statements`` entry: ``{"source": slug}``, the same source as
+    ``events.source`` when both are given (an action has one evidence source)."""
+    where = f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}]['statements']"
+    statements = entry["statements"]
+    if not isinstance(statements, dict) or set(statements) != {"source"}:
+        raise ImproperlyConfigured(f"{where} must be {{'source': slug}}")
+    source = statements["source"]
+    if not isinstance(source, str) or not _SLUG.fullmatch(source):
+        raise ImproperlyConfigured(f"{where}['source'] must be a slug (a-z, 0-9, '-'; up to 60)")
+    events = entry.get("events")
+    if isinstance(events, dict) and events.get("source") != source:
+        raise ImproperlyConfigured(
+            f"{where}['source'] must be the same as its events' source {events.get('source')!r}: "
+            "an action has one evidence source"
+        )
+
+
+def _check_events(action: str, events: Any) -> None:
+    """Refuse a malformed ``events`` entry: ``{"source": slug, "scheme": name, "secret": ...,
+    "tolerance_seconds": n, "fields": {name: pointer}, "proving_types": [type, ...],
+    "types": [type, ...]}`` (all but source optional; with ``types``, every proving type must be
+    one of them). The secret is named (``env:NAME``, ``file:PATH``); a literal ``whsec_``
+    secret is still read for a Standard Webhooks source configured before issue 33."""
+    where = f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}]['events']"
+    allowed = {"source", "scheme", "secret", "tolerance_seconds", "fields", "proving_types", "types"}
+    if not isinstance(events, dict) or set(events) - allowed:
+        raise ImproperlyConfigured(f"{where} must be an object with {sorted(allowed)}")
+    source = events.get("source")
+    if not isinstance(source, str) or not _SLUG.fullmatch(source):
+        raise ImproperlyConfigured(f"{where}['source'] must be a slug (a-z, 0-9, '-'; up to 60)")
+    scheme = events.get("scheme", STANDARD_WEBHOOKS)
+    schemes.check_scheme(scheme, f"{where}['scheme']")
+    secret = events.get("secret", "")
+    legacy_secret = scheme == STANDARD_WEBHOOKS and isinstance(secret, str) and secret.startswith("whsec_")
+    if secret and not legacy_secret:
+        named.check_reference(secret, where=f"{where}['secret']")
+    tolerance = events.get("tolerance_seconds", schemes.DEFAULT_TOLERANCE_SECONDS)
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not 0 < tolerance <= 3600:
+        raise ImproperlyConfigured(
+            f"{where}['tolerance_seconds'] must be seconds, more than 0 and at most 3600"
+        )
+    if "fields" in events:
+        bodies.check_fields(events["fields"], f"{where}['fields']")
+    types = events.get("proving_types", [])
+    if not isinstance(types, list) or not all(isinstance(t, str) and t for t in types):
+        raise ImproperlyConfigured(f"{where}['proving_types'] must be a list of event types")
+    if "types" in events:
+        sent = events["types"]
+        if not isinstance(sent, list) or not sent or not all(isinstance(t, str) and t for t in sent):
+            raise ImproperlyConfigured(f"{where}['types'] must be a non-empty list of event types")
+        if set(types) - set(sent):
+            raise ImproperlyConfigured(f"{where}['proving_types'] must be among its 'types'")
+
+
 def parse_contract(action: str, entry: Any) -> Contract:
     """Read and check one ``EFFECT_LEDGER_GENERIC_HTTP`` entry.
 
@@ -246,7 +309,7 @@ def parse_contract(action: str, entry: Any) -> Contract:
             ``file:PATH``), a body encoding other than json/form, a malformed ``keys``,
             ``lookup``, ``compensation`` or ``body`` (a placeholder that is neither an argument
             nor a call value is allowed: arguments are the schema's; the call values are
-            ``templates.CALL_VALUES``).
+            ``templates.CALL_VALUES``), a malformed ``events`` or ``statements`` entry.
     """
     where = f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}]"
     if not isinstance(entry, dict) or not isinstance(entry.get("url"), str) or not entry["url"]:
@@ -266,6 +329,10 @@ def parse_contract(action: str, entry: Any) -> Contract:
     test_mode = entry.get("test_mode", False)
     if not isinstance(test_mode, bool):
         raise _fail(f"{where}['test_mode']", "must be true or false")
+    if "events" in entry:
+        _check_events(action, entry["events"])
+    if "statements" in entry:
+        _check_statements(action, entry)
     keys = _keys(f"{where}['keys']", entry.get("keys"))
     if entry.get("fence_header") and not keys.deduplicates:
         raise _fail(

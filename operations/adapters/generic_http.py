@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import replace
 from functools import cache
@@ -74,13 +73,11 @@ from operations.adapters.base import (
     RetryableError,
     TerminalError,
 )
-from operations.adapters.contract import Contract, parse_contract
+from operations.adapters.contract import STANDARD_WEBHOOKS, Contract, parse_contract
 from operations.adapters.declared_lookup import body_reference, read_lookup
 from operations.adapters.events import EventFacts, EventInvalid, parse_event_body
 from operations.adapters.templates import TemplateValueMissing, form_pairs, render, render_url
 
-#: The events' signature scheme of a source that names none (issue 19's).
-STANDARD_WEBHOOKS = "standard-webhooks"
 #: An action without a ``schema`` accepts any JSON object.
 ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
 
@@ -96,69 +93,7 @@ def generic_http_config() -> dict[str, dict[str, Any]]:
         raise ImproperlyConfigured("EFFECT_LEDGER_GENERIC_HTTP must be a dict of action -> config")
     for action, entry in config.items():
         parse_contract(str(action), entry)
-        if "events" in entry:
-            _check_events(action, entry["events"])
-        if "statements" in entry:
-            _check_statements(action, entry)
     return config
-
-
-_SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,59}")
-
-
-def _check_statements(action: str, entry: dict[str, Any]) -> None:
-    """Refuse a malformed ``statements`` entry: ``{"source": slug}``, the same source as
-    ``events.source`` when both are given (an action has one evidence source)."""
-    where = f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}]['statements']"
-    statements = entry["statements"]
-    if not isinstance(statements, dict) or set(statements) != {"source"}:
-        raise ImproperlyConfigured(f"{where} must be {{'source': slug}}")
-    source = statements["source"]
-    if not isinstance(source, str) or not _SLUG.fullmatch(source):
-        raise ImproperlyConfigured(f"{where}['source'] must be a slug (a-z, 0-9, '-'; up to 60)")
-    events = entry.get("events")
-    if isinstance(events, dict) and events.get("source") != source:
-        raise ImproperlyConfigured(
-            f"{where}['source'] must be the same as its events' source {events.get('source')!r}: "
-            "an action has one evidence source"
-        )
-
-
-def _check_events(action: str, events: Any) -> None:
-    """Refuse a malformed ``events`` entry: ``{"source": slug, "scheme": name, "secret": ...,
-    "tolerance_seconds": n, "fields": {name: pointer}, "proving_types": [type, ...],
-    "types": [type, ...]}`` (all but source optional; with ``types``, every proving type must be
-    one of them). The secret is named (``env:NAME``, ``file:PATH``); a literal ``whsec_``
-    secret is still read for a Standard Webhooks source configured before issue 33."""
-    where = f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}]['events']"
-    allowed = {"source", "scheme", "secret", "tolerance_seconds", "fields", "proving_types", "types"}
-    if not isinstance(events, dict) or set(events) - allowed:
-        raise ImproperlyConfigured(f"{where} must be an object with {sorted(allowed)}")
-    source = events.get("source")
-    if not isinstance(source, str) or not _SLUG.fullmatch(source):
-        raise ImproperlyConfigured(f"{where}['source'] must be a slug (a-z, 0-9, '-'; up to 60)")
-    scheme = events.get("scheme", STANDARD_WEBHOOKS)
-    schemes.check_scheme(scheme, f"{where}['scheme']")
-    secret = events.get("secret", "")
-    legacy_secret = scheme == STANDARD_WEBHOOKS and isinstance(secret, str) and secret.startswith("whsec_")
-    if secret and not legacy_secret:
-        named.check_reference(secret, where=f"{where}['secret']")
-    tolerance = events.get("tolerance_seconds", schemes.DEFAULT_TOLERANCE_SECONDS)
-    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not 0 < tolerance <= 3600:
-        raise ImproperlyConfigured(
-            f"{where}['tolerance_seconds'] must be seconds, more than 0 and at most 3600"
-        )
-    if "fields" in events:
-        bodies.check_fields(events["fields"], f"{where}['fields']")
-    types = events.get("proving_types", [])
-    if not isinstance(types, list) or not all(isinstance(t, str) and t for t in types):
-        raise ImproperlyConfigured(f"{where}['proving_types'] must be a list of event types")
-    if "types" in events:
-        sent = events["types"]
-        if not isinstance(sent, list) or not sent or not all(isinstance(t, str) and t for t in sent):
-            raise ImproperlyConfigured(f"{where}['types'] must be a non-empty list of event types")
-        if set(types) - set(sent):
-            raise ImproperlyConfigured(f"{where}['proving_types'] must be among its 'types'")
 
 
 class GenericHttpAdapter(Adapter):
