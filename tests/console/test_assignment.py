@@ -21,7 +21,7 @@ from operations.services.resolution import intent_begin_compensation
 from reconciliation import resolution
 from reconciliation.duplicates import sweep_compensations
 from tests.console.conftest import make_unknown, seen, signed_in
-from tests.console.test_every_kind import GENERIC_HTTP, KINDS, UNKNOWN_ESCALATED, build
+from tests.console.test_every_kind import KINDS, UNKNOWN_ESCALATED, build, serve_every_kind
 from tests.factories import UserFactory, submit
 
 pytestmark = pytest.mark.django_db
@@ -334,7 +334,7 @@ def test_i16_4_assignment_renders_for_every_action_kind(
     kind: str, settings: Any, approver: Any, otto: Any
 ) -> None:
     # given: an escalated UNKNOWN intent of every kind, otto on it
-    settings.EFFECT_LEDGER_GENERIC_HTTP = GENERIC_HTTP
+    serve_every_kind(settings)
     settings.EFFECT_LEDGER_POLICIES = {action: {"approval": "never"} for action, _ in KINDS.values()}
     intent = build(kind, UNKNOWN_ESCALATED, settings=settings, approver=approver)
     intent_assign(intent_id=intent.id, user=otto)

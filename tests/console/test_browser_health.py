@@ -12,7 +12,7 @@ from django.utils import timezone
 from operations.models import OutboxMessage, WorkerHeartbeat
 from operations.services import periodic_job_record, worker_heartbeat_record
 from tests.console.browser_support import expect, pytestmark_browser, shot, sign_in
-from tests.console.test_every_kind import GENERIC_HTTP, KINDS
+from tests.console.test_every_kind import KINDS, serve_every_kind
 from tests.console.test_health import call
 from tests.factories import UserFactory
 
@@ -22,7 +22,7 @@ pytestmark = pytestmark_browser
 def test_i16_5_health_page_shows_every_signal_and_refreshes(page: Any, settings: Any) -> None:
     # given: a live worker and one gone, a due outbox row, the relay and reconciler run, and a
     # provider call of every kind
-    settings.EFFECT_LEDGER_GENERIC_HTTP = GENERIC_HTTP
+    serve_every_kind(settings)
     settings.EFFECT_LEDGER_POLICIES = {action: {"approval": "never"} for action, _ in KINDS.values()}
     for hostname in ("celery@web-1", "celery@web-2"):
         worker_heartbeat_record(

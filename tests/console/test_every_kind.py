@@ -134,6 +134,12 @@ def _fast_passwords(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+def serve_every_kind(settings: Any) -> None:
+    """Serve every kind's action: the generic HTTP ones, the Stripe declaration and SMTP."""
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {**GENERIC_HTTP, **STRIPE}
+    settings.EFFECT_LEDGER_SMTP = SMTP
+
+
 @pytest.fixture
 def every_kind(settings: Any) -> None:
     """Register the generic HTTP and SMTP actions; no action needs approval unless a test gates it.
@@ -141,8 +147,7 @@ def every_kind(settings: Any) -> None:
     ``get_adapter`` caches generic and SMTP adapters per configuration, so changing the setting
     here yields this configuration's adapters.
     """
-    settings.EFFECT_LEDGER_GENERIC_HTTP = {**GENERIC_HTTP, **STRIPE}
-    settings.EFFECT_LEDGER_SMTP = SMTP
+    serve_every_kind(settings)
     settings.EFFECT_LEDGER_POLICIES = {action: {"approval": "never"} for action, _ in KINDS.values()}
 
 

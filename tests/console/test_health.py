@@ -43,7 +43,7 @@ from operations.services import (
     worker_heartbeat_record,
 )
 from operations.tenant_access import EVERY_TENANT
-from tests.console.test_every_kind import GENERIC_HTTP, KINDS
+from tests.console.test_every_kind import KINDS, serve_every_kind
 from tests.factories import UserFactory, submit
 
 pytestmark = pytest.mark.django_db
@@ -309,7 +309,7 @@ def _claim(intent: Intent) -> Any:
 
 @pytest.fixture
 def every_kind(settings: Any) -> None:
-    settings.EFFECT_LEDGER_GENERIC_HTTP = GENERIC_HTTP
+    serve_every_kind(settings)
     settings.EFFECT_LEDGER_POLICIES = {action: {"approval": "never"} for action, _ in KINDS.values()}
 
 
@@ -345,6 +345,9 @@ def test_i16_5_provider_stats_per_kind_from_real_attempts(
     call("reservations.cancel", "failed", 0.3)
     call("generic-with-lookup", "succeeded", 0.4)
     call("generic-without-lookup", "unknown", 1.0)
+    call("smtp", "unknown", 2.0)
+    call("stripe", "succeeded", 0.6)
+    call("stripe.refund", "succeeded", 0.7)
     # an attempt of two hours ago is outside the window
     old = call("payments.charge", "succeeded", 1)
     Attempt.objects.filter(intent=old).update(started_at=Now() - timedelta(hours=2))
@@ -370,6 +373,8 @@ def test_i16_5_provider_stats_per_kind_from_real_attempts(
     assert (
         stats["acme.transfer"]["adapter"] == "generic HTTP"
         and stats["acme.notify"]["adapter"] == "generic HTTP"
+        and stats["stripe.charge"]["adapter"] == "generic HTTP"
+        and stats["mail.notify"]["adapter"] == "SMTP"
     )
     # levels: the charge's 3.85 s p95 is amber (its one definite refusal is not trouble);
     # email's 10 s unknown: red; refund green

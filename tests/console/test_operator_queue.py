@@ -19,7 +19,7 @@ from operations.services import intent_cancel
 from reconciliation.duplicates import record_duplicates, sweep_compensations
 from reconciliation.models import DuplicateFinding
 from tests.console.conftest import make_unknown, seen, unknown_with_effect
-from tests.console.test_every_kind import COMPENSABLE, GENERIC_HTTP, KINDS, build
+from tests.console.test_every_kind import COMPENSABLE, KINDS, build, serve_every_kind
 from tests.reconciliation.test_reconciliation import email
 
 pytestmark = pytest.mark.django_db
@@ -31,7 +31,7 @@ S = Intent.Status
 @pytest.fixture
 def kinds(settings: Any) -> None:
     """The generic HTTP actions registered; no action needs approval."""
-    settings.EFFECT_LEDGER_GENERIC_HTTP = GENERIC_HTTP
+    serve_every_kind(settings)
     settings.EFFECT_LEDGER_POLICIES = {action: {"approval": "never"} for action, _ in KINDS.values()}
 
 

@@ -351,9 +351,9 @@ def test_c21_finding_and_event_pages_render_for_every_provider_kind(
     full page and htmx partial (a page that renders for payments and 500s for email is the
     commonest bug)."""
     from reconciliation.models import ProviderEvent
-    from tests.console.test_every_kind import GENERIC_HTTP, KINDS
+    from tests.console.test_every_kind import KINDS, serve_every_kind
 
-    settings.EFFECT_LEDGER_GENERIC_HTTP = GENERIC_HTTP
+    serve_every_kind(settings)
     settings.EFFECT_LEDGER_POLICIES = {action: {"approval": "never"} for action, _ in KINDS.values()}
     pages = []
     for n, (kind, (action, arguments)) in enumerate(KINDS.items()):

@@ -16,7 +16,7 @@ from operations.models import Intent
 from reconciliation import resolution
 from reconciliation.lookups import record_lookup
 from reconciliation.timeline import LookupRun, TimelineEntry, group_lookups, intent_timeline, merge_steps
-from tests.console.test_every_kind import GENERIC_HTTP, KINDS, build
+from tests.console.test_every_kind import KINDS, build, serve_every_kind
 from tests.factories import UserFactory
 
 S = Intent.Status
@@ -120,7 +120,7 @@ def test_i16_6_a_reconciled_and_resolved_unknown_shows_each_step_once(
 ) -> None:
     # given: an UNKNOWN intent of every kind, looked up three times (inconclusive), then confirmed
     # by an operator
-    settings.EFFECT_LEDGER_GENERIC_HTTP = GENERIC_HTTP
+    serve_every_kind(settings)
     settings.EFFECT_LEDGER_POLICIES = {action: {"approval": "never"} for action, _ in KINDS.values()}
     intent = build(kind, S.UNKNOWN, settings=settings, approver=approver)
     for _ in range(3):
