@@ -15,6 +15,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from operations.adapters import contract_checks as checks
 from operations.adapters import event_bodies as bodies
 from operations.adapters import event_schemes as schemes
 from operations.adapters import secrets as named
@@ -25,8 +26,6 @@ from operations.json_pointer import is_pointer
 STANDARD_WEBHOOKS = "standard-webhooks"
 #: Fields a lookup's pointers may read from one item of the answer.
 LOOKUP_FIELDS = ("id", "status", "amount", "currency", "reference", "idempotency_key")
-#: Header names that carry credentials: their value must be a secret reference, never written.
-CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key", "api-key"})
 #: Seconds a lookup that is not authoritative is assumed to lag when the entry does not say.
 DEFAULT_LAG_SECONDS = 60.0
 #: The most a declared window may be: one day (a provider that lags longer has no usable lookup).
@@ -149,10 +148,57 @@ def _headers(where: str, value: Any) -> dict[str, str]:
         isinstance(k, str) and isinstance(v, str) for k, v in value.items()
     ):
         raise _fail(where, "must map header names to text")
-    for name, text in value.items():
-        if name.lower() in CREDENTIAL_HEADERS or text.startswith(("env:", "file:")):
-            named.check_reference(text, where=f"{where}[{name!r}]")
+    checks.check_headers(where, value)
     return dict(value)
+
+
+def _versions(where: str, value: Any) -> None:
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+    ):
+        raise _fail(where, "must be a list of integers >= 1")
+
+
+def _wire(where: str, entry: dict[str, Any], keys: Keys) -> None:
+    """The checks of what goes on the wire (``contract_checks``): URLs, headers, schema,
+    timeout, id field, versions and every template's placeholders."""
+    arguments = None
+    if "schema" in entry:
+        checks.check_schema(f"{where}['schema']", entry["schema"])
+        arguments = checks.declared_arguments(entry["schema"])
+    checks.check_url(f"{where}['url']", entry["url"])
+    checks.check_placeholders(f"{where}['url']", entry["url"], arguments)
+    if "body" in entry:
+        checks.check_placeholders(f"{where}['body']", entry["body"], arguments)
+    lookup: dict[str, Any] = entry["lookup"] if isinstance(entry.get("lookup"), dict) else {}
+    for name, url in (("lookup_url", entry.get("lookup_url")), ("lookup']['url", lookup.get("url"))):
+        if isinstance(url, str) and url:
+            checks.check_url(f"{where}['{name}']", url)
+            checks.check_placeholders(f"{where}['{name}']", url, arguments)
+    compensation = entry.get("compensation")
+    if isinstance(compensation, dict) and "arguments" in compensation:
+        checks.check_placeholders(
+            f"{where}['compensation']['arguments']",
+            compensation["arguments"],
+            arguments,
+            extra=("provider_reference",),
+        )
+    if keys.header:
+        checks.check_header(f"{where}['keys']['header']", keys.header, None)
+    for name in ("fence_header",):
+        if entry.get(name):
+            checks.check_header(f"{where}[{name!r}]", str(entry[name]), None)
+    auth = entry.get("auth")
+    if isinstance(auth, dict) and auth.get("scheme") == "header":
+        checks.check_header(f"{where}['auth']['header']", str(auth.get("header", "")), None)
+    if "timeout_seconds" in entry:
+        checks.check_timeout(f"{where}['timeout_seconds']", entry["timeout_seconds"])
+    if "id_field" in entry:
+        checks.check_id_field(f"{where}['id_field']", entry["id_field"])
+    if "versions" in entry:
+        _versions(f"{where}['versions']", entry["versions"])
 
 
 def _window(where: str, value: Any, default: float) -> float:
@@ -334,6 +380,7 @@ def parse_contract(action: str, entry: Any) -> Contract:
     if "statements" in entry:
         _check_statements(action, entry)
     keys = _keys(f"{where}['keys']", entry.get("keys"))
+    _wire(where, entry, keys)
     if entry.get("fence_header") and not keys.deduplicates:
         raise _fail(
             f"{where}['fence_header']", "needs a provider that deduplicates keys (a fence is per key)"

@@ -56,6 +56,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from operations.adapters import contract_checks as checks
 from operations.adapters import event_bodies as bodies
 from operations.adapters import event_schemes as schemes
 from operations.adapters import http_classifier as answers
@@ -208,14 +209,24 @@ class GenericHttpAdapter(Adapter):
 
         Raises:
             SecretUnavailable: a named secret cannot be read.
+            TerminalError: a secret cannot travel in a header (CR, LF, NUL, non-ASCII:
+                ``secret_unusable``); the message names the reference, never the value.
         """
+
+        def read(name: str, reference: str) -> str:
+            value = named.resolve(reference)
+            problem = checks.check_header_value(name, value, reference=reference)
+            if problem:
+                raise TerminalError(problem, detail={"code": "secret_unusable"})
+            return value
+
         headers = {
-            name: named.resolve(value) if value.startswith(("env:", "file:")) else value
+            name: read(name, value) if value.startswith(("env:", "file:")) else value
             for name, value in self.contract.headers.items()
         }
         auth = self.contract.auth
         if auth:
-            secret = named.resolve(auth["secret"])
+            secret = read(auth.get("header", "Authorization"), auth["secret"])
             if auth["scheme"] == "bearer":
                 headers["Authorization"] = f"Bearer {secret}"
             elif auth["scheme"] == "basic":
@@ -287,10 +298,9 @@ class GenericHttpAdapter(Adapter):
             return LookupResult(status=LookupStatus.UNSUPPORTED)
         try:
             headers = self._headers()
-        except named.SecretUnavailable as exc:
-            return LookupResult(
-                status=LookupStatus.INCONCLUSIVE, detail={"code": "secret_unavailable", "error": str(exc)}
-            )
+        except (named.SecretUnavailable, TerminalError) as exc:
+            code = "secret_unavailable" if isinstance(exc, named.SecretUnavailable) else "secret_unusable"
+            return LookupResult(status=LookupStatus.INCONCLUSIVE, detail={"code": code, "error": str(exc)})
         return read_lookup(
             self.contract.lookup, call, _values(call), headers=headers, deadline_seconds=self._timeout(call)
         )
@@ -330,19 +340,6 @@ def _values(call: ExecutionCall) -> dict[str, Any]:
     }
 
 
-def _versions(action: str, config: dict[str, Any]) -> tuple[int, ...]:
-    versions = config.get("versions", [1])
-    if (
-        not isinstance(versions, list | tuple)
-        or not versions
-        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in versions)
-    ):
-        raise ImproperlyConfigured(
-            f"EFFECT_LEDGER_GENERIC_HTTP[{action!r}]['versions'] must be a list of integers >= 1"
-        )
-    return tuple(versions)
-
-
 def _capabilities(contract: Contract, *, fences: bool) -> Capabilities:
     """What the engine and the reconciler read of a declared contract (``Capabilities``): keys
     honoured only where the provider deduplicates them; the lookup's kind and lag; listing by
@@ -378,7 +375,7 @@ def _adapter_for(action: str, config_json: str) -> GenericHttpAdapter:
             "contract": contract,
             "capabilities": _capabilities(contract, fences=bool(config.get("fence_header"))),
             "argument_schemas": {action: config.get("schema") or ANY_OBJECT_SCHEMA},
-            "versions": {action: _versions(action, config)},
+            "versions": {action: tuple(config.get("versions", [1]))},
             # The evidence source it declares (issue 19): ``events.source`` or ``statements.source``.
             "evidence_source": str(
                 (config.get("events") or {}).get("source")

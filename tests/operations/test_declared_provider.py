@@ -232,6 +232,57 @@ def test_an_entry_written_before_the_contract_means_what_it_meant(settings: Any)
         ({"url": "http://x.test", "test_mode": "yes"}, "['test_mode'] must be true or false"),
         ({"url": "http://x.test", "colour": "blue"}, "unknown fields ['colour']"),
         ({"url": ""}, "needs a 'url'"),
+        # what goes on the wire (found by a newcomer's try)
+        ({"url": "ftp://x.test/t"}, "['url'] must be an absolute http:// or https:// URL"),
+        ({"url": "/echo"}, "['url'] must be an absolute"),
+        ({"url": "http://{host}:8620/echo"}, "['url'] may hold placeholders in its path and query only"),
+        ({"url": "http://{user}@x.test/echo"}, "never in its host, port or user"),
+        ({"url": "http://x.test/{tickets"}, "['url'] has braces that are not a placeholder"),
+        ({"url": "http://x.test/t", "body": {"title": "{title|title}"}}, "['body'] has braces"),
+        (
+            {
+                "url": "http://x.test/t",
+                "schema": {"type": "object", "properties": {"a": {}}, "additionalProperties": False},
+                "body": {"a": "{nope}"},
+            },
+            "['body'] names ['nope']",
+        ),  # fmt: skip
+        ({"url": "http://x.test/t", "headers": {"X-Tenant": "acme\r\nX-Injected: 1"}}, "cannot carry"),
+        ({"url": "http://x.test/t", "headers": {"Bad Name": "v"}}, "is not a header name"),
+        (
+            {"url": "http://x.test/t", "headers": {"Host": "evil.test"}},
+            "names Host, which the transport writes",
+        ),
+        ({"url": "http://x.test/t", "headers": {"X-Auth-Token": "tok_live_123"}}, "must name a secret"),
+        ({"url": "http://x.test/t", "headers": {"Private-Token": "sk_live_123"}}, "must name a secret"),
+        (
+            {"url": "http://x.test/t", "keys": {"header": "Idem\nKey"}},
+            "['keys']['header'] is not a header name",
+        ),
+        (
+            {"url": "http://x.test/t", "timeout_seconds": "abc"},
+            "['timeout_seconds'] must be a number of seconds",
+        ),
+        ({"url": "http://x.test/t", "timeout_seconds": 0}, "['timeout_seconds'] must be"),
+        ({"url": "http://x.test/t", "timeout_seconds": True}, "['timeout_seconds'] must be"),
+        ({"url": "http://x.test/t", "timeout_seconds": 1e6}, "['timeout_seconds'] must be"),
+        ({"url": "http://x.test/t", "versions": []}, "['versions'] must be a list of integers"),
+        ({"url": "http://x.test/t", "versions": [0, "x"]}, "['versions'] must be"),
+        ({"url": "http://x.test/t", "id_field": "/data/id"}, "['id_field'] must be the name of a member"),
+        ({"url": "http://x.test/t", "schema": {"type": "nonsense"}}, "['schema'] is not a JSON Schema"),
+        ({"url": "http://x.test/t", "schema": "x"}, "['schema'] must be a JSON Schema object"),
+        (
+            {"url": "http://x.test/t", "lookup": {"url": "http://{host}/l"}},
+            "['lookup']['url'] may hold placeholders",
+        ),
+        (
+            {
+                "url": "http://x.test/t",
+                "schema": {"type": "object", "properties": {"a": {}}, "additionalProperties": False},
+                "compensation": {"action": "x.undo", "arguments": {"id": "{provider_reference}", "b": "{b}"}},
+            },
+            "['compensation']['arguments'] names ['b']",
+        ),  # fmt: skip
     ],
 )
 def test_i33_a_malformed_contract_is_refused_at_start_up_naming_action_and_field(
@@ -242,7 +293,7 @@ def test_i33_a_malformed_contract_is_refused_at_start_up_naming_action_and_field
         generic_http_config()
     assert "EFFECT_LEDGER_GENERIC_HTTP['acme.charge']" in str(raised.value)
     assert words in str(raised.value)
-    assert "sk_live_123" not in str(raised.value)  # a refused literal secret is never echoed
+    assert "sk_live_123" not in str(raised.value) and "tok_live_123" not in str(raised.value)  # never echoed
 
 
 # --- templates, form encoding, pointers --------------------------------------------------
@@ -524,3 +575,22 @@ def test_i33_a_malformed_declaration_file_stops_the_process_at_start_up(
     assert run.returncode != 0
     assert words in run.stderr
     assert "sk_live_1" not in run.stderr and "hunter2" not in run.stderr
+
+
+@pytest.mark.parametrize("secret", ["s\u00e9cret-\u00fcn\u00efcode", "abc\r\nX-Injected: 1"])
+def test_a_secret_that_cannot_travel_in_a_header_is_terminal_names_only_its_reference_and_sends_nothing(
+    settings: Any, recorder: Recorder, monkeypatch: pytest.MonkeyPatch, secret: str
+) -> None:
+    # given
+    monkeypatch.setenv("ACME_TEST_KEY", secret)
+    adapter = adapter_for(settings, stripe_like(recorder.url))
+    # when
+    with pytest.raises(TerminalError) as raised:
+        adapter.execute(call(CHARGE))
+    # then: FAILED-worthy, not UNKNOWN; the value is nowhere in what is recorded
+    assert raised.value.detail == {"code": "secret_unusable"}
+    assert "env:ACME_TEST_KEY" in str(raised.value) and secret not in str(raised.value)
+    assert "\u00fcn\u00efcode" not in str(raised.value) and "Injected" not in str(raised.value)
+    assert recorder.seen == []
+    looked = adapter.lookup(call(CHARGE))
+    assert looked.status == LookupStatus.INCONCLUSIVE and "Injected" not in str(looked.detail)
