@@ -46,6 +46,33 @@ def published_secret_check(app_configs: Any = None, **kwargs: Any) -> list[Check
     ]
 
 
+@register()
+def compensation_served_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every action's compensation names an action this deployment serves (issue 33): a declared
+    ``compensation.action`` misspelt would leave every undo refused at the worst moment."""
+    from operations.adapters.registry import capabilities_for, known_actions
+
+    try:
+        served = set(known_actions())
+    except Exception:  # noqa: BLE001 - a malformed configuration stops the process elsewhere
+        return []
+    errors: list[CheckMessage] = []
+    for action in sorted(served):
+        try:
+            undo = capabilities_for(action).compensation_action
+        except Exception:  # noqa: BLE001 - an adapter that cannot load is reported where it is used
+            continue
+        if undo and undo not in served:
+            errors.append(
+                Error(
+                    f"{action}'s compensation names {undo!r}, which this deployment does not serve",
+                    hint="declare that action too, or correct the compensation's action",
+                    id="operations.E005",
+                )
+            )
+    return errors
+
+
 @register(deploy=True)
 def sandbox_in_production_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``check --deploy``: the sandbox provider (a test double, with a published event secret)

@@ -30,6 +30,7 @@ from operations import metrics, services
 from operations.adapters.base import LookupStatus
 from operations.adapters.registry import capabilities_for
 from operations.calls import provider_lookup
+from operations.exceptions import ResolutionRefused
 from operations.models import ENDED_WITHOUT_EFFECT, Intent
 from reconciliation.attribution import attribute
 from reconciliation.models import DuplicateFinding, Evidence
@@ -55,6 +56,19 @@ class DuplicateCounts:
 def _kept_reference(intent: Intent, found: tuple[str, ...]) -> str:
     recorded = intent.outcomes.order_by("created_at").values_list("provider_reference", flat=True).first()
     return recorded or found[0]
+
+
+def _open_compensation(intent: Intent, reference: str) -> Intent | None:
+    """The compensation intent of duplicate ``reference``, or None when it cannot be opened (a
+    declared compensation whose action is not served or whose arguments are refused; logged):
+    the duplicate is then left open for operators, never dropped."""
+    try:
+        return services.intent_open_compensation(
+            original=intent, provider_reference=reference, principal="system:reconciler", cause="duplicate"
+        )
+    except ResolutionRefused as exc:
+        logger.warning("duplicate %s of intent %s left for operators: %s", reference, intent.id, exc)
+        return None
 
 
 def record_duplicates(*, intent: Intent, references: list[str], keep: str, ambiguous: str = "") -> int:
@@ -97,10 +111,8 @@ def record_duplicates(*, intent: Intent, references: list[str], keep: str, ambig
                 note=f"not compensated automatically: {ambiguous}"[:1000],
             )
             handling = "flagged"
-        elif compensation_action:
-            compensation = services.intent_open_compensation(
-                original=intent, provider_reference=ref, principal="system:reconciler", cause="duplicate"
-            )
+        elif compensation_action and (opened := _open_compensation(intent, ref)) is not None:
+            compensation = opened
             DuplicateFinding.objects.create(
                 intent=intent,
                 provider_reference=ref,
@@ -111,12 +123,17 @@ def record_duplicates(*, intent: Intent, references: list[str], keep: str, ambig
             )
             handling = "compensating"
         else:
+            why = (
+                f"its compensation {compensation_action} cannot be opened (see the intent's audit)"
+                if compensation_action
+                else f"{intent.action} has no compensation"
+            )
             DuplicateFinding.objects.create(
                 intent=intent,
                 provider_reference=ref,
                 kept_reference=keep,
                 state=DuplicateFinding.State.OPEN,
-                note=f"{intent.action} has no compensation: an operator must decide",
+                note=f"{why}: an operator must decide"[:1000],
             )
             handling = "flagged"
         services.intent_note_duplicate(

@@ -17,16 +17,17 @@ from django.db.models.functions import Now
 
 from operations import metrics
 from operations.adapters.registry import ActionUnavailable, capabilities_for, get_adapter, serving_problem
+from operations.adapters.templates import TemplateValueMissing
 from operations.audit import audit_append
 from operations.calls import lookup_settle_seconds
-from operations.exceptions import IntentMoved, ResendRefused, ResolutionRefused
+from operations.exceptions import IntentMoved, ResendRefused, ResolutionRefused, ValidationFailed
 from operations.models import ENDED_WITHOUT_EFFECT, Attempt, Intent, Outcome
 from operations.services.assignment import RELEASED as ASSIGNMENT_RELEASED
 from operations.services.assignment import refuse_if_assigned_elsewhere
 from operations.services.budget import resend_refusal
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.notifications import notification_escalated
-from operations.services.submission import intent_submit
+from operations.services.submission import SubmitResult, intent_submit
 from operations.services.transitions import transition, transition_or_raise
 from operations.services.webhooks import webhook_enqueue_escalation
 
@@ -233,7 +234,8 @@ def intent_open_compensation(
             them, minor units), so the compensation undoes what the provider holds.
 
     Raises:
-        ResolutionRefused: the action has no compensation.
+        ResolutionRefused: the action has no compensation, or its compensation cannot be built
+            (a template value missing) or opened (its action not served, its arguments refused).
     """
     try:
         action = capabilities_for(original.action).compensation_action
@@ -248,23 +250,57 @@ def intent_open_compensation(
         arguments = get_adapter(original.action).compensation_arguments(
             original.action, {**original.arguments, **(effect_arguments or {})}, provider_reference
         )
-    except NotImplementedError as exc:
+    except (NotImplementedError, TemplateValueMissing) as exc:
         raise ResolutionRefused(f"{original.action} cannot be compensated: {exc}") from exc
     suffix = f":{generation}" if generation else ""
-    result = intent_submit(
-        tenant=original.tenant,
-        principal=principal,
-        client_key=f"compensate:{original.id}:{provider_reference}"[: 255 - len(suffix)] + suffix,
-        action=action,
-        arguments=arguments,
-        reference=f"compensation:{original.id}",
-        metadata={"compensates": str(original.id), "provider_reference": provider_reference, "cause": cause},
-        compensates=original,
-        requested_by=requested_by,
-    )
+    try:
+        result = _submit_compensation(
+            original, principal, action, arguments, provider_reference, cause, requested_by, suffix
+        )
+    except ValidationFailed as exc:
+        # a declared compensation that names an action not served, or whose arguments its
+        # schema refuses (issue 33): nothing is opened, the operator is told why
+        raise ResolutionRefused(
+            f"{original.action}'s compensation {action} cannot be opened: {exc}. "
+            "Undo the effect at the provider yourself, then confirm it with its reference and say so in the reason."
+        ) from exc
     if result.created:
         metrics.COMPENSATIONS.labels(cause=cause).inc()
     return result.intent
+
+
+def _submit_compensation(
+    original: Intent,
+    principal: str,
+    action: str,
+    arguments: dict[str, Any],
+    provider_reference: str,
+    cause: str,
+    requested_by: User | None,
+    suffix: str,
+) -> SubmitResult:
+    """Submit the compensation intent (``intent_submit``'s result), in a savepoint so that a
+    refusal leaves the caller's transaction usable.
+
+    Raises:
+        ValidationFailed: its action is not served or its arguments fail the action's schema.
+    """
+    with transaction.atomic():
+        return intent_submit(
+            tenant=original.tenant,
+            principal=principal,
+            client_key=f"compensate:{original.id}:{provider_reference}"[: 255 - len(suffix)] + suffix,
+            action=action,
+            arguments=arguments,
+            reference=f"compensation:{original.id}",
+            metadata={
+                "compensates": str(original.id),
+                "provider_reference": provider_reference,
+                "cause": cause,
+            },
+            compensates=original,
+            requested_by=requested_by,
+        )
 
 
 def next_compensation_generation(*, original_id: uuid.UUID, provider_reference: str) -> int:

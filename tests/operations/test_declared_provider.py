@@ -594,3 +594,56 @@ def test_a_secret_that_cannot_travel_in_a_header_is_terminal_names_only_its_refe
     assert recorder.seen == []
     looked = adapter.lookup(call(CHARGE))
     assert looked.status == LookupStatus.INCONCLUSIVE and "Injected" not in str(looked.detail)
+
+
+# --- a compensation that cannot be built or opened is refused, never a 500 ----------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("compensation", "words"),
+    [
+        (
+            {"action": "acme.undo", "arguments": {"transfer": "{provider_reference}"}},
+            "does not serve|unknown action",
+        ),
+        ({"action": "acme.refund", "arguments": {"charge": "pre-{note}"}}, "names {note}"),
+        ({"action": "acme.refund", "arguments": {"charge": "{provider_reference}"}}, "amount"),
+    ],
+)
+def test_i33_a_compensation_that_cannot_be_opened_is_refused_and_changes_nothing(
+    settings: Any, compensation: dict[str, Any], words: str
+) -> None:
+    # given: an UNKNOWN transfer whose declared compensation is unknown, lacks a value, or
+    # builds arguments its action's schema refuses
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from operations.exceptions import ResolutionRefused
+    from operations.models import Intent
+    from reconciliation.resolution import resolve_compensate
+    from tests.console.conftest import make_unknown
+    from tests.factories import UserFactory
+
+    refund_schema = {"type": "object", "required": ["charge", "amount"],
+                     "properties": {"charge": {"type": "string"}, "amount": {"type": "integer"}}}  # fmt: skip
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {
+        "acme.charge": {"url": "http://127.0.0.1:9/c", "keys": "none", "compensation": compensation},
+        "acme.refund": {"url": "http://127.0.0.1:9/r", "schema": refund_schema},
+    }
+    settings.EFFECT_LEDGER_POLICIES = {
+        "acme.charge": {"approval": "never"},
+        "acme.refund": {"approval": "never"},
+    }
+    intent = make_unknown(action="acme.charge", arguments=CHARGE)
+    olga = UserFactory(username="olga", groups=["operator"])
+    # when
+    with pytest.raises(ResolutionRefused, match=words):
+        resolve_compensate(intent_id=intent.id, user=olga, reason="undo", provider_reference="ch_1")
+    # then: nothing changed, no compensation opened
+    intent.refresh_from_db()
+    assert intent.status == "UNKNOWN"
+    assert not Intent.objects.filter(action__in=["acme.refund", "acme.undo"]).exists()
+    if compensation["action"] == "acme.undo":
+        with pytest.raises(SystemCheckError, match="operations.E005"):
+            call_command("check")
