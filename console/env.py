@@ -7,14 +7,41 @@ testable without touching the process environment.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 
 def env_str(name: str, default: str = "", *, environ: Mapping[str, str] | None = None) -> str:
     """Return ``environ[name]`` or ``default`` when unset or empty."""
     return (os.environ if environ is None else environ).get(name) or default
+
+
+def env_json_file(name: str, *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The JSON object in the file the variable names (``{}`` when unset).
+
+    Raises:
+        ValueError: naming the variable and the file: it cannot be read, is not JSON (with the
+            line and column), or is not an object.
+    """
+    path = (os.environ if environ is None else environ).get(name)
+    if not path:
+        return {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{name}={path} cannot be read: {exc.__class__.__name__}: {exc}") from exc
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{name}={path} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from exc
+    if not isinstance(value, dict):
+        raise ValueError(f"{name}={path} must hold a JSON object of action -> declaration")
+    return value
 
 
 def env_int(

@@ -17,7 +17,7 @@ import dj_database_url
 from csp.constants import NONE, SELF
 
 from console.embedded import embedded_database_url
-from console.env import env_bool, env_float, env_int, env_list, env_str, security_settings
+from console.env import env_bool, env_float, env_int, env_json_file, env_list, env_str, security_settings
 from console.secret_key import resolve_secret_key
 from operations.adapters.secrets import PUBLISHED_SANDBOX_EVENTS_SECRET
 from operations.rates import rate_parse
@@ -342,17 +342,11 @@ EFFECT_LEDGER_PROVIDER_EVENT_SECRETS: dict[str, str] = json.loads(
     env_str("EFFECT_LEDGER_PROVIDER_EVENT_SECRETS") or "{}"
 )
 
-# Real providers behind the generic Idempotency-Key HTTP adapter: a JSON file mapping each
-# action to {"url", "lookup_url", "schema", "timeout_seconds", "headers", ...}
-# (see operations/adapters/generic_http.py).
-_generic_http_file = env_str("EFFECT_LEDGER_GENERIC_HTTP_FILE")
-EFFECT_LEDGER_GENERIC_HTTP: dict[str, Any] = (
-    json.loads(Path(_generic_http_file).read_text()) if _generic_http_file else {}
-)
-# Real mail relays behind the SMTP adapter: a JSON file mapping each action to {"host", "port",
-# "from", "starttls", "username": "env:NAME", ...} (see operations/adapters/smtp.py).
-_smtp_file = env_str("EFFECT_LEDGER_SMTP_FILE")
-EFFECT_LEDGER_SMTP: dict[str, Any] = json.loads(Path(_smtp_file).read_text()) if _smtp_file else {}
+# Real providers, declared not coded (docs/providers.md): a JSON file mapping each HTTP action
+# to its contract (operations/adapters/contract.py), and one mapping each mail action to its
+# SMTP relay (operations/adapters/smtp/). A file that cannot be read stops the process, naming it.
+EFFECT_LEDGER_GENERIC_HTTP: dict[str, Any] = env_json_file("EFFECT_LEDGER_GENERIC_HTTP_FILE")
+EFFECT_LEDGER_SMTP: dict[str, Any] = env_json_file("EFFECT_LEDGER_SMTP_FILE")
 
 EFFECT_LEDGER: dict[str, Any] = {
     # Seconds a worker's claim on an intent lasts; the provider deadline is shorter (see engine).
