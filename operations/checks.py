@@ -74,6 +74,35 @@ def compensation_served_check(app_configs: Any = None, **kwargs: Any) -> list[Ch
 
 
 @register(deploy=True)
+def named_secrets_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """``check --deploy``: every secret a provider declaration names (``env:NAME``,
+    ``file:PATH``) can be read in this process's environment; an unreadable one would fail
+    each of its intents at run time (issue 33). Names the reference, never a value."""
+    from operations.adapters import secrets as named
+
+    declared = {
+        **(getattr(settings, "EFFECT_LEDGER_GENERIC_HTTP", {}) or {}),
+        **(getattr(settings, "EFFECT_LEDGER_SMTP", {}) or {}),
+    }
+    warnings: list[CheckMessage] = []
+    stack: list[tuple[str, Any]] = list(declared.items())
+    while stack:
+        action, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((action, item) for item in value.values())
+        elif isinstance(value, str) and value.startswith(("env:", "file:")):
+            try:
+                named.resolve(value)
+            except Exception as exc:  # noqa: BLE001 - unset, unreadable or malformed: say so
+                warnings.append(
+                    Warning(
+                        f"{action}: {exc}", hint="set it in every process's environment", id="operations.W006"
+                    )
+                )
+    return warnings
+
+
+@register(deploy=True)
 def sandbox_in_production_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """``check --deploy``: the sandbox provider (a test double, with a published event secret)
     should not serve actions in a production deployment (issue 33 item 6)."""

@@ -153,3 +153,20 @@ def test_check_deploy_warns_when_the_sandbox_is_on(settings: Any, capsys: Any) -
     with pytest.raises(SystemCheckError) as raised:  # the test settings' HTTPS warnings remain
         call_command("check", "--deploy", "--fail-level", "WARNING")
     assert "operations.W005" not in str(raised.value)
+
+
+def test_check_deploy_names_a_declared_secret_that_cannot_be_read(settings: Any, monkeypatch: Any) -> None:
+    monkeypatch.delenv("ACME_KEY_FOR_CHECK", raising=False)
+    settings.EFFECT_LEDGER_GENERIC_HTTP = {
+        "acme.transfer": {
+            "url": "https://api.acme.test/t",
+            "auth": {"scheme": "bearer", "secret": "env:ACME_KEY_FOR_CHECK"},
+        }
+    }
+    with pytest.raises(SystemCheckError, match=r"operations.W006.*|env:ACME_KEY_FOR_CHECK") as raised:
+        call_command("check", "--deploy", "--fail-level", "WARNING")
+    assert "env:ACME_KEY_FOR_CHECK" in str(raised.value)
+    monkeypatch.setenv("ACME_KEY_FOR_CHECK", "sk_test_x")
+    with pytest.raises(SystemCheckError) as raised:  # the test settings' HTTPS warnings remain
+        call_command("check", "--deploy", "--fail-level", "WARNING")
+    assert "operations.W006" not in str(raised.value) and "sk_test_x" not in str(raised.value)
