@@ -6,7 +6,9 @@ adapters, a declared action with ``"test_mode": true``), and against nothing els
 
 1. one ``ExecutionCall`` with a fresh key (``probe-<uuid4>``), an intent id that names no intent,
    the given arguments and business reference, is executed twice (``Adapter.execute``) with the
-   same key: the same request sent again, as a same-key retry would send it;
+   same key: the same request sent again, as a same-key retry would send it. The reference is
+   the one given, else the arguments' ``reference``, else a fresh ``probe-<hex>``; when the
+   action's schema has a ``reference`` property, the arguments carry it too (``with_reference``);
 2. ``Adapter.lookup`` is asked once, right after (not when both requests failed: then the probe
    reports that neither made an effect, and nothing to declare);
 3. with ``event_wait_seconds``, the ledger's stored provider events (``ProviderEvent``, stored
@@ -327,6 +329,31 @@ def _wait_for_event(
         sleep(EVENT_POLL_SECONDS)
 
 
+def with_reference(
+    schema: dict[str, Any], arguments: dict[str, Any], reference: str
+) -> tuple[dict[str, Any], str]:
+    """The arguments and business reference the probe sends: ``reference`` (``--reference``),
+    else the arguments' ``reference``, else a fresh ``probe-<hex>``; when ``schema`` has a
+    ``reference`` property and the arguments lack one, the arguments carry it too (a declared
+    action's template or lookup may read either).
+
+    Raises:
+        ProbeRefused: ``reference`` and the arguments' ``reference`` differ.
+    """
+    given = arguments.get("reference")
+    if reference and given is not None and given != reference:
+        raise ProbeRefused(
+            f"--reference {reference!r} and the arguments' reference {given!r} differ; give one of them"
+        )
+    if not reference and isinstance(given, str) and given:
+        reference = given
+    reference = reference or f"probe-{uuid.uuid4().hex[:12]}"
+    properties = schema.get("properties")
+    if given is None and isinstance(properties, dict) and "reference" in properties:
+        arguments = {**arguments, "reference": reference}
+    return arguments, reference
+
+
 def probe_action(
     *,
     action: str,
@@ -339,7 +366,9 @@ def probe_action(
 
     Args:
         arguments: the action's arguments (its schema's; money in minor units).
-        reference: the business reference sent; "" → a fresh ``probe-<hex>``.
+        reference: the business reference sent; "" → the arguments' ``reference``, else a fresh
+            ``probe-<hex>``; put into the arguments too when the schema has ``reference``
+            (``with_reference``).
         event_wait_seconds: how long to wait for a stored event about the effect (0: not asked).
 
     Returns:
@@ -349,7 +378,8 @@ def probe_action(
 
     Raises:
         ProbeRefused: the action is not served, its adapter is not a test endpoint
-            (``Adapter.test_endpoint``), or the arguments fail its schema. Nothing is sent.
+            (``Adapter.test_endpoint``), the arguments fail its schema, or ``reference`` and the
+            arguments' differ. Nothing is sent.
     """
     try:
         adapter = get_adapter(action)
@@ -361,6 +391,7 @@ def probe_action(
             'effects. Declare its provider\'s test mode as its own action with "test_mode": true and probe that.'
         )
     version = max(adapter.versions_for(action))
+    arguments, reference = with_reference(adapter.argument_schema_for(action, version), arguments, reference)
     try:
         adapter.validate(action, arguments, version=version)
     except ArgumentsInvalid as exc:
@@ -374,7 +405,7 @@ def probe_action(
         fence=1,
         attempt_no=1,
         deadline_seconds=float(settings.EFFECT_LEDGER["PROVIDER_TIMEOUT_SECONDS"]),
-        reference=reference or f"probe-{uuid.uuid4().hex[:12]}",
+        reference=reference,
     )
     key_sent = not isinstance(adapter, GenericHttpAdapter) or bool(adapter.contract.keys.header)
     since = timezone.now()

@@ -317,6 +317,37 @@ TICKET = {"title": "Printer on fire", "customer": "cus_9"}
 
 
 @pytest.mark.django_db
+def test_the_reference_option_goes_into_arguments_whose_schema_has_one(crm: FakeCrm, settings: Any) -> None:
+    # given: the CRM of docs/providers.md §5, whose schema requires arguments.reference
+    settings.EFFECT_LEDGER_GENERIC_HTTP = crm.declaration()
+    # when
+    text, declare = probe("crm.create_ticket", TICKET, reference="probe-crm-1")
+    # then: the reference was sent in the body and looked up by
+    assert [body["external_ref"] for body in crm.posted()] == ["probe-crm-1"] * 2
+    assert "reference probe-crm-1" in text
+    assert "key: no key was sent (keys none); two requests made two effects (t-1, t-2)" in text
+    assert "lookup right after the effect: found (2 for the key: t-1, t-2)" in text
+    assert declare["keys"] == "none"
+
+
+@pytest.mark.django_db
+def test_a_reference_in_the_arguments_is_the_calls_reference(crm: FakeCrm, settings: Any) -> None:
+    settings.EFFECT_LEDGER_GENERIC_HTTP = crm.declaration()
+    text, _ = probe("crm.create_ticket", {**TICKET, "reference": "crm-7"})
+    assert [body["external_ref"] for body in crm.posted()] == ["crm-7"] * 2
+    assert [seen["query"] for seen in crm.seen if seen["method"] == "GET"] == [{"external_ref": "crm-7"}]
+    assert "reference crm-7" in text
+
+
+@pytest.mark.django_db
+def test_two_different_references_are_refused_and_nothing_is_sent(crm: FakeCrm, settings: Any) -> None:
+    settings.EFFECT_LEDGER_GENERIC_HTTP = crm.declaration()
+    with pytest.raises(CommandError, match="differ"):
+        probe("crm.create_ticket", {**TICKET, "reference": "crm-7"}, reference="crm-8")
+    assert crm.seen == []
+
+
+@pytest.mark.django_db
 def test_without_keys_and_without_an_id_the_probe_says_no_key_was_sent(crm: FakeCrm, settings: Any) -> None:
     # given: an API without keys whose answers carry no id, and no lookup
     crm.id_in_answer = False

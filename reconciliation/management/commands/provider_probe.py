@@ -25,6 +25,13 @@ What it does, with a fresh key (probe-<uuid>) and the --arguments given:
   3. with --event-wait, watches the ledger's stored provider events (stored only once their
      signature verified) for one about the key, the reference or the provider's ids.
 
+The business reference it sends:
+  --reference REF if given; else the "reference" in --arguments; else a fresh probe-<hex>.
+  When the action's schema has a "reference" property (a declared action that sends it, as
+  docs/providers.md section 5's ticket API does), the arguments carry that same reference too.
+  A --reference that differs from the "reference" in --arguments is refused; nothing is sent.
+  The lookup and the event wait look for it as well as for the key.
+
 What it reports:
   key:    "deduplicates <header>" (the second request was answered with the first effect,
           or the lookup lists one effect for the key), "does not deduplicate <header>" (two
@@ -50,6 +57,11 @@ Example, with docs/providers/stripe.json copied, "test_mode": true added to stri
 and STRIPE_SECRET_KEY a test-mode key (sk_test_...):
   manage.py provider_probe stripe.charge --event-wait 10 \\
       --arguments '{"amount": 1200, "currency": "EUR", "customer": "cus_123"}'
+
+Example, a ticket API whose schema requires "reference" (docs/providers.md section 5), marked
+"test_mode": true; the reference is sent in the body and looked up by:
+  manage.py provider_probe crm.create_ticket --reference probe-crm-1 \\
+      --arguments '{"title": "Probe", "customer": "cus_123"}'
 """
 
 
@@ -70,7 +82,12 @@ class Command(BaseCommand):
             help="the action's arguments as a JSON object (its schema's; money in minor units)",
         )
         parser.add_argument(
-            "--reference", default="", help="the business reference to send (default: a fresh probe-<hex>)"
+            "--reference",
+            default="",
+            help=(
+                "the business reference to send, also as arguments.reference when the action's schema "
+                'has one (default: the "reference" in --arguments, else a fresh probe-<hex>)'
+            ),
         )
         parser.add_argument(
             "--event-wait",
