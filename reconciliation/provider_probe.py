@@ -6,16 +6,21 @@ adapters, a declared action with ``"test_mode": true``), and against nothing els
 
 1. one ``ExecutionCall`` with a fresh key (``probe-<uuid4>``), an intent id that names no intent,
    the given arguments and business reference, is executed twice (``Adapter.execute``) with the
-   same key: the same request sent again, as a same-key retry would send it;
-2. ``Adapter.lookup`` is asked once, right after;
+   same key: the same request sent again, as a same-key retry would send it. The reference is
+   the one given, else the arguments' ``reference``, else a fresh ``probe-<hex>``; when the
+   action's schema has a ``reference`` property, the arguments carry it too (``with_reference``);
+2. ``Adapter.lookup`` is asked once, right after (not when both requests failed: then the probe
+   reports that neither made an effect, and nothing to declare);
 3. with ``event_wait_seconds``, the ledger's stored provider events (``ProviderEvent``, stored
    only once their signature verified) are polled for one about the key, the reference or an id
    the provider answered.
 
 The verdict on the key: two different provider references, or a lookup that lists two effects
-for the key, → "does not deduplicate"; the same reference twice (the provider gave an id), or a
-lookup that lists one effect, → "deduplicates"; a failed request, or id-less answers without a
-lookup that counts, → inconclusive. The probe reads and writes no intent; the effects it makes
+for the key, → "does not deduplicate"; the same reference twice (the provider gave an id of its
+own), or a lookup that lists one effect, → "deduplicates"; a failed request, or answers whose
+only id is our key or made from it (an email's Message-ID ``<KEY@effect-ledger.local>``)
+without a lookup that counts, → cannot tell. A declared action with ``"keys": "none"`` sends no
+key: the probe says so rather than judge a key it did not send. The probe reads and writes no intent; the effects it makes
 at the test endpoint stay there (two charges at a provider that ignores keys).
 """
 
@@ -37,6 +42,7 @@ from django.utils import timezone
 from operations.adapters.base import (
     Adapter,
     AdapterError,
+    AmbiguousOutcome,
     ArgumentsInvalid,
     ExecutionCall,
     LookupKind,
@@ -46,7 +52,7 @@ from operations.adapters.base import (
 from operations.adapters.contract import DEFAULT_LAG_SECONDS
 from operations.adapters.events import EventInvalid
 from operations.adapters.generic_http import GenericHttpAdapter
-from operations.adapters.registry import ActionUnavailable, get_adapter
+from operations.adapters.registry import ActionUnavailable, adapter_label, get_adapter
 from reconciliation.models import ProviderEvent
 
 #: Seconds between two reads of the stored events while waiting for one.
@@ -69,11 +75,13 @@ class ProbeRefused(Exception):
 
 @dataclass(frozen=True)
 class Sent:
-    """One of the two requests: the provider's reference for the effect, or the error raised."""
+    """One of the two requests: the provider's reference for the effect, or the error raised
+    (``ambiguous``: an ``AmbiguousOutcome``, which may have left an effect)."""
 
     reference: str = ""
     replayed: bool = False
     error: str = ""
+    ambiguous: bool = False
 
     def describe(self) -> str:
         if self.error:
@@ -87,6 +95,9 @@ class ProbeReport:
 
     Attributes:
         key_label: the header our key went in (``Idempotency-Key``), or how the adapter sends it.
+        key_sent: False for a declared action with ``"keys": "none"`` (no key was sent).
+        adapter: the adapter's name for people (``registry.adapter_label``): only a
+            ``generic HTTP`` action's capabilities are declared in a setting.
         deduplicates: True / False, None when the probe cannot tell (``why`` says why).
         lookup: one of ``LOOKUP_VERDICTS``' values.
         lookup_references: the effects the lookup listed for the key.
@@ -107,37 +118,72 @@ class ProbeReport:
     lookup_detail: dict[str, Any] = field(default_factory=dict)
     events: str = "not asked (--event-wait SECONDS)"
     declare: dict[str, Any] = field(default_factory=dict)
+    key_sent: bool = True
+    adapter: str = "generic HTTP"
+
+    @property
+    def made_effect(self) -> bool:
+        """False when both requests failed: nothing was measured and nothing is to be declared."""
+        return not (self.first.error and self.second.error)
 
     @property
     def verdict(self) -> str:
-        """``deduplicates <header>``, ``does not deduplicate <header>`` or ``inconclusive ...``."""
+        """``deduplicates <header>``, ``does not deduplicate <header>``, ``cannot tell ...`` or
+        ``no key was sent (keys none)``."""
+        if not self.key_sent:
+            return "no key was sent (keys none)"
         if self.deduplicates is None:
-            return f"inconclusive about {self.key_label}"
+            return f"cannot tell whether the provider deduplicates {self.key_label}"
         return f"{'deduplicates' if self.deduplicates else 'does not deduplicate'} {self.key_label}"
 
     def lines(self) -> list[str]:
-        """The report as text lines, the declaration last (indented JSON)."""
+        """The report as text lines, the capabilities last (indented JSON); without them when
+        neither request made an effect (``made_effect``)."""
+        head = [
+            f"provider_probe {self.action}: key {self.idempotency_key}, reference {self.reference}",
+            f"  request 1: {self.first.describe()}",
+            f"  request 2, same key: {self.second.describe()}",
+        ]
+        if not self.made_effect:
+            return [*head, f"  {self.failure()}"]
         listed = ", ".join(self.lookup_references)
         found = f" ({len(self.lookup_references)} for the key: {listed})" if listed else ""
         if self.lookup == "inconclusive":  # what the provider answered, to fix the declaration
             found = f" ({json.dumps(self.lookup_detail, sort_keys=True, default=str)[:300]})"
+        if self.adapter == "generic HTTP":
+            title = f"Capabilities to declare (EFFECT_LEDGER_GENERIC_HTTP[{self.action!r}]):"
+        else:
+            title = (
+                f"Capabilities measured (the {self.adapter} adapter's are set in its code; "
+                "no setting declares them):"
+            )
         return [
-            f"provider_probe {self.action}: key {self.idempotency_key}, reference {self.reference}",
-            f"  request 1: {self.first.describe()}",
-            f"  request 2, same key: {self.second.describe()}",
-            f"  key: {self.verdict}: {self.why}",
+            *head,
+            f"  key: {self.verdict}{'; ' if not self.key_sent else ': '}{self.why}",
             f"  lookup right after the effect: {self.lookup}{found}",
             f"  event: {self.events}",
-            f"Capabilities to declare (EFFECT_LEDGER_GENERIC_HTTP[{self.action!r}]):",
+            title,
             json.dumps(self.declare, indent=2, sort_keys=True),
         ]
+
+    def failure(self) -> str:
+        """Why nothing was measured (``made_effect`` False): both requests failed."""
+        maybe = (
+            " (an ambiguous failure may still have left one at the test endpoint)"
+            if self.first.ambiguous or self.second.ambiguous
+            else ""
+        )
+        return (
+            f"neither request made an effect{maybe}: both failed, so nothing was measured and there "
+            "are no capabilities to declare; fix the arguments or the endpoint and probe again"
+        )
 
 
 def _send(adapter: Adapter, call: ExecutionCall) -> Sent:
     try:
         result = adapter.execute(call)
     except AdapterError as exc:
-        return Sent(error=f"{type(exc).__name__}: {exc}"[:300])
+        return Sent(error=f"{type(exc).__name__}: {exc}"[:300], ambiguous=isinstance(exc, AmbiguousOutcome))
     return Sent(reference=result.provider_reference, replayed=result.replayed)
 
 
@@ -147,27 +193,47 @@ def _key_label(adapter: Adapter) -> str:
     return "its idempotency key"
 
 
-def key_verdict(first: Sent, second: Sent, found: LookupResult, key: str) -> tuple[bool | None, str]:
+def key_verdict(
+    first: Sent, second: Sent, found: LookupResult, key: str, *, key_sent: bool = True
+) -> tuple[bool | None, str]:
     """Whether the provider deduplicated the repeated key, and why (module docstring).
 
     Args:
         first, second: the two requests under one key.
         found: the lookup right after; its references count the effects for the key.
-        key: the key sent (an adapter whose answer has no id reports the key as the reference).
+        key: our key (an adapter whose answer has no id reports the key as the reference; an
+            email's reference may be its Message-ID, made from the key: neither is the
+            provider's own id, so neither shows that the provider answered with a first effect).
+        key_sent: False when no key was sent (``"keys": "none"``): the provider cannot have
+            deduplicated a key, so the answer is False (two effects) or None.
     """
     listed = len(set(found.provider_references)) if found.status == LookupStatus.FOUND else None
     answered = not first.error and not second.error
+    one = "one key" if key_sent else "two requests"
     if answered and first.reference != second.reference:
-        return False, f"two requests with one key made two effects ({first.reference}, {second.reference})"
+        made = f"two requests{' with one key' if key_sent else ''} made two effects"
+        return False, f"{made} ({first.reference}, {second.reference})"
     if listed is not None and listed >= 2:
-        return False, f"the lookup lists {listed} effects for the one key"
+        return False, f"the lookup lists {listed} effects for the {one}"
     if not answered:
         return None, f"a request failed ({first.error or second.error})"
-    if first.reference != key:
-        return True, f"the repeated request was answered with the first effect, {first.reference}"
+    providers_id = first.reference and key not in first.reference
+    if providers_id:
+        answered_first = f"the repeated request was answered with the first effect, {first.reference}"
+        if key_sent:
+            return True, answered_first
+        return None, f"{answered_first}, although no key was sent (it matches requests on something else)"
     if listed == 1:
-        return True, "the lookup lists one effect for the key"
-    return None, "the answers carry no id and the lookup cannot count the effects"
+        if key_sent:
+            return True, "the lookup lists one effect for the key"
+        return None, "the lookup lists one effect for two requests, although no key was sent"
+    if first.reference == key or not first.reference:
+        ids = "the answers carry no id"
+    else:
+        ids = f"the answers carry only an id made from our key ({first.reference}), not one of the provider's own"
+    if found.status == LookupStatus.UNSUPPORTED:
+        return None, f"{ids}; the action has no lookup to count the effects"
+    return None, f"{ids}; the lookup right after could not count the effects"
 
 
 def _declared_lookup(adapter: Adapter, action: str, lookup: str) -> dict[str, Any] | None:
@@ -263,6 +329,31 @@ def _wait_for_event(
         sleep(EVENT_POLL_SECONDS)
 
 
+def with_reference(
+    schema: dict[str, Any], arguments: dict[str, Any], reference: str
+) -> tuple[dict[str, Any], str]:
+    """The arguments and business reference the probe sends: ``reference`` (``--reference``),
+    else the arguments' ``reference``, else a fresh ``probe-<hex>``; when ``schema`` has a
+    ``reference`` property and the arguments lack one, the arguments carry it too (a declared
+    action's template or lookup may read either).
+
+    Raises:
+        ProbeRefused: ``reference`` and the arguments' ``reference`` differ.
+    """
+    given = arguments.get("reference")
+    if reference and given is not None and given != reference:
+        raise ProbeRefused(
+            f"--reference {reference!r} and the arguments' reference {given!r} differ; give one of them"
+        )
+    if not reference and isinstance(given, str) and given:
+        reference = given
+    reference = reference or f"probe-{uuid.uuid4().hex[:12]}"
+    properties = schema.get("properties")
+    if given is None and isinstance(properties, dict) and "reference" in properties:
+        arguments = {**arguments, "reference": reference}
+    return arguments, reference
+
+
 def probe_action(
     *,
     action: str,
@@ -275,15 +366,20 @@ def probe_action(
 
     Args:
         arguments: the action's arguments (its schema's; money in minor units).
-        reference: the business reference sent; "" → a fresh ``probe-<hex>``.
+        reference: the business reference sent; "" → the arguments' ``reference``, else a fresh
+            ``probe-<hex>``; put into the arguments too when the schema has ``reference``
+            (``with_reference``).
         event_wait_seconds: how long to wait for a stored event about the effect (0: not asked).
 
     Returns:
-        the ``ProbeReport``. Each request's deadline is ``EFFECT_LEDGER["PROVIDER_TIMEOUT_SECONDS"]``.
+        the ``ProbeReport`` (``made_effect`` False when both requests failed: then no lookup was
+        asked and no event awaited). Each request's deadline is
+        ``EFFECT_LEDGER["PROVIDER_TIMEOUT_SECONDS"]``.
 
     Raises:
         ProbeRefused: the action is not served, its adapter is not a test endpoint
-            (``Adapter.test_endpoint``), or the arguments fail its schema. Nothing is sent.
+            (``Adapter.test_endpoint``), the arguments fail its schema, or ``reference`` and the
+            arguments' differ. Nothing is sent.
     """
     try:
         adapter = get_adapter(action)
@@ -295,6 +391,7 @@ def probe_action(
             'effects. Declare its provider\'s test mode as its own action with "test_mode": true and probe that.'
         )
     version = max(adapter.versions_for(action))
+    arguments, reference = with_reference(adapter.argument_schema_for(action, version), arguments, reference)
     try:
         adapter.validate(action, arguments, version=version)
     except ArgumentsInvalid as exc:
@@ -308,22 +405,33 @@ def probe_action(
         fence=1,
         attempt_no=1,
         deadline_seconds=float(settings.EFFECT_LEDGER["PROVIDER_TIMEOUT_SECONDS"]),
-        reference=reference or f"probe-{uuid.uuid4().hex[:12]}",
+        reference=reference,
     )
+    key_sent = not isinstance(adapter, GenericHttpAdapter) or bool(adapter.contract.keys.header)
     since = timezone.now()
     first = _send(adapter, call)
     second = _send(adapter, dataclasses.replace(call, attempt_no=2))
-    found = adapter.lookup(call)
-    deduplicates, why = key_verdict(first, second, found, call.idempotency_key)
-    lookup = LOOKUP_VERDICTS[found.status]
-    references = [call.reference, first.reference, second.reference, *found.provider_references]
-    return ProbeReport(
+    report = ProbeReport(
         action=action,
         idempotency_key=call.idempotency_key,
         reference=call.reference,
         key_label=_key_label(adapter),
         first=first,
         second=second,
+        deduplicates=None,
+        why="",
+        lookup="not asked",
+        key_sent=key_sent,
+        adapter=adapter_label(action),
+    )
+    if not report.made_effect:
+        return report
+    found = adapter.lookup(call)
+    deduplicates, why = key_verdict(first, second, found, call.idempotency_key, key_sent=key_sent)
+    lookup = LOOKUP_VERDICTS[found.status]
+    references = [call.reference, first.reference, second.reference, *found.provider_references]
+    return dataclasses.replace(
+        report,
         deduplicates=deduplicates,
         why=why,
         lookup=lookup,

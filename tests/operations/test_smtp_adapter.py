@@ -6,6 +6,7 @@ final reply leaves the intent UNKNOWN for a person, never sent again on its own.
 
 from __future__ import annotations
 
+import json
 import ssl
 import uuid
 from collections.abc import Iterator
@@ -29,8 +30,9 @@ from operations.adapters.base import (
 from operations.adapters.events import key_from_message_id, message_id_for
 from operations.adapters.registry import adapter_label, capabilities_for, get_adapter, known_actions
 from operations.adapters.smtp import SmtpEmailAdapter, queue_id, smtp_adapter, smtp_config
+from operations.adapters.smtp import adapter as smtp_adapter_module
 from operations.engine import execute_intent
-from operations.exceptions import ResolutionRefused
+from operations.exceptions import ResolutionRefused, ValidationFailed
 from operations.models import Intent
 from operations.tenant_access import EVERY_TENANT
 from reconciliation.models import Evidence
@@ -269,8 +271,103 @@ def test_header_injection_is_refused(
     # ... and again before sending, were a row to hold it
     with pytest.raises(TerminalError) as raised:
         smtp.execute(call(arguments))
-    assert raised.value.detail["code"] in {"header_injection", "invalid_address"}
+    assert raised.value.detail["code"] in {"unsafe_header", "invalid_address"}
     assert mail_server.received == []
+
+
+#: CVE-2024-6923: an RFC 2047 encoded word that decodes to CR LF, which Python before 3.11.10 /
+#: 3.12.5 folds into real new lines: a Reply-To, a Content-Type and an HTML body injected.
+CVE_SUBJECT = (
+    "=?utf-8?q?Invoice=0D=0AReply-To:_attacker=40evil.example=0D=0AContent-Type:_text/html"
+    '=0D=0A=0D=0A<a_href=3D"http://evil.example">Pay_here</a>?='
+)
+UNSAFE_HEADERS = [
+    {**EMAIL, "subject": CVE_SUBJECT},
+    {**EMAIL, "subject": "Invoice =?utf-8?b?DQpCY2M6IGV2ZUBleGFtcGxlLnRlc3Q=?="},
+    {**EMAIL, "to": "=?utf-8?q?a=0D=0ABcc:_eve=40x.test?=@example.test"},
+    *(
+        {**EMAIL, "subject": f"Hello{char}Bcc: eve@example.test"}
+        for char in "\x00\x0b\x0c\x1c\x85\u2028\u2029"
+    ),
+]
+
+
+@pytest.mark.parametrize("arguments", UNSAFE_HEADERS)
+def test_line_breaks_controls_and_encoded_words_are_refused_in_headers(
+    settings: Any, mail_server: MailServer, arguments: dict[str, Any]
+) -> None:
+    smtp = adapter(settings, mail_server.entry())
+    # at submission (the schema) ...
+    with pytest.raises(ArgumentsInvalid):
+        smtp.validate(ACTION, arguments)
+    # ... and again before connecting, were a row to hold it: a refusal, never an unexpected
+    # exception (the engine would record that as an ambiguous outcome)
+    with pytest.raises(TerminalError) as raised:
+        smtp.execute(call(arguments))
+    assert raised.value.detail["code"] == "unsafe_header"
+    assert mail_server.received == [] and mail_server.handler.connections == 0
+
+
+@pytest.mark.django_db
+def test_the_cve_2024_6923_subject_is_refused_at_submission(ledger_mail: MailServer, api: Any) -> None:
+    # given / when: through the service
+    with pytest.raises(ValidationFailed) as raised:
+        submit(action=ACTION, arguments={**EMAIL, "subject": CVE_SUBJECT})
+    # then
+    assert "subject" in str(raised.value.__dict__)
+    # and through the API: 422
+    response = api.post(
+        "/api/v1/intents",
+        data=json.dumps({"action": ACTION, "arguments": {**EMAIL, "subject": CVE_SUBJECT}}),
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="cve-1",
+    )
+    assert response.status_code == 422, response.content
+    assert not Intent.objects.exists() and ledger_mail.received == []
+
+
+def test_a_message_that_does_not_read_back_as_built_is_not_sent(
+    settings: Any, mail_server: MailServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: the header check before building is gone (the defence behind it must hold alone)
+    smtp = adapter(settings, mail_server.entry())
+    monkeypatch.setattr(smtp_adapter_module, "unsafe_header", lambda value: False)
+    # when
+    with pytest.raises(TerminalError) as raised:
+        smtp.execute(call({**EMAIL, "subject": CVE_SUBJECT}))
+    # then: the message, serialised as it would be sent and parsed back, has headers we did not
+    # set and another body: refused, nothing sent
+    assert raised.value.detail["code"] == "unsafe_message"
+    assert "Reply-To" in str(raised.value)
+    assert mail_server.received == [] and mail_server.handler.connections == 0
+
+
+def test_an_unexpected_error_while_building_the_message_is_a_refusal(
+    settings: Any, mail_server: MailServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    smtp = adapter(settings, mail_server.entry())
+
+    def broken(key: str) -> str:
+        raise ValueError("boom")
+
+    monkeypatch.setattr(smtp_adapter_module, "message_id_for", broken)
+    with pytest.raises(TerminalError) as raised:
+        smtp.execute(call())
+    assert raised.value.detail["code"] == "unbuildable_message"
+    assert mail_server.received == [] and mail_server.handler.connections == 0
+
+
+@pytest.mark.parametrize(
+    "subject", [" Leading space", "Two  spaces\tand a tab ", "Reçu =? n° 42".replace("=?", "= ?"), "é" * 500]
+)
+def test_ordinary_subjects_still_read_back_and_are_sent(
+    settings: Any, mail_server: MailServer, subject: str
+) -> None:
+    smtp = adapter(settings, mail_server.entry())
+    smtp.validate(ACTION, {**EMAIL, "subject": subject})
+    smtp.execute(call({**EMAIL, "subject": subject}))
+    [received] = mail_server.received
+    assert received.message["Subject"] == subject.lstrip()
 
 
 def test_capabilities_lookup_and_preview(settings: Any, mail_server: MailServer) -> None:

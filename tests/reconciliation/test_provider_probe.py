@@ -6,8 +6,13 @@ as a test endpoint, before anything is sent, and it never creates an intent."""
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import StringIO
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -17,6 +22,7 @@ from operations.models import Intent
 from reconciliation.models import ProviderEvent
 from reconciliation.provider_probe import Sent, key_verdict
 from tests.support.fake_provider import FakeProvider
+from tests.support.smtp_server import running_mail_server
 from tests.support.stripe_server import LocalStripe, stripe_declaration
 
 
@@ -124,6 +130,7 @@ def test_the_probe_refuses_arguments_its_schema_refuses_and_unknown_actions(sand
 FOUND_TWO = LookupResult(status=LookupStatus.FOUND, provider_references=("ch_1", "ch_2"))
 FOUND_ONE = LookupResult(status=LookupStatus.FOUND, provider_references=("ch_1",))
 NOT_YET = LookupResult(status=LookupStatus.NOT_FOUND_YET)
+NO_LOOKUP = LookupResult(status=LookupStatus.UNSUPPORTED)
 
 
 @pytest.mark.parametrize(
@@ -136,6 +143,9 @@ NOT_YET = LookupResult(status=LookupStatus.NOT_FOUND_YET)
         (Sent("k"), Sent("k"), NOT_YET, None),  # id-less answers, nothing to count
         (Sent("ch_1"), Sent(error="AmbiguousOutcome: 502"), FOUND_ONE, None),  # a request failed
         (Sent("ch_1"), Sent(error="AmbiguousOutcome: 502"), FOUND_TWO, False),
+        # an id made from our key (an email's Message-ID) is not the provider's own
+        (Sent("<k@effect-ledger.local>"), Sent("<k@effect-ledger.local>"), NO_LOOKUP, None),
+        (Sent("<k@effect-ledger.local>"), Sent("<k@effect-ledger.local>"), FOUND_ONE, True),
     ],
 )
 def test_the_key_verdict(first: Sent, second: Sent, found: LookupResult, expected: bool | None) -> None:
@@ -154,3 +164,198 @@ def test_an_adapter_in_code_without_keys_is_declared_as_having_none() -> None:
         "header": "Idempotency-Key",
         "deduplicates": True,
     }
+
+
+# --- an SMTP relay: our key is in the Message-ID, not the relay's answer ----------------------
+
+
+MAIL = {"to": "ana@example.test", "subject": "Probe", "body": "Hello."}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("data_reply", "verdict"), [("250 OK", "cannot tell"), ("", "does not deduplicate")])
+def test_c26_an_smtp_relay_is_never_said_to_deduplicate_by_the_message_id_we_made(
+    settings: Any, data_reply: str, verdict: str
+) -> None:
+    # given: a relay marked as a test endpoint; "250 OK" names no queue id, so each answer
+    # carries only our Message-ID (made from our key)
+    with running_mail_server() as server:
+        server.handler.data_reply = data_reply
+        settings.EFFECT_LEDGER_SMTP = {"mail.notify": server.entry(test_mode=True)}
+        # when
+        text, declare = probe("mail.notify", MAIL)
+    # then: two messages at the relay, and the probe does not claim one
+    assert len(server.received) == 2
+    key_line = next(line for line in text.splitlines() if line.startswith("  key: "))
+    assert key_line.startswith(f"  key: {verdict}"), text
+    assert not key_line.startswith("  key: deduplicates")
+    if verdict == "cannot tell":
+        assert "made from our key" in key_line and "no lookup" in key_line
+    # the advice: no keys, no lookup, and no generic HTTP snippet for an SMTP action
+    assert declare == {"keys": "none", "lookup": None}
+    assert "EFFECT_LEDGER_GENERIC_HTTP" not in text
+    assert "SMTP" in text
+
+
+# --- a probe that made no effect -------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_probe_fails_and_declares_nothing_when_neither_request_made_an_effect(
+    localstripe: LocalStripe, settings: Any
+) -> None:
+    # given: a customer localstripe does not know (both requests are answered 404)
+    settings.EFFECT_LEDGER_GENERIC_HTTP = stripe_declaration(
+        localstripe.url, **{"stripe.charge": {"test_mode": True}}
+    )
+    out = StringIO()
+    # when
+    with pytest.raises(CommandError, match="neither request made an effect"):
+        call_command(
+            "provider_probe",
+            "stripe.charge",
+            arguments=json.dumps({"amount": 1200, "currency": "EUR", "customer": "cus_nobody"}),
+            stdout=out,
+        )
+    # then: what failed is shown; no lookup verdict and no capabilities to declare
+    text = out.getvalue()
+    assert "request 1: failed: TerminalError" in text and "request 2, same key: failed" in text
+    assert "Capabilities" not in text and "lookup right after" not in text
+    assert localstripe.charges() == []
+
+
+# --- a declared action without keys, its reference in its arguments -------------------------
+
+
+@dataclass
+class FakeCrm:
+    """A tiny ticket API on loopback (docs/providers.md §5): ``POST /api/tickets`` makes a
+    ticket (``id_in_answer``: its id in the answer), ``GET /api/tickets?external_ref=`` lists
+    them; every request is recorded."""
+
+    url: str = ""
+    id_in_answer: bool = True
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    tickets: list[dict[str, Any]] = field(default_factory=list)
+
+    def declaration(self, **changes: Any) -> dict[str, Any]:
+        return {
+            "crm.create_ticket": {
+                "url": f"{self.url}/api/tickets",
+                "keys": "none",
+                "test_mode": True,
+                "body": {"title": "{title}", "customer": "{customer}", "external_ref": "{reference}"},
+                "lookup": {
+                    "url": f"{self.url}/api/tickets?external_ref={{reference}}",
+                    "by": "reference",
+                    "items": "/results",
+                    "fields": {"id": "/id", "reference": "/external_ref", "status": "/state"},
+                    "proving_statuses": ["open", "closed"],
+                    "consistency_window_seconds": 120,
+                },
+                "schema": {
+                    "type": "object",
+                    "required": ["title", "customer", "reference"],
+                    "properties": {
+                        "title": {"type": "string"},
+                        "customer": {"type": "string"},
+                        "reference": {"type": "string"},
+                    },
+                },
+                **changes,
+            }
+        }
+
+    def posted(self) -> list[dict[str, Any]]:
+        return [json.loads(seen["body"]) for seen in self.seen if seen["method"] == "POST"]
+
+
+@pytest.fixture
+def crm() -> Iterator[FakeCrm]:
+    state = FakeCrm()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            return
+
+        def _reply(self, status: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_POST(self) -> None:  # noqa: N802
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            state.seen.append({"method": "POST", "headers": dict(self.headers.items()), "body": raw})
+            body = json.loads(raw)
+            ticket = {
+                "id": f"t-{len(state.tickets) + 1}",
+                "external_ref": body["external_ref"],
+                "state": "open",
+            }
+            state.tickets.append(ticket)
+            self._reply(201, ticket if state.id_in_answer else {"ok": True})
+
+        def do_GET(self) -> None:  # noqa: N802
+            query = dict(parse_qsl(urlsplit(self.path).query))
+            state.seen.append({"method": "GET", "query": query})
+            ref = query.get("external_ref")
+            self._reply(200, {"results": [t for t in state.tickets if t["external_ref"] == ref]})
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+TICKET = {"title": "Printer on fire", "customer": "cus_9"}
+
+
+@pytest.mark.django_db
+def test_the_reference_option_goes_into_arguments_whose_schema_has_one(crm: FakeCrm, settings: Any) -> None:
+    # given: the CRM of docs/providers.md §5, whose schema requires arguments.reference
+    settings.EFFECT_LEDGER_GENERIC_HTTP = crm.declaration()
+    # when
+    text, declare = probe("crm.create_ticket", TICKET, reference="probe-crm-1")
+    # then: the reference was sent in the body and looked up by
+    assert [body["external_ref"] for body in crm.posted()] == ["probe-crm-1"] * 2
+    assert "reference probe-crm-1" in text
+    assert "key: no key was sent (keys none); two requests made two effects (t-1, t-2)" in text
+    assert "lookup right after the effect: found (2 for the key: t-1, t-2)" in text
+    assert declare["keys"] == "none"
+
+
+@pytest.mark.django_db
+def test_a_reference_in_the_arguments_is_the_calls_reference(crm: FakeCrm, settings: Any) -> None:
+    settings.EFFECT_LEDGER_GENERIC_HTTP = crm.declaration()
+    text, _ = probe("crm.create_ticket", {**TICKET, "reference": "crm-7"})
+    assert [body["external_ref"] for body in crm.posted()] == ["crm-7"] * 2
+    assert [seen["query"] for seen in crm.seen if seen["method"] == "GET"] == [{"external_ref": "crm-7"}]
+    assert "reference crm-7" in text
+
+
+@pytest.mark.django_db
+def test_two_different_references_are_refused_and_nothing_is_sent(crm: FakeCrm, settings: Any) -> None:
+    settings.EFFECT_LEDGER_GENERIC_HTTP = crm.declaration()
+    with pytest.raises(CommandError, match="differ"):
+        probe("crm.create_ticket", {**TICKET, "reference": "crm-7"}, reference="crm-8")
+    assert crm.seen == []
+
+
+@pytest.mark.django_db
+def test_without_keys_and_without_an_id_the_probe_says_no_key_was_sent(crm: FakeCrm, settings: Any) -> None:
+    # given: an API without keys whose answers carry no id, and no lookup
+    crm.id_in_answer = False
+    settings.EFFECT_LEDGER_GENERIC_HTTP = crm.declaration(lookup=None)
+    # when
+    text, declare = probe("crm.create_ticket", {**TICKET, "reference": "probe-crm-2"})
+    # then
+    assert "key: no key was sent (keys none); the answers carry no id" in text
+    assert "inconclusive" not in text
+    assert all("Idempotency-Key" not in seen["headers"] for seen in crm.seen)
+    assert declare == {"keys": "none", "lookup": None}

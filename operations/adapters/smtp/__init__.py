@@ -17,9 +17,12 @@ Configured per action in ``settings.EFFECT_LEDGER_SMTP``::
         },
     }
 
-The arguments are ``{"to", "subject", "body", "reference"}`` (``EMAIL_SCHEMA``); CR and LF
-are refused in ``to`` and ``subject`` (header injection) at submission and again before
-sending. The message carries our idempotency key in its ``Message-ID``
+The arguments are ``{"to", "subject", "body", "reference"}`` (``EMAIL_SCHEMA``). Header
+injection is refused three times: ``to`` and ``subject`` may hold no line break (CR, LF, VT,
+FF, NEL, LS, PS...), no other control character and no ``=?`` (an RFC 2047 encoded word, which
+Python before 3.11.10 / 3.12.5 can fold into real line breaks: CVE-2024-6923), at submission
+(the schema: 422) and again before connecting; and the message, serialised as it is sent, must
+parse back with the headers and body we set (``adapter.checked_bytes``). The message carries our idempotency key in its ``Message-ID``
 (``<KEY@effect-ledger.local>``, ``events.message_id_for``), so whoever finds a copy in a
 mailbox can tell which intent sent it.
 
@@ -40,6 +43,9 @@ runs out.
 =========================================  ===============================================
 where / what                               raised
 =========================================  ===============================================
+an unsafe ``to`` / ``subject``, a message   ``TerminalError`` (``unsafe_header``,
+that does not parse back as built, any     ``unsafe_message``, ``unbuildable_message``),
+other error while building it              nothing sent, no connection opened
 a named secret cannot be read              ``RetryableError`` (``secret_unavailable``),
                                            nothing sent, no connection opened
 connect refused or failed, TLS failed,     ``RetryableError`` (``not_sent``; the deadline

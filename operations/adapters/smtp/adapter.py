@@ -9,10 +9,12 @@ import smtplib
 import ssl
 from contextlib import suppress
 from email.message import EmailMessage
+from email.parser import BytesParser
 from email.policy import SMTP as SMTP_POLICY
 from email.utils import format_datetime
 from typing import Any, ClassVar
 
+from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from operations.adapters import secrets
@@ -32,7 +34,7 @@ from operations.adapters.base import (
     TerminalError,
 )
 from operations.adapters.events import message_id_for
-from operations.adapters.smtp.config import ADDRESS, envelope_sender
+from operations.adapters.smtp.config import ADDRESS, envelope_sender, unsafe_header
 from operations.adapters.smtp.conversation import (
     Deadline,
     expect,
@@ -46,6 +48,51 @@ from operations.adapters.smtp.conversation import (
 #: base64), so no server needs 8BITMIME (RFC 6152); lines up to RFC 5322's 998 characters
 #: (§2.1.1), so the Message-ID that carries our key is never folded onto a second line.
 MESSAGE_POLICY = SMTP_POLICY.clone(cte_type="7bit", max_line_length=998)
+
+
+#: The headers whose values must read back exactly as we set them (``checked_bytes``).
+READ_BACK_HEADERS = ("From", "To", "Subject", "Message-ID")
+
+
+def checked_bytes(message: EmailMessage) -> bytes:
+    """``message`` as it is sent (``MESSAGE_POLICY``), once it parses back as built: the same
+    header names in the same order, From / To / Subject / Message-ID with the values we set,
+    one text/plain part with our body. A header value that the email package writes as more
+    than one field (CVE-2024-6923: an encoded word that decodes to CR LF, folded into real line
+    breaks) fails this, whatever the check before building missed.
+
+    Leading white space of a value and the line ends of the body are not compared: the wire
+    format cannot carry the first (RFC 5322 §2.2.3, unfolding; the parser drops the space after
+    the colon) and writes the second as CRLF (§2.1).
+
+    Raises:
+        TerminalError: ``unsafe_message``, naming what differs (not the values); nothing sent.
+    """
+    data = message.as_bytes(policy=MESSAGE_POLICY)
+    parsed = BytesParser(policy=MESSAGE_POLICY).parsebytes(data)
+    differs: list[str] = []
+    if parsed.keys() != message.keys():
+        differs.append(f"headers {parsed.keys()} instead of {message.keys()}"[:300])
+    differs += [
+        name
+        for name in READ_BACK_HEADERS
+        if str(parsed.get(name, "")).lstrip() != str(message.get(name, "")).lstrip()
+    ]
+    if parsed.is_multipart() or parsed.get_content_type() != "text/plain":
+        differs.append(f"body of type {parsed.get_content_type()}")
+    elif _lines(parsed.get_content()) != _lines(message.get_content()):
+        differs.append("body")
+    if differs:
+        raise TerminalError(
+            f"the message does not read back as built (header injection?): {'; '.join(differs)}; "
+            "nothing sent",
+            detail={"code": "unsafe_message"},
+        )
+    return data
+
+
+def _lines(text: str) -> str:
+    return text.replace("\r\n", "\n")
 
 
 class SmtpEmailAdapter(Adapter):
@@ -86,12 +133,17 @@ class SmtpEmailAdapter(Adapter):
         Date, ``Message-ID: <KEY@effect-ledger.local>`` and the body as text/plain.
 
         Raises:
-            TerminalError: ``to`` is not one address, or ``to`` / ``subject`` hold CR or LF
-                (``header_injection``; the schema refuses them at submission already).
+            TerminalError: ``to`` or ``subject`` holds "=?", a line break or another control
+                character (``unsafe_header``, ``config.SAFE_HEADER``; the schema refuses them at
+                submission already), or ``to`` is not one address (``invalid_address``).
         """
         to, subject = str(call.arguments.get("to", "")), str(call.arguments.get("subject", ""))
-        if any(c in value for value in (to, subject) for c in "\r\n"):
-            raise TerminalError("CR or LF in a header field", detail={"code": "header_injection"})
+        for name, value in (("to", to), ("subject", subject)):
+            if unsafe_header(value):
+                raise TerminalError(
+                    f'{name} holds "=?", a line break or a control character; nothing sent',
+                    detail={"code": "unsafe_header", "field": name},
+                )
         if not re.fullmatch(ADDRESS, to):
             raise TerminalError(f"not one address: {to[:100]!r}", detail={"code": "invalid_address"})
         message = EmailMessage(policy=MESSAGE_POLICY)
@@ -103,10 +155,30 @@ class SmtpEmailAdapter(Adapter):
         message.set_content(str(call.arguments.get("body", "")))
         return message
 
+    def _wire_message(self, call: ExecutionCall) -> tuple[EmailMessage, bytes]:
+        """``message(call)`` and its bytes as they are sent (``checked_bytes``).
+
+        Raises:
+            TerminalError: by ``message`` and ``checked_bytes``; any other error while building
+                the message (``unbuildable_message``): an exception raised before the
+                connection is opened is a refusal, never an ambiguous outcome.
+        """
+        try:
+            message = self.message(call)
+            return message, checked_bytes(message)
+        except AdapterError:
+            raise
+        except Exception as exc:
+            raise TerminalError(
+                f"the message could not be built ({type(exc).__name__}: {exc}); nothing sent"[:500],
+                detail={"code": "unbuildable_message"},
+            ) from exc
+
     def execute(self, call: ExecutionCall) -> ExecutionResult:
         """Send the message once: connect, EHLO, STARTTLS / AUTH as configured, MAIL, RCPT,
         DATA, the message, the final reply, within ``min(call.deadline_seconds,
-        timeout_seconds)`` seconds.
+        timeout_seconds)`` seconds. The message is built and checked (``checked_bytes``) before
+        the connection is opened.
 
         Returns:
             ``ExecutionResult(provider_reference=the queue id in the 250 text, else our
@@ -115,9 +187,10 @@ class SmtpEmailAdapter(Adapter):
 
         Raises:
             RetryableError, TerminalError, AmbiguousOutcome: by the table in the package
-                docstring (``operations.adapters.smtp``).
+                docstring (``operations.adapters.smtp``); before the connection is opened only
+                ``TerminalError`` (the message) or ``RetryableError`` (a secret).
         """
-        message = self.message(call)
+        message, data = self._wire_message(call)
         to = str(call.arguments["to"])
         try:
             login = (
@@ -125,7 +198,7 @@ class SmtpEmailAdapter(Adapter):
                 if "username" in self.config
                 else None
             )
-        except secrets.SecretUnavailable as exc:
+        except (secrets.SecretUnavailable, ImproperlyConfigured) as exc:
             raise RetryableError(f"{exc}; nothing sent", detail={"code": "secret_unavailable"}) from exc
         deadline = Deadline(self._timeout(call))
         client: smtplib.SMTP | None = None
@@ -133,7 +206,7 @@ class SmtpEmailAdapter(Adapter):
             with deadline.watch():
                 client = self._open(deadline, login)
                 self._before_data(client, deadline, to)
-                return self._send_data(client, deadline, message, to)
+                return self._send_data(client, deadline, message, data, to)
         finally:
             if client is not None:
                 with suppress(Exception):
@@ -218,10 +291,11 @@ class SmtpEmailAdapter(Adapter):
             raise self._not_sent(deadline, exc) from exc
 
     def _send_data(
-        self, client: smtplib.SMTP, deadline: Deadline, message: EmailMessage, to: str
+        self, client: smtplib.SMTP, deadline: Deadline, message: EmailMessage, data: bytes, to: str
     ) -> ExecutionResult:
-        """Past the commit point: the message and the final reply (RFC 5321 §4.1.1.4)."""
-        data = re.sub(rb"(?m)^\.", b"..", message.as_bytes(policy=MESSAGE_POLICY))
+        """Past the commit point: the message (``data``, ``checked_bytes``) and the final reply
+        (RFC 5321 §4.1.1.4)."""
+        data = re.sub(rb"(?m)^\.", b"..", data)
         if not data.endswith(b"\r\n"):
             data += b"\r\n"
         where = f"{self.config['host']}:{self.config['port']}"

@@ -15,15 +15,21 @@ from operations.adapters import secrets
 #: An address we can put in an SMTP command: a dot-atom local part and a host name (ASCII;
 #: an internationalized address would need SMTPUTF8, RFC 6531, which is not offered here).
 ADDRESS = r"[A-Za-z0-9.!#$%&'*+/=?^_`{|}~-]{1,64}@[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253}[A-Za-z0-9])?"
-ADDRESS_PATTERN = f"^{ADDRESS}$"
-#: One header line: no CR, no LF (header injection).
-ONE_LINE_PATTERN = r"^[^\r\n]*$"
+#: What a header field we write from the arguments may hold (header injection): no "=?", the
+#: opener of an RFC 2047 encoded word (Python before 3.11.10 / 3.12.5 folds an encoded word
+#: that decodes to CR LF into real line breaks: CVE-2024-6923), and no control character but
+#: TAB: CR, LF, NUL, and every other line break ``str.splitlines`` knows (VT, FF, FS, GS, RS,
+#: NEL, LS, PS), which the email package refuses with a ValueError or writes as a new line
+#: (RFC 5322 §2.2: a field body is printable characters and white space).
+SAFE_HEADER = r"(?!.*=\?)[^\x00-\x08\x0a-\x1f\x7f\x85\u2028\u2029]*"
+SAFE_HEADER_PATTERN = f"^{SAFE_HEADER}$"
+ADDRESS_PATTERN = f"^(?!.*=\\?){ADDRESS}$"
 
 EMAIL_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "to": {"type": "string", "pattern": ADDRESS_PATTERN, "maxLength": 320},
-        "subject": {"type": "string", "minLength": 1, "maxLength": 500, "pattern": ONE_LINE_PATTERN},
+        "subject": {"type": "string", "minLength": 1, "maxLength": 500, "pattern": SAFE_HEADER_PATTERN},
         "body": {"type": "string", "maxLength": 20000},
         "reference": {"type": "string", "minLength": 1, "maxLength": 200},
     },
@@ -94,6 +100,12 @@ def _check_entry(action: str, entry: Any) -> None:
         not isinstance(timeout, int | float) or isinstance(timeout, bool) or not timeout > 0
     ):
         raise ImproperlyConfigured(f"{where}['timeout_seconds'] must be a positive number of seconds")
+
+
+def unsafe_header(value: str) -> bool:
+    """Whether ``value`` may not go into a header field (``SAFE_HEADER``: "=?", a line break or
+    another control character)."""
+    return re.fullmatch(SAFE_HEADER, value) is None
 
 
 def envelope_sender(from_header: str) -> str:
