@@ -23,12 +23,11 @@ from operations.adapters.events import (
     LATEST_CREATED,
     EventFacts,
     EventInvalid,
-    check_storable,
     checked_text,
+    event_object,
     key_from_message_id,
     occurred_at_from_rfc3339,
 )
-from operations.api_json import loads_strict
 from operations.json_pointer import pointer_tokens, resolve_pointer
 
 #: Our names for what an event says (``EventFacts``), each read through a pointer when mapped.
@@ -166,13 +165,7 @@ def parse_mapped_event(
     if proving_types and not proves_action:
         raise ImproperlyConfigured("event fields: proving types are given without the action they prove")
     pointers = {**DEFAULT_FIELDS, **fields}
-    try:
-        payload = loads_strict(body)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise EventInvalid(f"the body is not JSON: {exc}"[:200]) from exc
-    if not isinstance(payload, dict):
-        raise EventInvalid("the body must be a JSON object")
-    check_storable(payload)
+    payload = event_object(body)
 
     def label(name: str) -> str:
         return f"{name} ({pointers[name]})"[:200] if pointers.get(name) else name

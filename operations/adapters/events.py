@@ -187,6 +187,22 @@ def message_id_for(idempotency_key: str) -> str:
     return f"<{idempotency_key}@effect-ledger.local>"
 
 
+def event_object(body: bytes) -> dict[str, Any]:
+    """A verified event body as a storable JSON object (strict JSON, ``check_storable``).
+
+    Raises:
+        EventInvalid: not strict UTF-8 JSON, not an object, or not storable as ``jsonb``.
+    """
+    try:
+        payload = loads_strict(body)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise EventInvalid(f"the body is not JSON: {exc}"[:200]) from exc
+    if not isinstance(payload, dict):
+        raise EventInvalid("the body must be a JSON object")
+    check_storable(payload)
+    return payload
+
+
 def key_from_message_id(message_id: str) -> str:
     """Our idempotency key inside a Message-ID ``<KEY@effect-ledger.local>``; "" if not ours."""
     match = _MESSAGE_ID.match(message_id.strip())
@@ -218,13 +234,7 @@ def parse_event_body(
             letters, ``created`` outside [2000-01-01, 2100-01-01) UTC, an effect-proving type
             without ``data.id`` (the provider's id of the effect).
     """
-    try:
-        payload = loads_strict(body)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-        raise EventInvalid(f"the body is not JSON: {exc}"[:200]) from exc
-    if not isinstance(payload, dict):
-        raise EventInvalid("the body must be a JSON object")
-    check_storable(payload)
+    payload = event_object(body)
     event_id = _text(payload, "id", FIELD_LIMITS["id"], required=True)
     if event_id != webhook_id:
         raise EventInvalid("the body's id differs from the signed webhook-id")
