@@ -12,7 +12,8 @@ each fact lives in the answer; this module asks once and reads it:
   ``reference`` equals our business reference (a listing by reference); without either, every
   listed effect is (the URL itself selects, e.g. ``/v1/transfers/{idempotency_key}``). It proves
   the effect when its ``status`` is among ``proving_statuses`` (any status when none are given).
-  FOUND with every proving effect's id, oldest first as listed (two or more: duplicates at a
+  FOUND with every proving effect's id in the order the provider lists them (Stripe: newest
+  first; on duplicates the effect on record is kept, else the first listed; two or more: duplicates at a
   provider that does not deduplicate); none: as for a 404.
 """
 
