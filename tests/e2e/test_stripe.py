@@ -306,8 +306,8 @@ def test_c24_a_stripe_signed_charge_succeeded_proves_an_unknown_charge(
         for headers in (
             stripe_signature(body, secret="whsec_" + "forged"),
             stripe_signature(body.replace(b'"amount": 4990', b'"amount": 1')),
-            stripe_signature(body, at=int(time.time()) - 301),
-            stripe_signature(body, at=int(time.time()) + 301),
+            stripe_signature(body, at=int(time.time()) - 360),
+            stripe_signature(body, at=int(time.time()) + 360),
         )
     ]
     stored_after_refusals = ProviderEvent.objects.count()
