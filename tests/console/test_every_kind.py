@@ -52,6 +52,23 @@ GENERIC_HTTP = {
         "target_field": "account",
     },
     "acme.notify": {"url": "http://127.0.0.1:9/v1/notifications"},
+    # A declared provider without keys (issue 33): form body, named secret, a lagging listing by
+    # our reference, no compensation.
+    "crm.create_ticket": {
+        "url": "http://127.0.0.1:9/api/tickets",
+        "keys": "none",
+        "encoding": "form",
+        "auth": {"scheme": "header", "header": "X-Api-Key", "secret": "env:CRM_API_KEY"},
+        "lookup": {
+            "url": "http://127.0.0.1:9/api/tickets?external_ref={reference}",
+            "by": "reference",
+            "items": "/results",
+            "fields": {"id": "/id", "reference": "/external_ref", "status": "/state"},
+            "proving_statuses": ["open", "closed"],
+            "consistency_window_seconds": 120,
+        },
+        "target_field": "customer",
+    },
 }
 
 #: The shipped Stripe declaration (docs/providers/stripe.json: form body, keys sent but not
@@ -81,6 +98,7 @@ KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "reservations.cancel": ("reservations.cancel", {"reservation": "res_1", "reference": "cancel-1"}),
     "generic-with-lookup": ("acme.transfer", {"amount": 1250, "currency": "USD", "account": "acc_9"}),
     "generic-without-lookup": ("acme.notify", {"amount": 3, "channel": "ops", "text": "deployed"}),
+    "declared-without-keys": ("crm.create_ticket", {"title": "Refund request", "customer": "cus_77"}),
     "smtp": ("mail.notify", {"to": "ana@example.test", "subject": "Receipt", "body": "Thanks"}),
     "stripe": ("stripe.charge", {"amount": 4990, "currency": "EUR", "customer": "cus_42"}),
     "stripe.refund": ("stripe.refund", {"charge": "ch_1", "amount": 1500, "currency": "EUR"}),
@@ -468,6 +486,7 @@ TARGETS = {
     "reservations.cancel": "res_1",
     "generic-with-lookup": "acc_9",
     "generic-without-lookup": "127.0.0.1:9",
+    "declared-without-keys": "cus_77",
     "smtp": "ana@example.test",
     "stripe": "cus_42",
     "stripe.refund": "ch_1",

@@ -346,6 +346,7 @@ def test_i16_5_provider_stats_per_kind_from_real_attempts(
     call("generic-with-lookup", "succeeded", 0.4)
     call("generic-without-lookup", "unknown", 1.0)
     call("smtp", "unknown", 2.0)
+    call("declared-without-keys", "unknown", 1.5)
     call("stripe", "succeeded", 0.6)
     call("stripe.refund", "succeeded", 0.7)
     # an attempt of two hours ago is outside the window
