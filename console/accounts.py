@@ -21,7 +21,7 @@ from django.db import IntegrityError, transaction
 
 from console.permissions import ROLES
 from console.signin import lockout_key
-from operations.tenant_access import role_grants_set
+from operations.access.tenants import role_grants_set
 
 GENERATED_PASSWORD_BYTES = 15  # secrets.token_urlsafe: 20 characters, 120 bits
 MAX_PASSWORD_LENGTH = 1024  # far above any passphrase, far below the 64 KiB request limit

@@ -11,7 +11,7 @@ from celery.signals import task_postrun, worker_init
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 
-from operations.heartbeat import WorkerHeartbeatStep
+from operations.workers.heartbeat import WorkerHeartbeatStep
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -24,13 +24,13 @@ app.autodiscover_tasks()
 # The default app of every thread, so ``celery.current_app`` (used by the ledger to publish,
 # without importing this package) is this app in thread pools and on_commit callbacks too.
 app.set_default()
-# Every worker records its heartbeat in the database (the health page reads it; operations.heartbeat).
+# Every worker records its heartbeat in the database (the health page reads it; operations.workers.heartbeat).
 app.steps["worker"].add(WorkerHeartbeatStep)
 
 
 # The periodic safety nets, declared in code. Each task claims a bounded batch, so a pass
 # costs O(batch) whatever the table size. The periods (seconds) are settings, because the
-# stalled-READY sweep derives its threshold from the relay's (operations.delivery).
+# stalled-READY sweep derives its threshold from the relay's (operations.workers.delivery).
 app.conf.beat_schedule = {
     "relay-outbox": {
         "task": "operations.relay_outbox",
@@ -41,15 +41,15 @@ app.conf.beat_schedule = {
         "schedule": settings.EFFECT_LEDGER["RECONCILE_PERIOD_SECONDS"],
     },
     # A signed checkpoint of every audit chain's head (skipped when nothing changed); it reads
-    # one consistent snapshot without locking the writers (operations.checkpoints).
+    # one consistent snapshot without locking the writers (operations.audit.checkpoints).
     "audit-checkpoint": {
         "task": "operations.audit_checkpoint",
         "schedule": settings.EFFECT_LEDGER["AUDIT_CHECKPOINT_PERIOD_SECONDS"],
     },
     # Has the database gone back in time (a restore, a failover)? Compared with the outward
-    # checkpoint file; behind, execution pauses and recovery runs (operations.failover).
+    # checkpoint file; behind, execution pauses and recovery runs (operations.restore.recovery).
     "restore-check": {
-        "task": "operations.restore_check",
+        "task": "operations.restore.check",
         "schedule": settings.EFFECT_LEDGER["RESTORE_CHECK_PERIOD_SECONDS"],
     },
     # Notices to approvers and operators: digested and rate-limited per recipient

@@ -11,7 +11,7 @@ is on, and then only ``X-Forwarded-Proto`` from the addresses in ``FORWARDED_ALL
 
 Workers are ``gthread``: each serves ``EFFECT_LEDGER_WEB_THREADS`` requests at once (default 8),
 because ``GET /api/v1/intents/{id}?wait=SECONDS`` holds its thread for up to 30 s (and no
-database connection meanwhile: ``operations.waiting``). A sync worker would serve nothing else
+database connection meanwhile: ``operations.api.waiting``). A sync worker would serve nothing else
 while one request waits. Each thread has its own Django connection while it serves a request.
 """
 

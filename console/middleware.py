@@ -9,9 +9,9 @@ from collections.abc import Callable
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
-from operations.api_support import PROBLEM_CONTENT_TYPE, api_database_unavailable, problem
-from operations.delivery import DATABASE_RETRY_AFTER_SECONDS, database_unavailable
+from operations.api.support import PROBLEM_CONTENT_TYPE, api_database_unavailable, problem
 from operations.money import negotiate_locale, use_locale
+from operations.workers.delivery import DATABASE_RETRY_AFTER_SECONDS, database_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def database_unavailable_response(request: HttpRequest) -> HttpResponse:
 
 class DatabaseUnavailableMiddleware:
     """Turn a view's ``OperationalError`` / ``InterfaceError`` for an unreachable database
-    (``operations.delivery.database_unavailable``) into a 503 with ``Retry-After``.
+    (``operations.workers.delivery.database_unavailable``) into a 503 with ``Retry-After``.
 
     Errors raised in other middleware (a session saved on the way out) never reach
     ``process_exception``; ``console.urls.handler500`` answers those the same way.

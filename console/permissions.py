@@ -1,9 +1,9 @@
 """Console roles: the groups ``viewer``, ``operator``, ``approver`` and ``admin``, each held on
-named tenants or on every tenant (``operations.tenant_access``, issue 18 item 5).
+named tenants or on every tenant (``operations.access.tenants``, issue 18 item 5).
 
 * viewer: reads every page, for the tenants it holds a role on.
 * approver: a viewer who may approve or reject intents whose policy names the ``approver``
-  group, on the tenants it holds that role for (``operations.approval_validity`` decides for the
+  group, on the tenants it holds that role for (``operations.policies.approval_validity`` decides for the
   page and the service alike).
 * operator: a viewer who may resolve UNKNOWN intents (``confirmed``, ``absent``, ``compensate``)
   on the tenants it holds that role for.
@@ -32,7 +32,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.shortcuts import render
 from django_htmx.http import HttpResponseClientRedirect
 
-from operations.tenant_access import ROLES, TenantScope, console_scope, role_scope
+from operations.access.tenants import ROLES, TenantScope, console_scope, role_scope
 from reconciliation.resolution import can_resolve as service_can_resolve
 
 __all__ = ["ROLES", "can_resolve", "console_role_required", "reader_scope", "roles_of"]

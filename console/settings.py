@@ -20,7 +20,7 @@ from console.embedded import embedded_database_url
 from console.env import env_bool, env_float, env_int, env_json_file, env_list, env_str, security_settings
 from console.secret_key import resolve_secret_key
 from operations.adapters.secrets import PUBLISHED_SANDBOX_EVENTS_SECRET
-from operations.rates import rate_parse
+from operations.api.rates import rate_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("EFFECT_LEDGER_DATA_DIR", str(BASE_DIR / ".data")))
@@ -196,7 +196,7 @@ STORAGES = {
 }
 
 # Caches. "default" stays in each process's memory (the audit page's verification result, the
-# sign-in tests). "throttle" holds the API's rate-limit windows (operations/throttling.py) and must
+# sign-in tests). "throttle" holds the API's rate-limit windows (operations/api/throttling.py) and must
 # be shared by every web process: Redis when EFFECT_LEDGER_CACHE_URL names one (redis:// or
 # rediss://), else the database's table effect_ledger_cache (created by migration 0021).
 EFFECT_LEDGER_CACHE_URL = env_str("EFFECT_LEDGER_CACHE_URL")
@@ -227,17 +227,17 @@ def _rate(name: str, default: str) -> str | None:
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024  # API bodies over 64 KiB are refused with 413
 
 REST_FRAMEWORK: dict[str, Any] = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["operations.authentication.AgentTokenAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["operations.api.authentication.AgentTokenAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["operations.api_support.StrictJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": ["operations.api_json.FastJSONRenderer"],
-    "EXCEPTION_HANDLER": "operations.api_support.problem_exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["operations.api.support.StrictJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["operations.api.json_io.FastJSONRenderer"],
+    "EXCEPTION_HANDLER": "operations.api.support.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
     # Per agent and per tenant, on the shared "throttle" cache; rates in EFFECT_LEDGER below.
     "DEFAULT_THROTTLE_CLASSES": [
-        "operations.throttling.AgentRateThrottle",
-        "operations.throttling.TenantRateThrottle",
+        "operations.api.throttling.AgentRateThrottle",
+        "operations.api.throttling.TenantRateThrottle",
     ],
 }
 SPECTACULAR_SETTINGS = {
@@ -249,10 +249,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     # One component for the intent states (the intent's status and a 409 problem's current_status).
     "ENUM_NAME_OVERRIDES": {"IntentStatusEnum": "operations.models.Intent.Status"},
-    # The submit and preview bodies get one branch per served action (operations.api_schema).
+    # The submit and preview bodies get one branch per served action (operations.api.schema).
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "operations.api_schema.add_action_schemas",
+        "operations.api.schema.add_action_schemas",
     ],
     # Swagger UI and Redoc served from static files (no CDN: closed networks).
     "SWAGGER_UI_DIST": "SIDECAR",
@@ -352,7 +352,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     # Seconds a worker's claim on an intent lasts; the provider deadline is shorter (see engine).
     "LEASE_SECONDS": env_int("EFFECT_LEDGER_LEASE_SECONDS", 30),
     "PROVIDER_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_PROVIDER_TIMEOUT_SECONDS", 10.0),
-    # Seconds the provider deadline stays below the lease at least (operations.engine
+    # Seconds the provider deadline stays below the lease at least (operations.engine.protocol
     # .provider_deadline_seconds): time to re-check before the call and record after it.
     "PROVIDER_DEADLINE_MARGIN_SECONDS": env_float("EFFECT_LEDGER_PROVIDER_DEADLINE_MARGIN_SECONDS", 1.0),
     # Bytes of a provider's answer that are read at most; past it the answer is ambiguous and
@@ -362,12 +362,12 @@ EFFECT_LEDGER: dict[str, Any] = {
     # When set, /metrics answers only requests with "Authorization: Bearer <this token>" (a
     # Prometheus scrape config's `authorization: {credentials_file: ...}`); empty: open.
     "METRICS_TOKEN": env_str("EFFECT_LEDGER_METRICS_TOKEN"),
-    # Seconds a web process keeps an agent token it verified (operations/authentication.py): a
+    # Seconds a web process keeps an agent token it verified (operations/api/authentication.py): a
     # revoked, deactivated or deleted agent is refused, and a change to it (its tenant) seen, by
     # every process within this bound. 0 = no cache.
     "TOKEN_CACHE_SECONDS": env_float("EFFECT_LEDGER_TOKEN_CACHE_SECONDS", 5.0),
     # API requests per agent and per tenant (all its agents together), across every web process
-    # (operations/throttling.py): "<n>/<s|min|hour|day>", or "off"; past either, 429 with
+    # (operations/api/throttling.py): "<n>/<s|min|hour|day>", or "off"; past either, 429 with
     # Retry-After. The tenant's limit is what keeps one tenant from starving the others.
     "RATE_AGENT": _rate("EFFECT_LEDGER_RATE_AGENT", "600/min"),
     "RATE_TENANT": _rate("EFFECT_LEDGER_RATE_TENANT", "3000/min"),
@@ -381,7 +381,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     "RECONCILIATION_RUN_RETENTION_DAYS": env_float("EFFECT_LEDGER_RECONCILIATION_RUN_RETENTION_DAYS", 7),
     "RECONCILE_BATCH": env_int("EFFECT_LEDGER_RECONCILE_BATCH", 500),
     "OUTBOX_LAG_WARNING_SECONDS": env_int("EFFECT_LEDGER_OUTBOX_LAG_WARNING_SECONDS", 60),
-    # Signed audit checkpoints (operations/checkpoints.py). The Ed25519 private key (PEM, PKCS#8)
+    # Signed audit checkpoints (operations/audit/checkpoints.py). The Ed25519 private key (PEM, PKCS#8)
     # lives in a file, never in the database; it is created on first use (mode 0600) only where
     # AUDIT_SIGNING_KEY_CREATE is on: by default in embedded mode (no DATABASE_URL), as quickstart
     # runs. An auditor's copy may verify with the public key alone (AUDIT_PUBLIC_KEY_FILE).
@@ -410,7 +410,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     # this old; the open states are counted exactly on every request.
     "STATUS_ROLLUP_PERIOD_SECONDS": env_float("EFFECT_LEDGER_STATUS_ROLLUP_PERIOD_SECONDS", 60.0),
     # The health page (/health/, README "Console": signal, amber when, red when). Every worker
-    # upserts its heartbeat this often (operations.heartbeat); it is late past HEALTH_WORKER_LATE
+    # upserts its heartbeat this often (operations.workers.heartbeat); it is late past HEALTH_WORKER_LATE
     # and gone past HEALTH_WORKER_GONE seconds without a beat.
     "WORKER_HEARTBEAT_SECONDS": env_float("EFFECT_LEDGER_WORKER_HEARTBEAT_SECONDS", 10.0),
     "HEALTH_WORKER_LATE_SECONDS": env_float("EFFECT_LEDGER_HEALTH_WORKER_LATE_SECONDS", 30.0),
@@ -434,7 +434,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     # How long an operator's "I'm on it" on an item of the operators' queue lasts
     # (operations.services.assignment); after it, anyone may take the item without taking over.
     "ASSIGNMENT_SECONDS": env_int("EFFECT_LEDGER_ASSIGNMENT_SECONDS", 1800, minimum=1),
-    # Requests a web process lets wait at once (GET /api/v1/intents/{id}?wait=, operations.waiting):
+    # Requests a web process lets wait at once (GET /api/v1/intents/{id}?wait=, operations.api.waiting):
     # half its gunicorn threads by default, so the console, the API and /healthz always find a
     # thread; a wait beyond them is answered at once with Effect-Ledger-Wait: busy.
     "WAIT_SLOTS": env_int(
@@ -454,7 +454,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     "WEBHOOK_MAX_ATTEMPTS": env_int("EFFECT_LEDGER_WEBHOOK_MAX_ATTEMPTS", 14, minimum=1),
     "WEBHOOK_CONNECT_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_CONNECT_TIMEOUT_SECONDS", 3.0),
     "WEBHOOK_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_TIMEOUT_SECONDS", 10.0),
-    # The SSRF guard (operations/callback_urls.py): callbacks may reach public addresses, and
+    # The SSRF guard (operations/notifications/callback_urls.py): callbacks may reach public addresses, and
     # these networks (CIDR, comma-separated) besides. Loopback by default in embedded mode (the
     # quick start, no DATABASE_URL); name your agents' internal networks here.
     "WEBHOOK_ALLOWED_NETWORKS": env_list(
@@ -500,7 +500,7 @@ EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Effect Ledger <effect-ledger@localhost>")
 
 # Policies per action (risk decision table in shared/seeds/004). The policy in force is
-# snapshotted onto each intent at submission. See operations/policies.py for every field.
+# snapshotted onto each intent at submission. See operations/policies/rules.py for every field.
 EFFECT_LEDGER_POLICIES: dict[str, dict[str, Any]] = {
     "payments.charge": {
         "risk_tier": "high",

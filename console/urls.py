@@ -14,8 +14,8 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from console import views
 from console.middleware import database_unavailable_response
-from operations.api_support import api_not_found, api_server_error
-from operations.delivery import database_unavailable
+from operations.api.support import api_not_found, api_server_error
+from operations.workers.delivery import database_unavailable
 
 
 def _healthz(request: HttpRequest) -> HttpResponse:
@@ -23,7 +23,7 @@ def _healthz(request: HttpRequest) -> HttpResponse:
 
 
 urlpatterns = [
-    path("api/v1/", include("operations.urls")),
+    path("api/v1/", include("operations.api.urls")),
     path(
         "api/schema/",
         SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),

@@ -10,11 +10,11 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from operations.callback_urls import callback_url_problem
+from operations.access.scopes import action_patterns_parse
 from operations.models import Agent, AgentToken, RoleGrant, WebhookDelivery
-from operations.scopes import action_patterns_parse
+from operations.notifications.callback_urls import callback_url_problem
+from operations.notifications.webhook_sender import secret_hint
 from operations.services.webhooks import agent_callback_clear, agent_callback_set
-from operations.webhook_sender import secret_hint
 
 
 @admin.register(RoleGrant)
@@ -29,7 +29,7 @@ class RoleGrantAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # not subscri
 
 class AgentForm(forms.ModelForm):  # type: ignore[type-arg]
     """An agent's reach as an operator edits it: the action patterns as one comma-separated
-    line, checked by the same parser as ``create_agent`` (``operations.scopes``)."""
+    line, checked by the same parser as ``create_agent`` (``operations.access.scopes``)."""
 
     actions_text = forms.CharField(
         label="Actions",

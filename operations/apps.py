@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 
-from operations.policies import PolicyError, validate_configured_policies
+from operations.policies.rules import PolicyError, validate_configured_policies
 
 
 class OperationsConfig(AppConfig):
@@ -15,10 +15,8 @@ class OperationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from operations import (
-            checks,  # noqa: F401  (registers the system checks)
-            signals,  # noqa: F401  (the restore check on a worker's start)
-        )
+        from operations import checks  # noqa: F401  (registers the system checks)
+        from operations.workers import signals  # noqa: F401  (the restore check on a worker's start)
 
         # Every process (web, workers, beat, commands) resolves each configured policy once at
         # start-up, so a malformed one stops it here, naming the action and the field, instead

@@ -8,8 +8,8 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 
-from operations.audit_keys import AuditKeyError, public_key_path, signing_key_load, signing_key_path
-from operations.delivery import MAX_COUNTDOWN_SECONDS
+from operations.audit.keys import AuditKeyError, public_key_path, signing_key_load, signing_key_path
+from operations.workers.delivery import MAX_COUNTDOWN_SECONDS
 
 
 @register()
@@ -124,7 +124,7 @@ def redis_visibility_timeout_check(app_configs: Any = None, **kwargs: Any) -> li
     """``operations.E001``: on Redis, ``visibility_timeout`` must exceed the longest time a
     message is held unacknowledged, or Redis delivers it a second time while it still runs.
 
-    That time is the countdown bound (``operations.delivery.MAX_COUNTDOWN_SECONDS``) plus the
+    That time is the countdown bound (``operations.workers.delivery.MAX_COUNTDOWN_SECONDS``) plus the
     task's hard time limit (``CELERY_TASK_TIME_LIMIT``) or the lease, whichever is longer
     (seconds; kombu's Redis transport, "visibility_timeout").
     """

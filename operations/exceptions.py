@@ -129,7 +129,7 @@ class CancelTooLate(CancelRefused):
 
 
 class CallbackRefused(LedgerError):
-    """An agent's callback URL is refused (``operations.callback_urls``); nothing was changed."""
+    """An agent's callback URL is refused (``operations.notifications.callback_urls``); nothing was changed."""
 
     status = 422
     code = "callback-url-refused"
@@ -146,7 +146,7 @@ class WebhookResendRefused(LedgerError):
 
 class WaitInvalid(LedgerError):
     """``GET /api/v1/intents/{id}?wait=...``: ``wait`` is not a number of seconds in (0, 30], or
-    ``status`` names no status (``operations.waiting.wait_request``)."""
+    ``status`` names no status (``operations.api.waiting.wait_request``)."""
 
     status = 400
     code = "wait-invalid"

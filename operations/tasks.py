@@ -12,10 +12,14 @@ from celery import shared_task
 from celery.exceptions import Reject
 from django.db import DatabaseError, connections
 
-from operations import checkpoint_signing, checkpoints, engine, failover, metrics, outbox, services
-from operations.audit_keys import AuditKeyError
-from operations.delivery import database_retry_countdown, database_unavailable
+from operations import metrics, services
+from operations.audit import checkpoints, signing
+from operations.audit.keys import AuditKeyError
+from operations.engine import protocol
+from operations.restore import recovery
 from operations.services import notifications
+from operations.workers import outbox
+from operations.workers.delivery import database_retry_countdown, database_unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -24,9 +28,9 @@ logger = logging.getLogger(__name__)
     bind=True, name="operations.execute_intent", acks_late=True, reject_on_worker_lost=True, max_retries=None
 )
 def execute_intent(self: Any, intent_id: str, message_id: str | None = None) -> str:
-    """Execute one intent (see ``operations.engine.execute_intent``); safe to deliver twice.
+    """Execute one intent (see ``operations.engine.protocol.execute_intent``); safe to deliver twice.
 
-    When the database is unreachable (``operations.delivery.database_unavailable``), the
+    When the database is unreachable (``operations.workers.delivery.database_unavailable``), the
     delivery is retried, never acknowledged and dropped: the broken connections are closed and
     ``Task.retry`` publishes a copy of the message with a short countdown
     (``database_retry_countdown``: 0.5 s doubling to 2 s, with jitter), for as long as the
@@ -42,7 +46,7 @@ def execute_intent(self: Any, intent_id: str, message_id: str | None = None) -> 
     requeue it after the same pause instead, and the stalled-READY sweep is the last net.
     """
     try:
-        return engine.execute_intent(uuid.UUID(intent_id), delivery_retries=self.request.retries)
+        return protocol.execute_intent(uuid.UUID(intent_id), delivery_retries=self.request.retries)
     except DatabaseError as exc:
         if not database_unavailable(exc):
             raise
@@ -82,8 +86,8 @@ def audit_checkpoint() -> int | None:
     every later period refuses again until an operator acts (README, "Signed audit checkpoints").
     """
     try:
-        row = checkpoint_signing.audit_checkpoint_create(only_if_changed=True)
-    except checkpoint_signing.CheckpointRefusedError as exc:
+        row = signing.audit_checkpoint_create(only_if_changed=True)
+    except signing.CheckpointRefusedError as exc:
         metrics.AUDIT_CHECKPOINTS_REFUSED.inc()
         logger.error("%s", exc, extra={"audit_checkpoint_faults": exc.faults, "omitted": exc.omitted})
         return None
@@ -93,13 +97,13 @@ def audit_checkpoint() -> int | None:
     return row.number if row else None
 
 
-@shared_task(name="operations.restore_check")
+@shared_task(name="operations.restore.check")
 def restore_check() -> str:
     """Compare the database with the outward checkpoint file (the beat's, every
     ``RESTORE_CHECK_PERIOD_SECONDS``; and once when a worker starts and finds it behind): pause
-    execution when the database went back in time, then recover (``operations.failover``).
+    execution when the database went back in time, then recover (``operations.restore.recovery``).
     Returns ``level``, ``paused``, ``recovered`` or ``running``."""
-    return failover.restore_check(actor=f"detector:{engine.worker_identity()}")
+    return recovery.restore_check(actor=f"detector:{protocol.worker_identity()}")
 
 
 @shared_task(name="operations.send_notifications")

@@ -29,7 +29,7 @@ from django.db.models import Exists, OuterRef
 from operations import metrics, services
 from operations.adapters.base import LookupStatus
 from operations.adapters.registry import capabilities_for
-from operations.calls import provider_lookup
+from operations.engine.calls import provider_lookup
 from operations.exceptions import ResolutionRefused
 from operations.models import ENDED_WITHOUT_EFFECT, Intent
 from reconciliation.attribution import attribute
@@ -173,7 +173,7 @@ def check_intent_for_duplicates(intent_id: uuid.UUID) -> int:
     if intent.status not in ENDED_WITH_EFFECT:
         _next_check(intent_id, checks, conclusive=True)
         return 0
-    result = provider_lookup(intent)  # never raises; storable (operations.bounds)
+    result = provider_lookup(intent)  # never raises; storable (operations.adapters.bounds)
     Evidence.objects.create(
         intent=intent,
         kind=Evidence.Kind.LOOKUP,

@@ -65,8 +65,8 @@ from operations.adapters.registry import evidence_source_actions, evidence_sourc
 from operations.adapters.secrets import PUBLISHED_SECRETS
 from operations.idempotency import canonical_json
 from operations.models import ENDED_WITHOUT_EFFECT, Intent, OutboxMessage, Outcome
-from operations.outbox import Handoff, enqueue_statement, handoff_after_commit
 from operations.statements import run_together
+from operations.workers.outbox import Handoff, enqueue_statement, handoff_after_commit
 from reconciliation.duplicates import ENDED_WITH_EFFECT, record_duplicates
 from reconciliation.late_evidence import LateProof, apply_late_proof
 from reconciliation.models import ProviderEvent, ProviderFinding

@@ -30,7 +30,7 @@ lock, as ``operations.services.intent_record_refusal`` does) and, as duplicate f
 shown); ``link`` records both on the linked intent (and on the intent the finding had before,
 if another). A finding without
 an intent (an orphan event, a line no intent has) belongs to no intent's chain: the decision is
-an event on the chain of events without an intent (``operations.audit.audit_append_unattached``,
+an event on the chain of events without an intent (``operations.audit.trail.audit_append_unattached``,
 event ``provider_finding_<verb>``), which ``verify_audit`` checks. Refusals are recorded the
 same two ways (``decision_refused``), after the refused decision was rolled back.
 """
@@ -46,14 +46,14 @@ from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from operations import services
+from operations.access.tenants import console_scope, role_scope
+from operations.adapters.bounds import clean_text
 from operations.adapters.registry import ActionUnavailable, capabilities_for
-from operations.audit import REFUSAL_EVENT, audit_append, audit_append_unattached
-from operations.bounds import clean_text
+from operations.audit.trail import REFUSAL_EVENT, audit_append, audit_append_unattached
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent, Outcome
 from operations.money import format_plain
 from operations.services import intent_record_refusal
-from operations.tenant_access import console_scope, role_scope
 from reconciliation.attribution import attribute
 from reconciliation.duplicates import COMPENSATION_ENDED, compensation_end
 from reconciliation.models import Evidence, ProviderEvent, ProviderFinding, StatementLine

@@ -17,7 +17,7 @@ from django.conf import settings
 from operations import metrics, services
 from operations.exceptions import IntentMoved
 from operations.models import ENDED_WITHOUT_EFFECT, OPEN_STATUSES, Intent
-from operations.policies import Policy
+from operations.policies.rules import Policy
 
 logger = logging.getLogger("reconciliation")
 

@@ -38,10 +38,10 @@ from django.db.models.functions import Now
 from operations import metrics, services
 from operations.adapters.base import LookupResult, LookupStatus
 from operations.adapters.registry import ActionUnavailable, capabilities_for, get_adapter, serving_problem
-from operations.calls import provider_lookup
+from operations.engine.calls import provider_lookup
 from operations.exceptions import IntentMoved, ResendRefused
 from operations.models import ENDED_WITHOUT_EFFECT, Intent, Outcome
-from operations.policies import Policy
+from operations.policies.rules import Policy
 from reconciliation.attribution import Attribution, attribute
 from reconciliation.duplicates import record_duplicates
 from reconciliation.late_evidence import LateProof, apply_late_proof, file_late_finding
@@ -91,7 +91,7 @@ def _record(intent: Intent, result: LookupResult, actor: str, attribution: Attri
 
 
 def _lookup(intent: Intent) -> LookupResult:
-    # Never raises; the answer is storable (NUL characters, over-long ids: operations.bounds).
+    # Never raises; the answer is storable (NUL characters, over-long ids: operations.adapters.bounds).
     return provider_lookup(intent)
 
 

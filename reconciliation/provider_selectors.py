@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db.models import Count, Q, QuerySet
 
-from operations.tenant_access import TenantScope
+from operations.access.tenants import TenantScope
 from reconciliation.models import ProviderFinding, StatementRun
 
 

@@ -14,14 +14,14 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from operations import services
+from operations.access.tenants import console_scope, role_scope
 from operations.adapters.base import LookupStatus
 from operations.adapters.registry import capabilities_for, serving_problem
-from operations.audit import NOT_A_CHANGE_EVENTS
-from operations.calls import provider_lookup
+from operations.audit.trail import NOT_A_CHANGE_EVENTS
+from operations.engine.calls import provider_lookup
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import AuditEvent, Intent, Outcome
 from operations.selectors import last_audit_seq
-from operations.tenant_access import console_scope, role_scope
 from reconciliation.attribution import attribute
 from reconciliation.lookups import reconcile_intent
 from reconciliation.models import DuplicateFinding, Evidence
@@ -32,7 +32,7 @@ RESOLVER_GROUPS = ("operator", "admin")
 
 def can_resolve(user: User, tenant: str | None = None) -> bool:
     """Operators and admins (and superusers) may resolve UNKNOWN intents: on ``tenant`` when
-    named, else on at least one tenant (``operations.tenant_access``)."""
+    named, else on at least one tenant (``operations.access.tenants``)."""
     scope = role_scope(user, RESOLVER_GROUPS)
     return not scope.empty if tenant is None else scope.allows(tenant)
 

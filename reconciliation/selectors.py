@@ -9,9 +9,10 @@ from datetime import timedelta
 from django.db.models import Case, Count, F, IntegerField, Prefetch, Q, QuerySet, Value, When
 from django.db.models.functions import Now
 
+from operations.access.tenants import TenantScope
 from operations.adapters.base import LookupStatus
+from operations.audit.request_integrity import MISMATCH_HOLD
 from operations.models import AuditEvent, Intent, Outcome
-from operations.request_integrity import MISMATCH_HOLD
 from operations.selectors.list_filters import (
     UNKNOWN_DEFAULT_SORT,
     UNKNOWN_SORTS,
@@ -20,7 +21,6 @@ from operations.selectors.list_filters import (
     sorted_by,
 )
 from operations.services.failover import RESTORE_GUARD_HOLD
-from operations.tenant_access import TenantScope
 from reconciliation.models import DuplicateFinding, Evidence, ProviderEvent, ReconciliationRun
 
 #: How far back the queue lists operator confirmations the provider could not verify.
@@ -206,7 +206,7 @@ def found_by_lookup(intent: Intent) -> Evidence | None:
 def effect_on_record(intent: Intent) -> str | None:
     """What on record says the provider has the intent's effect, or None: a lookup that found
     it, or one that found it under an id that cannot be stored, an attempt the provider
-    accepted whose id cannot be stored (``operations.bounds.reference_problem``), or a
+    accepted whose id cannot be stored (``operations.adapters.bounds.reference_problem``), or a
     provider's signed event proving it that waits to be applied (issue 19)."""
     event = (
         ProviderEvent.objects.filter(intent=intent, processed_at__isnull=True, detail__deferred=True)

@@ -21,9 +21,9 @@ from django.utils import timezone
 
 from operations import services
 from operations.adapters.registry import ActionUnavailable, capabilities_for
-from operations.delivery import MAX_COUNTDOWN_SECONDS, stalled_ready_seconds
 from operations.models import Intent, OutboxMessage
 from operations.selectors import ledger_gauges
+from operations.workers.delivery import MAX_COUNTDOWN_SECONDS, stalled_ready_seconds
 from reconciliation.duplicates import run_duplicate_checks, sweep_compensations
 from reconciliation.events import sweep_provider_events
 from reconciliation.findings import follow_up as provider_findings_follow_up
@@ -99,7 +99,7 @@ def redispatch_stalled_ready(
     absorbs them.
 
     Args:
-        stalled_seconds: default ``operations.delivery.stalled_ready_seconds()``, derived from
+        stalled_seconds: default ``operations.workers.delivery.stalled_ready_seconds()``, derived from
             the relay period, the broker settings and the lease (seconds, not minutes).
         batch: intents per pass (default ``EFFECT_LEDGER["RECONCILE_BATCH"]``).
     """

@@ -32,7 +32,7 @@ from typing import Any
 from django.db import transaction
 
 from operations.adapters.base import StatementEntry
-from operations.audit import audit_append_unattached
+from operations.audit.trail import audit_append_unattached
 from operations.money import exponent, is_currency
 from reconciliation.models import StatementMapping, StatementRun
 from reconciliation.statements import run, source_actions

@@ -69,7 +69,7 @@ from operations import services
 from operations.adapters.base import AdapterError, StatementEntry, StatementsUnsupported
 from operations.adapters.events import key_from_message_id
 from operations.adapters.registry import evidence_source_actions, evidence_sources, get_adapter
-from operations.audit import audit_append_unattached
+from operations.audit.trail import audit_append_unattached
 from operations.exceptions import IntentMoved
 from operations.models import ENDED_WITHOUT_EFFECT, Intent, Outcome
 from reconciliation.late_evidence import LateProof, apply_late_proof

@@ -63,8 +63,8 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Any:
 
 @pytest.fixture(autouse=True)
 def _no_tokens_verified_before() -> None:
-    # Each test starts with an empty token cache (operations.authentication).
-    from operations.authentication import forget_verified_tokens
+    # Each test starts with an empty token cache (operations.api.authentication).
+    from operations.api.authentication import forget_verified_tokens
 
     forget_verified_tokens()
 
@@ -72,7 +72,7 @@ def _no_tokens_verified_before() -> None:
 @pytest.fixture(autouse=True)
 def _own_checkpoint_file(settings: Any, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Each test its own audit checkpoint file: the file is compared with the database
-    (``operations.restore_check``), so one shared by every test database would be another
+    (``operations.restore.check``), so one shared by every test database would be another
     ledger's file, or worse, look like a restore."""
     path = tmp_path_factory.mktemp("checkpoints") / "audit-checkpoints.jsonl"
     settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "AUDIT_CHECKPOINT_FILE": str(path)}
@@ -117,16 +117,16 @@ def _no_status_listener_left() -> Any:
     """Stop the intent status listener after any test that started it (a wait through the API,
     e.g. under ``live_server``): its connection would keep the test database from being dropped."""
     yield
-    from operations import waiting
+    from operations.api import waiting
 
     waiting.stop_status_listener()
 
 
 @pytest.fixture
 def status_listener() -> Any:
-    """This process's intent status listener (``operations.waiting``), started, and stopped after
+    """This process's intent status listener (``operations.api.waiting``), started, and stopped after
     the test so that its connection never outlives the test database."""
-    from operations import waiting
+    from operations.api import waiting
 
     yield waiting.status_listener()
     waiting.stop_status_listener()

@@ -11,10 +11,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models.functions import Now
 
-from operations.authentication import agent_create
+from operations.access.tenants import role_grants_set
+from operations.api.authentication import agent_create
 from operations.models import Agent, Intent, OutboxMessage
 from operations.services import intent_submit
-from operations.tenant_access import role_grants_set
 
 
 class UserFactory(factory.django.DjangoModelFactory):

@@ -144,14 +144,14 @@ class LocalCluster:
             "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
             # The children compare their database with the checkpoint file this process uses
             # (under pytest, the test's own): never another database's file, which would look
-            # like a restore and pause them (operations.restore_check).
+            # like a restore and pause them (operations.restore.check).
             "EFFECT_LEDGER_AUDIT_CHECKPOINT_FILE": str(settings.EFFECT_LEDGER["AUDIT_CHECKPOINT_FILE"]),
             "PYTHONUNBUFFERED": "1",
             "LOG_LEVEL": "WARNING",
             # The lab drives the sandbox provider's actions (issue 33 item 6).
             "EFFECT_LEDGER_SANDBOX": "1",
             # The lab's web processes (the benchmark's gunicorn) measure the ledger, not the API's
-            # rate limits (operations/throttling.py).
+            # rate limits (operations/api/throttling.py).
             "EFFECT_LEDGER_RATE_AGENT": "off",
             "EFFECT_LEDGER_RATE_TENANT": "off",
         }

@@ -12,9 +12,9 @@ from django.utils import timezone
 
 from console.permissions import reader_scope
 from operations import selectors
+from operations.audit.request_integrity import MISMATCH_HOLD
 from operations.idempotency import key_digest as _key_digest
 from operations.money import format_money
-from operations.request_integrity import MISMATCH_HOLD
 from operations.services.assignment import assignment_active
 from operations.services.failover import RESTORE_GUARD_HOLD
 
@@ -90,7 +90,7 @@ def pretty_json(value: Any) -> str:
 @register.filter
 def mismatch_hold(hold_reason: str) -> bool:
     """Whether a HELD intent's ``hold_reason`` says its stored request no longer hashes to its
-    request_hash (``operations.request_integrity``), rather than that it is not served here."""
+    request_hash (``operations.audit.request_integrity``), rather than that it is not served here."""
     return isinstance(hold_reason, str) and hold_reason.startswith(MISMATCH_HOLD)
 
 

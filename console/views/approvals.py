@@ -23,12 +23,12 @@ from console.views.common import (
     scoped_intent,
 )
 from operations import selectors
-from operations.approval_validity import approval_validity
+from operations.audit.request_integrity import stored_fingerprint, stored_request_problem
 from operations.exceptions import ApprovalRefused, IntentMoved, ValidationFailed
 from operations.idempotency import CanonicalizationError, canonical_json
 from operations.models import Intent
-from operations.policies import Policy
-from operations.request_integrity import stored_fingerprint, stored_request_problem
+from operations.policies.approval_validity import approval_validity
+from operations.policies.rules import Policy
 from operations.selectors.duplicate_risk import duplicate_risk_of, duplicate_risks
 from operations.services import intent_approve, intent_preview, intent_reject
 

@@ -13,9 +13,9 @@ from console.charts import throughput_svg
 from console.permissions import console_role_required, on_every_tenant, reader_scope
 from console.views.common import HtmxHttpRequest, page_or_partial
 from operations import selectors
+from operations.access.tenants import EVERY_TENANT
 from operations.metrics import process_counters, render_metrics
 from operations.selectors import ledger_gauges
-from operations.tenant_access import EVERY_TENANT
 from reconciliation.models import ProviderFinding
 from reconciliation.provider_selectors import compensating_findings_by_kind, open_findings_by_kind
 from reconciliation.selectors import decision_counts

@@ -15,7 +15,7 @@ from django.views.decorators.http import require_GET
 from console.permissions import console_role_required, reader_scope
 from console.views.common import HtmxHttpRequest, capped, page_or_partial
 from operations.adapters.events import EventInvalid, EventSignatureInvalid
-from operations.api_support import PROBLEM_CONTENT_TYPE, problem
+from operations.api.support import PROBLEM_CONTENT_TYPE, problem
 from reconciliation.events import UnknownEventSource, receive_provider_event
 from reconciliation.models import ProviderEvent
 from reconciliation.selectors import provider_events

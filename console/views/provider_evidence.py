@@ -15,9 +15,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from console.permissions import console_role_required, every_tenant_only, on_every_tenant, reader_scope
 from console.views.common import HtmxHttpRequest, page_or_partial
+from operations.access.tenants import role_scope
 from operations.adapters.registry import evidence_sources
 from operations.exceptions import ResolutionRefused
-from operations.tenant_access import role_scope
 from reconciliation.findings import VERBS, can_work, compensation_action_for, resolve_provider_finding
 from reconciliation.models import ProviderFinding
 from reconciliation.provider_selectors import provider_finding, provider_findings, statement_runs

@@ -12,9 +12,9 @@ from django.views.decorators.http import require_GET, require_POST
 from console.permissions import can_resolve, console_role_required, reader_scope
 from console.views.common import HtmxHttpRequest, capped, page_or_partial
 from operations import services
-from operations.approval_validity import user_principal
 from operations.exceptions import WebhookResendRefused
 from operations.models import WebhookDelivery
+from operations.policies.approval_validity import user_principal
 from operations.selectors.webhooks import STATES, webhook_deliveries
 
 TEMPLATE = "console/webhooks.html"

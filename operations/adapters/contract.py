@@ -19,8 +19,8 @@ from operations.adapters import contract_checks as checks
 from operations.adapters import event_bodies as bodies
 from operations.adapters import event_schemes as schemes
 from operations.adapters import secrets as named
+from operations.adapters.json_pointer import is_pointer
 from operations.adapters.templates import placeholders
-from operations.json_pointer import is_pointer
 
 #: The events' signature scheme of a source that names none (issue 19's).
 STANDARD_WEBHOOKS = "standard-webhooks"

@@ -25,9 +25,9 @@ from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import AdapterError, ExecutionCall, LookupResult, LookupStatus
 from operations.adapters.contract import Lookup
+from operations.adapters.json_pointer import resolve_pointer
 from operations.adapters.templates import TemplateValueMissing, render_url
-from operations.api_json import loads_strict
-from operations.json_pointer import resolve_pointer
+from operations.api.json_io import loads_strict
 
 #: The most effects' statuses a lookup's detail keeps (the detail is stored on the run).
 DETAIL_ITEMS = 20
@@ -37,7 +37,7 @@ def body_reference(value: Any) -> str | None:
     """The provider's id for an effect as found in its JSON body: a string as is, an integer
     as its decimal text, None when absent or empty. Any other value (an object, a list, a
     float, a boolean) is passed on unchanged, typed as text only nominally, so that the engine's
-    and the lookups' one check (``operations.bounds.reference_problem``) records it as an
+    and the lookups' one check (``operations.adapters.bounds.reference_problem``) records it as an
     unstorable reference (UNKNOWN, escalated; an inconclusive lookup) instead of a Python repr
     standing in for an id the provider never gave."""
     if value is None or value == "":

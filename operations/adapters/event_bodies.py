@@ -28,7 +28,7 @@ from operations.adapters.events import (
     key_from_message_id,
     occurred_at_from_rfc3339,
 )
-from operations.json_pointer import pointer_tokens, resolve_pointer
+from operations.adapters.json_pointer import pointer_tokens, resolve_pointer
 
 #: Our names for what an event says (``EventFacts``), each read through a pointer when mapped.
 FIELD_NAMES = frozenset(

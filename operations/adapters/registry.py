@@ -171,7 +171,7 @@ def served_argument_schemas() -> dict[str, dict[int, dict[str, Any]]]:
     """Every action this deployment serves, with the JSON schema (draft 2020-12) of its
     arguments per ``action_version``: ``{"payments.charge": {1: {...}}, ...}``, actions sorted.
 
-    What the API's OpenAPI document describes (``operations.api_schema``), read from the same
+    What the API's OpenAPI document describes (``operations.api.schema``), read from the same
     adapters that validate a submission (``Adapter.versions_for`` and ``argument_schema_for``),
     so the document cannot disagree with the validation. An action whose adapter cannot be
     loaded (``AdapterBroken``) is left out: a submission of it is refused with a 422 anyway.

@@ -13,7 +13,7 @@ JSON pointers into a provider's answer.
   reads them: ``metadata[reference]=...``, ``items[0][price]=...``, booleans as ``true``/``false``
   (Stripe API reference, "Form-encoded requests").
 
-JSON pointers into an answer (RFC 6901) are ``operations.json_pointer``'s.
+JSON pointers into an answer (RFC 6901) are ``operations.adapters.json_pointer``'s.
 """
 
 from __future__ import annotations

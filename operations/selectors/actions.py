@@ -1,17 +1,17 @@
 """The actions an agent may submit, as ``GET /api/v1/actions`` describes them (issue 15): each
-served action its scopes include (``operations.scopes``), with the JSON schema of its arguments
+served action its scopes include (``operations.access.scopes``), with the JSON schema of its arguments
 per version (the adapters', ``registry.served_argument_schemas``: the same schemas that validate
-a submission) and its policy's risk tier and approval rule (``operations.policies``)."""
+a submission) and its policy's risk tier and approval rule (``operations.policies.rules``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from operations.access.scopes import action_allowed
 from operations.adapters.registry import served_argument_schemas
 from operations.models import Agent
-from operations.policies import Policy, PolicyError, policy_for
-from operations.scopes import action_allowed
+from operations.policies.rules import Policy, PolicyError, policy_for
 
 #: ``ActionDescription.needs_approval``: every intent waits for a person; none does; or it
 #: depends on the arguments (an amount above the threshold for its currency, or a currency no

@@ -11,11 +11,11 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from operations.audit import NOT_A_CHANGE_EVENTS
+from operations.access.tenants import TenantScope
+from operations.audit.trail import NOT_A_CHANGE_EVENTS
 from operations.models import AuditEvent
 from operations.selectors.list_filters import principal_names
 from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
-from operations.tenant_access import TenantScope
 
 
 @dataclass

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from operations.models import ExecutionControl, RecoveryRun
-from operations.restore_check import Detection, restore_detection
+from operations.restore.check import Detection, restore_detection
 
 #: Recovery runs shown on the dashboard.
 RECENT_RECOVERIES = 5

@@ -6,8 +6,8 @@ from typing import Any
 
 from django.db import connection
 
+from operations.access.tenants import EVERY_TENANT, TenantScope
 from operations.selectors.status_counts import intent_status_counts
-from operations.tenant_access import EVERY_TENANT, TenantScope
 
 #: ``AND`` clause keeping the rows of a scope's tenants: parameters ``_in_scope(scope)``.
 IN_SCOPE_SQL = " AND (%s OR tenant = ANY(%s))"

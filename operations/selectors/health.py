@@ -19,10 +19,10 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 
+from operations.access.tenants import EVERY_TENANT, TenantScope
 from operations.adapters.registry import adapter_label
-from operations.delivery import stalled_ready_seconds
 from operations.models import Attempt, Intent, OutboxMessage, PeriodicJobRun, WorkerHeartbeat
-from operations.tenant_access import EVERY_TENANT, TenantScope
+from operations.workers.delivery import stalled_ready_seconds
 
 GREEN, AMBER, RED = "green", "amber", "red"
 _RANK = {GREEN: 0, AMBER: 1, RED: 2}
@@ -269,7 +269,7 @@ def outbox_backlog() -> dict[str, Any]:
         ``pending``: rows due and never handed to the broker; ``oldest_pending_seconds``: how
         long the oldest of them has been due (0 when none); ``scheduled``: rows not due yet (a
         retry's backoff, not lag); ``stalled``: rows handed over but unacknowledged for longer
-        than ``operations.delivery.stalled_ready_seconds()`` (the relay publishes them again).
+        than ``operations.workers.delivery.stalled_ready_seconds()`` (the relay publishes them again).
     """
     table = OutboxMessage._meta.db_table
     with connection.cursor() as cursor:

@@ -11,6 +11,7 @@ from django.db.models import Count, IntegerField, Min, OuterRef, Q, QuerySet, Su
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce
 
+from operations.access.tenants import TenantScope
 from operations.models import Approval, AuditEvent, Intent, Outcome
 from operations.selectors.list_filters import (
     APPROVAL_DEFAULT_SORT,
@@ -25,7 +26,6 @@ from operations.selectors.list_filters import (
     sorted_by,
 )
 from operations.selectors.pagination import PAGE_SIZE, Page, decode_cursor, encode_cursor
-from operations.tenant_access import TenantScope
 
 
 def intent_get(*, tenant: str, intent_id: uuid.UUID, principal: str | None = None) -> Intent | None:
@@ -43,7 +43,7 @@ def intent_get(*, tenant: str, intent_id: uuid.UUID, principal: str | None = Non
 
 def intent_status(*, intent_id: uuid.UUID) -> str | None:
     """The intent's status (an ``Intent.Status`` value), or None when there is no such intent;
-    one indexed read of one column (``operations.waiting`` re-reads it after each wake-up)."""
+    one indexed read of one column (``operations.api.waiting`` re-reads it after each wake-up)."""
     return Intent.objects.filter(id=intent_id).values_list("status", flat=True).first()
 
 

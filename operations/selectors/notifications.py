@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 
+from operations.access.tenants import users_holding
 from operations.models import ENDED_WITHOUT_EFFECT, AuditEvent, Intent, Notification
-from operations.policies import Policy
-from operations.tenant_access import users_holding
+from operations.policies.rules import Policy
 
 #: Who handles an escalated intent: the roles that may resolve it
 #: (``reconciliation.resolution.RESOLVER_GROUPS``; the ledger cannot import it, a test keeps
@@ -22,7 +22,7 @@ def notification_recipients(notification: Notification) -> list[str]:
     """The email addresses a notice goes to, sorted and without repeats.
 
     An approval notice: the active users who may approve the intent by the rule the approval
-    service applies (``operations.approval_validity.can_approve``: the policy's approver group
+    service applies (``operations.policies.approval_validity.can_approve``: the policy's approver group
     or ``admin`` on the intent's tenant or on every tenant, or a superuser), except the person
     who asked for it (four eyes: they cannot approve it). An escalation: the active users who
     may resolve it (``OPERATOR_ROLES`` on its tenant). Users without an email address are

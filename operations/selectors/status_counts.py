@@ -12,6 +12,7 @@ from django.db import connection
 from django.db.models import Count, DurationField, ExpressionWrapper, F
 from django.db.models.functions import Now
 
+from operations.access.tenants import EVERY_TENANT, TenantScope
 from operations.models import (
     ALL_TENANTS,
     OPEN_STATUS_VALUES,
@@ -20,7 +21,6 @@ from operations.models import (
     Intent,
     StatusRollup,
 )
-from operations.tenant_access import EVERY_TENANT, TenantScope
 
 #: While no rollup has run (a new installation, a test), the settled states are counted exactly
 #: when there are at most this many of them; past it they show as not computed yet. The check

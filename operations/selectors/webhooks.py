@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
+from operations.access.tenants import TenantScope
 from operations.models import Agent, WebhookDelivery
-from operations.tenant_access import TenantScope
 
 #: The states a list can be narrowed to.
 STATES = [state for state, _ in WebhookDelivery.State.choices]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from operations.approval_validity import user_principal
-from operations.audit import REFUSAL_EVENT
+from operations.audit.trail import REFUSAL_EVENT
+from operations.policies.approval_validity import user_principal
 from operations.services.approvals import (
     intent_approve,
     intent_expire_approval,

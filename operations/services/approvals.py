@@ -12,16 +12,21 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from operations import metrics
-from operations.approval_validity import Verdict, approval_required, approval_validity, user_principal
-from operations.audit import audit_append
+from operations.access.tenants import console_scope
+from operations.audit.request_integrity import stored_request_problem
+from operations.audit.trail import audit_append
 from operations.exceptions import ApprovalRefused, IntentMoved
 from operations.models import Approval, Intent
-from operations.policies import Policy
-from operations.request_integrity import stored_request_problem
+from operations.policies.approval_validity import (
+    Verdict,
+    approval_required,
+    approval_validity,
+    user_principal,
+)
+from operations.policies.rules import Policy
 from operations.selectors.duplicate_risk import duplicate_risk_of
 from operations.services.refusals import refusals_audited
 from operations.services.transitions import transition
-from operations.tenant_access import console_scope
 
 
 def _check_decision(*, intent: Intent, user: User, shown_hash: str, approving: bool) -> None:

@@ -8,7 +8,7 @@ item without knowing it.
 The rules:
 
 * An operator (role ``operator`` or ``admin`` on the intent's tenant,
-  ``operations.tenant_access``) assigns an item to themself (``intent_assign``): one conditional
+  ``operations.access.tenants``) assigns an item to themself (``intent_assign``): one conditional
   UPDATE, which succeeds when nobody holds the item, when its assignment lapsed, or when the
   same operator holds it (renewed). Two operators pressing "I'm on it" at once: exactly one
   wins; the other is told who has it. Audit event ``assigned``.
@@ -43,11 +43,11 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from operations.audit import ASSIGNED_EVENT, ASSIGNMENT_TAKEN_OVER_EVENT, audit_append
+from operations.access.tenants import console_scope, role_scope
+from operations.audit.trail import ASSIGNED_EVENT, ASSIGNMENT_TAKEN_OVER_EVENT, audit_append
 from operations.exceptions import ResolutionRefused
 from operations.models import Intent
 from operations.services.refusals import refusals_audited
-from operations.tenant_access import console_scope, role_scope
 
 #: Roles that may assign themselves (the ones that may resolve: ``reconciliation.resolution``).
 ASSIGNER_ROLES = ("operator", "admin")

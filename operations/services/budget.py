@@ -36,7 +36,7 @@ from django.db.models.functions import Now
 
 from operations.adapters.registry import serving_problem
 from operations.models import Intent
-from operations.policies import Policy
+from operations.policies.rules import Policy
 
 
 def attempts_spent(intent: Intent) -> int:

@@ -41,13 +41,13 @@ from django.db.models.functions import Now
 
 from operations import metrics
 from operations.adapters.registry import serving_problem
-from operations.audit import audit_append
+from operations.audit.request_integrity import stored_request_problem
+from operations.audit.trail import audit_append
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.idempotency import canonical_json
 from operations.models import OPEN_STATUSES, Intent, Outcome
 from operations.money import Money, format_plain
-from operations.policies import Policy
-from operations.request_integrity import stored_request_problem
+from operations.policies.rules import Policy
 from operations.services.assignment import refuse_if_assigned_elsewhere
 from operations.services.transitions import transition, transition_or_raise
 
@@ -81,7 +81,7 @@ def lock_identity(key: str) -> datetime:
 
     A concurrent submission for the same identity waits here until this transaction commits,
     then sees its row (``earlier_intent_for``, a later statement with a later snapshot). The time
-    dates the submission's first audit event (``operations.audit``: events carry database time).
+    dates the submission's first audit event (``operations.audit.trail``: events carry database time).
     """
     with connection.cursor() as cursor:
         # The race this stops: two submissions with two keys for one order both seeing no open

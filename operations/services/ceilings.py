@@ -36,7 +36,7 @@ from typing import Any
 
 from operations.models import Intent, Reservation, SpendWindow
 from operations.money import Money, format_plain
-from operations.policies import Policy, amount_rule
+from operations.policies.rules import Policy, amount_rule
 from operations.statements import Statement, insert_statement
 
 _WINDOW = SpendWindow._meta.db_table

@@ -1,6 +1,6 @@
 """Transitions of the execution protocol (DESIGN.md steps 3, 4, 6, 7) and lease takeover.
 
-Each function is one short transaction; none calls a provider. ``operations.engine`` calls
+Each function is one short transaction; none calls a provider. ``operations.engine.protocol`` calls
 them around the adapter call, which happens outside any transaction.
 """
 
@@ -18,9 +18,9 @@ from django.db.models.functions import Coalesce, Now
 
 from operations import metrics
 from operations.adapters.base import ExecutionResult
+from operations.adapters.bounds import clean_detail, clean_text, reference_problem, unstorable_evidence
 from operations.adapters.registry import serving_problem
-from operations.approval_validity import Validity, Verdict, approval_validity
-from operations.audit import (
+from operations.audit.trail import (
     audit_append,
     audit_appended,
     audit_event,
@@ -28,10 +28,10 @@ from operations.audit import (
     chain_head_returning,
     head_from_row,
 )
-from operations.backoff import backoff_seconds
-from operations.bounds import clean_detail, clean_text, reference_problem, unstorable_evidence
+from operations.engine.backoff import backoff_seconds
 from operations.models import FENCE_EPOCH_STRIDE, Approval, Attempt, Intent, OutboxMessage, Outcome
-from operations.policies import Policy
+from operations.policies.approval_validity import Validity, Verdict, approval_validity
+from operations.policies.rules import Policy
 from operations.services.budget import (  # the engine's names for them (``svc.<name>``)
     in_progress_wait_refusal as in_progress_wait_refusal,
 )
@@ -270,7 +270,7 @@ def _control_values(control: Any) -> tuple[bool, int, datetime | None]:
     )
 
 
-#: The claim consumes the intent's outbox messages (``operations.outbox``).
+#: The claim consumes the intent's outbox messages (``operations.workers.outbox``).
 _ACK_SQL = (
     f"UPDATE {OutboxMessage._meta.db_table} SET acked_at = statement_timestamp() "
     "WHERE intent_id = %s AND acked_at IS NULL"
@@ -369,7 +369,7 @@ def _close_attempt(
     claim: Claim, result: str, *, error: str = "", detail: dict[str, Any] | None = None
 ) -> Statement:
     # An attempt row is inserted at claim and closed exactly once (finished_at IS NULL guard).
-    # ``_record`` hands it text and JSON already made storable (``operations.bounds``).
+    # ``_record`` hands it text and JSON already made storable (``operations.adapters.bounds``).
     return update_statement(
         Attempt.objects.filter(id=claim.attempt.id, finished_at__isnull=True),
         {"finished_at": Now(), "result": result, "error": error, "detail": detail or {}},
@@ -403,7 +403,7 @@ def _record(
     fenced out and what the provider answered, and the intent's chain gets an audit event.
 
     ``error`` and ``detail`` usually carry what a provider sent: they are made storable here
-    (``operations.bounds``: NUL characters, lone surrogates, length, depth, NaN), so nothing a
+    (``operations.adapters.bounds``: NUL characters, lone surrogates, length, depth, NaN), so nothing a
     provider sends can make this write fail.
     """
     error = clean_text(error)
@@ -440,7 +440,7 @@ def _record_fenced_out(claim: Claim, *, would_be: str, answer: dict[str, Any]) -
     provider without keys, a stale success on an intent that already SUCCEEDED schedules a
     duplicate check. Call inside the caller's transaction.
     """
-    # Lock the intent row: the audit chain is appended under it (operations.audit).
+    # Lock the intent row: the audit chain is appended under it (operations.audit.trail).
     row = (
         Intent.objects.select_for_update()
         .filter(id=claim.intent.id)
@@ -482,14 +482,14 @@ def intent_record_success(*, claim: Claim, result: ExecutionResult) -> bool:
 
     An intent sent more than once to a provider that cannot deduplicate gets duplicate checks
     scheduled over its lookup's consistency window (``duplicate_check_updates``). The receipt's
-    detail is made storable (``operations.bounds.clean_detail``); a response digest that is not
+    detail is made storable (``operations.adapters.bounds.clean_detail``); a response digest that is not
     64 hex characters is kept as evidence in the detail instead.
 
     Returns False (and counts ``stale_fences_rejected``) when a newer fence took over.
 
     Raises:
         ValueError: the provider reference cannot be stored faithfully
-            (``operations.bounds.reference_problem``); the engine records such an answer with
+            (``operations.adapters.bounds.reference_problem``); the engine records such an answer with
             ``intent_mark_unknown`` instead, so this guards other callers.
     """
     problem = reference_problem(result.provider_reference)
@@ -551,7 +551,7 @@ def intent_record_failure(
 
 def intent_hold_mismatch(*, claim: Claim, problem: str) -> bool:
     """RUNNING -> HELD for a person, before anything was sent: the stored request no longer
-    hashes to its request_hash (``operations.request_integrity.stored_request_problem``). The
+    hashes to its request_hash (``operations.audit.request_integrity.stored_request_problem``). The
     attempt is ``skipped``, the lease released; ``hold_reason`` (starting ``request_hash
     mismatch``) and ``escalated_at`` put it in the operators' queue at once, with the audit
     event ``request_hash_mismatch``. Release is refused while the mismatch lasts; an operator

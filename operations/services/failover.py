@@ -5,14 +5,14 @@ The providers did not go back: the charges and emails of the forgotten minutes h
 keeps "at most one effect per intent" true across that:
 
 * **the pause** (``execution_pause``): while set, no claim succeeds, so nothing is sent from
-  the older state before recovery ran. The restore check sets it (``operations.restore_check``).
+  the older state before recovery ran. The restore check sets it (``operations.restore.check``).
 * **the fence epoch**: ``recover`` raises it to the recovery's Unix time in seconds (at least
   one above the stored one), and every claim's fence is at least ``epoch * FENCE_EPOCH_STRIDE``
   + 1, above any fence a provider saw from the forgotten timeline, even one whose epoch the
   restored database never knew (so a keyed provider answers a replay, not ``stale_fence``).
 * **the restore guard**: for ``RESTORE_GUARD_SECONDS`` after a recovery, a send to a provider
   that cannot deduplicate on our key is preceded by a look-up
-  (``operations.engine``, ``_restore_guard``): an effect the forgotten timeline made — for this
+  (``operations.engine.protocol``, ``_restore_guard``): an effect the forgotten timeline made — for this
   intent, or for the intent an agent re-submitted after the restore lost it — is found and
   recorded instead of sent again.
 * **the outbox re-check**: every READY intent gets a fresh message at once (the old one may

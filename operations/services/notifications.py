@@ -36,10 +36,10 @@ from django.db.models import Exists, OuterRef, Q
 from django.db.models.functions import Now
 
 from operations import metrics
-from operations.backoff import backoff_seconds
+from operations.engine.backoff import backoff_seconds
 from operations.models import Intent, Notification, NotificationDelivery, NotificationRecipient
-from operations.notification_channels import send_email, send_slack
-from operations.notification_messages import notice_for, render_message
+from operations.notifications.channels import send_email, send_slack
+from operations.notifications.messages import notice_for, render_message
 from operations.selectors.notifications import notification_obsolete, notification_recipients
 from operations.statements import Statement, insert_statement
 
@@ -244,7 +244,7 @@ def _send(item: _Claimed) -> None:
 
 def _record(item: _Claimed, error: Exception | None) -> None:
     """After the send: mark the deliveries sent and hold the recipient for the interval, or
-    keep them pending and hold the recipient for a backoff (``operations.backoff``)."""
+    keep them pending and hold the recipient for a backoff (``operations.engine.backoff``)."""
     recipient = item.recipient
     ids = [delivery.id for delivery in item.deliveries]
     with transaction.atomic():

@@ -10,7 +10,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from operations import metrics
-from operations.audit import audit_append
+from operations.audit.trail import audit_append
 from operations.models import Attempt, Intent
 from operations.services.budget import resend_refusal
 from operations.services.execution import release_lease

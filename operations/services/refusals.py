@@ -22,11 +22,11 @@ from typing import Any, ParamSpec, TypeVar
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from operations.approval_validity import user_principal
-from operations.audit import REFUSAL_EVENT, audit_append, audit_append_unattached
-from operations.bounds import clean_json, clean_text
+from operations.adapters.bounds import clean_json, clean_text
+from operations.audit.trail import REFUSAL_EVENT, audit_append, audit_append_unattached
 from operations.exceptions import ApprovalRefused, CancelRefused, IntentMoved, ResolutionRefused
 from operations.models import Agent, AuditEvent, Intent
+from operations.policies.approval_validity import user_principal
 
 #: What a refused decision raises; anything else (a bug, a lost database) is not a refusal.
 REFUSALS = (ApprovalRefused, CancelRefused, IntentMoved, ResolutionRefused)

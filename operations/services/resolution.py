@@ -18,8 +18,8 @@ from django.db.models.functions import Now
 from operations import metrics
 from operations.adapters.registry import ActionUnavailable, capabilities_for, get_adapter, serving_problem
 from operations.adapters.templates import TemplateValueMissing
-from operations.audit import audit_append
-from operations.calls import lookup_settle_seconds
+from operations.audit.trail import audit_append
+from operations.engine.calls import lookup_settle_seconds
 from operations.exceptions import IntentMoved, ResendRefused, ResolutionRefused, ValidationFailed
 from operations.models import ENDED_WITHOUT_EFFECT, Attempt, Intent, Outcome
 from operations.services.assignment import RELEASED as ASSIGNMENT_RELEASED

@@ -16,7 +16,7 @@ from datetime import timedelta
 from django.db import connection, transaction
 from django.db.models.functions import Now
 
-from operations.audit import audit_append
+from operations.audit.trail import audit_append
 from operations.models import Intent
 
 #: Seconds a claimed item is hidden from other reconcilers while it is being worked on.
@@ -89,7 +89,7 @@ def intent_note_duplicate(*, intent_id: uuid.UUID, provider_reference: str, kept
     """Append the audit event ``duplicate_found`` to the intent's chain: a second effect
     ``provider_reference`` exists at the provider; the intent keeps ``kept``; ``handling`` is
     ``compensating`` or ``flagged``. Call inside the caller's transaction."""
-    # Lock the intent row: the audit chain is appended under it (operations.audit).
+    # Lock the intent row: the audit chain is appended under it (operations.audit.trail).
     Intent.objects.select_for_update().filter(id=intent_id).values_list("id", flat=True).first()
     audit_append(
         intent_id=intent_id,

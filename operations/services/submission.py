@@ -16,8 +16,8 @@ from django.db.models.functions import Now
 from operations import metrics
 from operations.adapters.base import ArgumentsInvalid, Preview
 from operations.adapters.registry import ActionUnavailable, UnknownAction, get_adapter
-from operations.approval_validity import user_principal
-from operations.audit import GENESIS, ChainHead, audit_event
+from operations.audit.request_integrity import submission_seal
+from operations.audit.trail import GENESIS, ChainHead, audit_event
 from operations.exceptions import (
     CancelRefused,
     CancelTooLate,
@@ -35,9 +35,8 @@ from operations.idempotency import (
     storage_problems,
 )
 from operations.models import AuditEvent, Intent
-from operations.outbox import handoff_after_commit
-from operations.policies import Policy, policy_for
-from operations.request_integrity import submission_seal
+from operations.policies.approval_validity import user_principal
+from operations.policies.rules import Policy, policy_for
 from operations.services.business import (
     EarlierIntent,
     business_key,
@@ -49,6 +48,7 @@ from operations.services.notifications import submission_notification_statement
 from operations.services.refusals import refusals_audited
 from operations.services.transitions import outbox_handoff, transition
 from operations.statements import insert_statement, run_together
+from operations.workers.outbox import handoff_after_commit
 
 REFERENCE_MAX_LENGTH = Intent._meta.get_field("reference").max_length or 200
 

@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from operations import metrics
-from operations.audit import (
+from operations.audit.trail import (
     audit_appended,
     audit_event,
     audit_insert_statement,
@@ -32,12 +32,12 @@ from operations.audit import (
 from operations.exceptions import IntentMoved, InvalidTransition
 from operations.idempotency import canonical_json
 from operations.models import ALLOWED_TRANSITIONS, Intent
-from operations.outbox import Handoff, enqueue_statement, handoff_after_commit
 from operations.services.assignment import RELEASED as ASSIGNMENT_RELEASED
 from operations.services.ceilings import RELEASING_STATES, release_statements
 from operations.services.notifications import notification_statements
 from operations.services.webhooks import webhook_kick_after_commit, webhook_statement
 from operations.statements import Statement, run_together, update_statement
+from operations.workers.outbox import Handoff, enqueue_statement, handoff_after_commit
 
 EXECUTE_TASK = "operations.execute_intent"
 
@@ -50,7 +50,7 @@ def check_allowed(*, intent_id: uuid.UUID, current: str, target: str) -> None:
 
 def outbox_handoff(*, intent_id: uuid.UUID, task: str = EXECUTE_TASK) -> tuple[Handoff, Statement]:
     """A new outbox message for ``task(intent_id)`` and the INSERT that writes it
-    (``operations.outbox.enqueue_statement``). The body is canonical JSON frozen now, carrying
+    (``operations.workers.outbox.enqueue_statement``). The body is canonical JSON frozen now, carrying
     the message id, so every publication of this row is byte-identical (shared/cases C08)."""
     message_id = uuid.uuid4()
     body = canonical_json({"message_id": str(message_id), "intent_id": str(intent_id), "task": task}).decode()
@@ -60,7 +60,7 @@ def outbox_handoff(*, intent_id: uuid.UUID, task: str = EXECUTE_TASK) -> tuple[H
 
 def outbox_enqueue(*, intent_id: uuid.UUID, task: str = EXECUTE_TASK) -> uuid.UUID:
     """Write an outbox message for ``task(intent_id)`` in the caller's transaction and hand it
-    to the broker after commit (``operations.outbox``); returns the message id.
+    to the broker after commit (``operations.workers.outbox``); returns the message id.
 
     ``due_at`` is the intent's ``not_before`` when that is later than now: the relay keeps the
     row until then (C15). Set ``not_before`` before calling this."""
@@ -88,7 +88,7 @@ def transition(
     """Move one intent from ``from_status`` to ``to_status`` if nobody moved it first.
 
     Two statements: the compare-and-swap ``UPDATE ... RETURNING`` the audit chain's head
-    (``operations.audit.chain_head_returning``), then, only when it moved, one statement that
+    (``operations.audit.trail.chain_head_returning``), then, only when it moved, one statement that
     inserts the audit event, the outbox message (``dispatch``) and runs ``also``
     (``operations.statements.run_together``).
 

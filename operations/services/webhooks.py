@@ -7,7 +7,7 @@ written with each terminal transition, their delivery with retries, and re-sends
   is an agent with a callback URL.
 * ``webhooks_deliver_due`` (the task's) claims due rows with ``FOR UPDATE SKIP LOCKED`` in a
   bounded batch, pushing ``next_attempt_at`` forward as a lease, and commits; POSTs each row
-  outside any transaction (``operations.webhook_sender``); records each result with a
+  outside any transaction (``operations.notifications.webhook_sender``); records each result with a
   compare-and-swap on the claimed attempt number (a worker whose lease lapsed records nothing).
 * A 2xx is delivered; anything else is retried after ``backoff_seconds`` and ``failed`` after
   ``WEBHOOK_MAX_ATTEMPTS``. ``webhook_resend`` makes a delivered or failed row pending again
@@ -33,13 +33,13 @@ from django.db.models.expressions import CombinedExpression
 from django.db.models.functions import Now
 
 from operations import metrics
-from operations.backoff import backoff_seconds
-from operations.callback_urls import callback_url_problem
+from operations.engine.backoff import backoff_seconds
 from operations.exceptions import CallbackRefused, WebhookResendRefused
 from operations.idempotency import canonical_json
 from operations.models import Agent, AuditEvent, Intent, Outcome, WebhookDelivery
+from operations.notifications.callback_urls import callback_url_problem
+from operations.notifications.webhook_sender import AttemptResult, new_secret, post_webhook
 from operations.statements import Statement
-from operations.webhook_sender import AttemptResult, new_secret, post_webhook
 
 logger = logging.getLogger(__name__)
 

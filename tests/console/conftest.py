@@ -11,7 +11,7 @@ from django.test import Client
 
 from operations.adapters.base import ExecutionResult
 from operations.adapters.registry import get_adapter
-from operations.calls import lookup_call
+from operations.engine.calls import lookup_call
 from operations.models import Intent
 from operations.selectors import last_audit_seq
 from operations.services import Claim, intent_claim, intent_mark_unknown

@@ -170,7 +170,7 @@ def test_i18_5_create_user_must_say_on_which_tenants() -> None:
 
 def test_i18_5_create_user_grants_its_roles_on_the_named_tenants_only() -> None:
     # given
-    from operations.tenant_access import console_scope, may_act
+    from operations.access.tenants import console_scope, may_act
 
     # when
     output = _create(
@@ -201,7 +201,7 @@ def test_i18_5_create_user_refuses_a_bad_tenant_and_creates_nothing(args: list[s
 
 
 def test_i18_5_quickstart_accounts_hold_every_tenant() -> None:
-    from operations.tenant_access import console_scope, roles_on_every_tenant
+    from operations.access.tenants import console_scope, roles_on_every_tenant
 
     call_command("quickstart", "--no-run", stdout=io.StringIO())
     operator = get_user_model().objects.get(username="operator")
@@ -217,8 +217,8 @@ def test_i18_5_the_upgrade_grants_existing_role_members_every_tenant_and_nothing
     from django.apps import apps
     from django.contrib.auth.models import Group
 
+    from operations.access.tenants import console_scope, may_act
     from operations.models import RoleGrant
-    from operations.tenant_access import console_scope, may_act
 
     users = get_user_model().objects
     old = users.create_user("old-approver", password="x" * 20)

@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.models import Intent
 from operations.services import intent_cancel
 from tests.console.browser_support import (

@@ -21,6 +21,7 @@ from django.test import Client
 from django.utils import timezone
 from kombu import Connection, Queue
 
+from operations.access.tenants import EVERY_TENANT
 from operations.adapters.base import ExecutionResult
 from operations.models import Attempt, Intent, OutboxMessage, PeriodicJobRun, WorkerHeartbeat
 from operations.selectors.health import (
@@ -42,7 +43,6 @@ from operations.services import (
     periodic_job_record,
     worker_heartbeat_record,
 )
-from operations.tenant_access import EVERY_TENANT
 from tests.console.test_every_kind import KINDS, serve_every_kind
 from tests.factories import UserFactory, submit
 
@@ -262,8 +262,8 @@ def test_i16_5_relay_and_reconciler_runs_are_recorded(admin_client: Client, sett
 
 
 def test_i16_5_a_failed_relay_run_is_recorded_with_its_error(monkeypatch: Any) -> None:
-    from operations import outbox
     from operations.tasks import relay_outbox
+    from operations.workers import outbox
 
     def broken() -> int:
         raise RuntimeError("broker said no")

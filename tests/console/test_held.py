@@ -18,7 +18,7 @@ from django.test import Client
 from django.urls import reverse
 
 from operations.adapters.base import ExecutionResult
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.models import AuditEvent, Intent
 from operations.services import intent_claim, intent_record_success
 from reconciliation.held import decide_held

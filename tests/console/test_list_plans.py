@@ -16,8 +16,8 @@ import pytest
 from django.db import connection
 
 from operations import selectors
+from operations.access.tenants import EVERY_TENANT
 from operations.selectors import ListFilters
-from operations.tenant_access import EVERY_TENANT
 from reconciliation import selectors as queue
 
 pytestmark = pytest.mark.django_db

@@ -16,9 +16,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from operations import selectors
+from operations.access.tenants import EVERY_TENANT
 from operations.models import Intent
 from operations.selectors import InvalidCursor
-from operations.tenant_access import EVERY_TENANT
 from tests.console.conftest import gated, make_unknown, signed_in
 from tests.factories import UserFactory, make_agent, submit
 

@@ -15,11 +15,11 @@ from django.test import Client
 from django.urls import reverse
 
 from operations import selectors
+from operations.access.tenants import EVERY_TENANT
 from operations.idempotency import key_digest
 from operations.models import AuditEvent, Intent, StatusRollup
 from operations.selectors import status_counts
 from operations.services import intent_approve, intent_cancel, status_rollup_refresh
-from operations.tenant_access import EVERY_TENANT
 from tests.console.conftest import claimed, gated, make_unknown, status_count
 from tests.factories import charge_arguments, submit
 

@@ -394,7 +394,7 @@ def test_i38_an_effect_found_after_the_ending_is_shown_told_and_can_be_undone(
     operator_client: Client,
 ) -> None:
     from operations.models import Notification
-    from operations.notification_messages import notice_for
+    from operations.notifications.messages import notice_for
 
     # given: a charge that was sent, ended FAILED, and then appeared on the provider's statement
     intent = submit(arguments=charge_arguments(reference="order-late"), reference="order-late")

@@ -13,7 +13,7 @@ from django.urls import reverse
 from console.views import held as held_views
 from console.views import unknown as unknown_views
 from console.views.common import SHOWN_MAX_CHARS
-from operations.audit import REFUSAL_EVENT
+from operations.audit.trail import REFUSAL_EVENT
 from operations.models import Approval, AuditEvent, Intent, OutboxMessage
 from operations.selectors import last_audit_seq
 from tests.console.conftest import gated, make_unknown, seen

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.models import AuditEvent, Intent, Outcome
 from operations.services import intent_claim, intent_mark_unknown
 from reconciliation.services import reconcile_pass

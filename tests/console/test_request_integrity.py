@@ -11,7 +11,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.models import Approval, AuditEvent, Intent
 from operations.selectors import last_audit_seq
 from operations.services import submission

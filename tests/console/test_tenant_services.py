@@ -37,7 +37,7 @@ def test_i18_5_approve_and_reject_refuse_another_tenants_intent_as_missing(decid
 def test_i18_5_a_viewer_of_a_tenant_is_not_its_approver() -> None:
     # given: approver on acme, viewer on globex (each role on its own tenants)
     user = UserFactory(username="mixed", groups=["approver", "viewer"], tenants=["acme"])
-    from operations.tenant_access import role_grants_set
+    from operations.access.tenants import role_grants_set
 
     role_grants_set(user=user, roles=["viewer"], tenants=["globex"])
     intent = gated(tenant="globex")

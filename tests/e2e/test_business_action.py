@@ -23,7 +23,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.models import Attempt, AuditEvent, Intent
 from reconciliation.held import decide_held
 from reconciliation.resolution import reject_held

@@ -24,7 +24,7 @@ from kombu.exceptions import ChannelError
 from console.celery import app
 from console.lab.cluster import Process, database_url
 from operations.models import AuditEvent, Intent, OutboxMessage
-from operations.outbox import outbox_relay
+from operations.workers.outbox import outbox_relay
 from tests.factories import charge_arguments, make_agent, submit
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.workers import Cluster, wait_for

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from operations.checkpoint_signing import audit_checkpoint_create
+from operations.audit.signing import audit_checkpoint_create
 from operations.models import ExecutionControl, Intent, RecoveryRun
 from tests.factories import charge_arguments, submit
 from tests.operations.test_failover import EMAIL, effects, forgotten_send

@@ -12,7 +12,7 @@ import pytest
 from django.core.cache import caches
 
 from console.lab.cluster import Process, database_url
-from operations.throttling import THROTTLE_CACHE
+from operations.api.throttling import THROTTLE_CACHE
 from tests.factories import make_agent
 from tests.support.workers import wait_for
 

@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 from django.db.models.functions import Now
 
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.models import Attempt, AuditEvent, Intent, Outcome
 from reconciliation.events import process_provider_event
 from reconciliation.models import DuplicateFinding, ProviderEvent

@@ -25,8 +25,8 @@ from django.test import Client
 
 from operations import services
 from operations.adapters.registry import get_adapter
-from operations.calls import lookup_call
-from operations.engine import execute_intent
+from operations.engine.calls import lookup_call
+from operations.engine.protocol import execute_intent
 from operations.exceptions import ResolutionRefused
 from operations.models import Intent
 from operations.services import intent_claim, intent_mark_unknown

@@ -14,9 +14,9 @@ import pytest
 from django.db import connection, transaction
 
 from console.celery import app
-from operations import outbox
 from operations.models import Attempt, Intent, OutboxMessage
-from operations.outbox import outbox_relay
+from operations.workers import outbox
+from operations.workers.outbox import outbox_relay
 from tests.factories import charge_arguments, submit
 from tests.support.workers import Cluster, requires_real_broker, wait_for
 

@@ -143,7 +143,7 @@ def test_i18_6_the_admin_sets_an_agents_actions_scope_and_revokes_a_token(client
     # given: a Django admin and an agent with every action
     from django.contrib.auth import get_user_model
 
-    from operations import authentication
+    from operations.api import authentication
     from operations.models import Agent
 
     agent, token = make_agent(name="bot", tenant="acme", actions=["*"], scope="tenant")

@@ -15,9 +15,9 @@ from django.core.management import call_command
 from django.db.models.functions import Now
 from rest_framework.test import APIClient
 
-from operations import authentication
-from operations.audit import REFUSAL_EVENT, audit_verify
-from operations.authentication import agent_for_token, agent_token_rotate
+from operations.api import authentication
+from operations.api.authentication import agent_for_token, agent_token_rotate
+from operations.audit.trail import REFUSAL_EVENT, audit_verify
 from operations.idempotency import sha256_hex
 from operations.models import Agent, AgentToken, AuditEvent, Intent
 from tests.factories import charge_arguments, make_agent

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from rest_framework.renderers import JSONRenderer
 from rest_framework.test import APIClient
 
-from operations.api_json import FastJSONRenderer, loads_strict
+from operations.api.json_io import FastJSONRenderer, loads_strict
 from operations.models import Intent
 
 URL = "/api/v1/intents"

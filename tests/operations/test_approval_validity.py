@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from django.db.models.functions import Now
 
-from operations.approval_validity import Verdict, approval_validity
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.models import Approval, Intent
+from operations.policies.approval_validity import Verdict, approval_validity
 from operations.services import intent_approve, intent_claim, intent_reject
 from operations.services.execution import precheck_refusal
 from tests.factories import UserFactory, charge_arguments, submit

@@ -21,7 +21,7 @@ from operations.adapters.base import (
 )
 from operations.adapters.sandbox import SandboxPaymentsAdapter
 from operations.adapters.sandbox.common import CHARGE_SCHEMA, REFUND_SCHEMA
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.exceptions import ResolutionRefused, ValidationFailed
 from operations.models import Attempt, AuditEvent, Intent
 from operations.services import (

@@ -15,9 +15,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.models import Attempt, AuditEvent, Intent, Reservation, SpendWindow
-from operations.policies import Policy, PolicyError
+from operations.policies.rules import Policy, PolicyError
 from operations.services import intent_approve, intent_claim
 from operations.services.approvals import intent_reject
 from operations.services.execution import (

@@ -26,12 +26,12 @@ from django.urls import reverse
 
 from console.celery import app as celery_app
 from operations import metrics, tasks
-from operations.audit import GENESIS, audit_append, audit_verify, event_hash
-from operations.audit_keys import public_key_load, public_key_pem, signing_key_create
-from operations.checkpoint_signing import CheckpointRefusedError, audit_checkpoint_create
-from operations.checkpoints import SignedCheckpoint, checkpoint_from_file, leaf_input
+from operations.audit.checkpoints import SignedCheckpoint, checkpoint_from_file, leaf_input
+from operations.audit.keys import public_key_load, public_key_pem, signing_key_create
+from operations.audit.merkle import leaf_hash, merkle_root, node_hash
+from operations.audit.signing import CheckpointRefusedError, audit_checkpoint_create
+from operations.audit.trail import GENESIS, audit_append, audit_verify, event_hash
 from operations.checks import audit_signing_key_check
-from operations.merkle import leaf_hash, merkle_root, node_hash
 from operations.models import AuditCheckpoint, AuditEvent, Intent
 from operations.services import intent_cancel, intent_record_refusal
 from tests.factories import UserFactory, submit
@@ -140,7 +140,7 @@ def test_i11_1_checkpoint_records_every_head_signs_and_writes_outward(
     # given
     first, second = cancelled(), submit()
     # when
-    with caplog.at_level(logging.INFO, logger="operations.checkpoints"):
+    with caplog.at_level(logging.INFO, logger="operations.audit.checkpoints"):
         row = audit_checkpoint_create()
     # then: the heads, in intent order, with their Merkle root and the events they cover
     assert row is not None and row.number == 1 and row.prev_hash == GENESIS
@@ -911,7 +911,7 @@ def test_i11_1_re_baselines_are_shown_even_when_something_else_fails(client: Cli
 
 
 def test_i11_1_printing_a_reason_escapes_control_characters() -> None:
-    from operations.checkpoints import printable
+    from operations.audit.checkpoints import printable
 
     assert printable("INC-1\r\x1b[2Kfine") == "INC-1\\r\\x1b[2Kfine"
     assert printable("naïve — ok") == "naïve — ok"

@@ -26,8 +26,8 @@ from operations.adapters.base import (
 )
 from operations.adapters.contract import parse_contract
 from operations.adapters.generic_http import generic_http_adapter, generic_http_config
+from operations.adapters.json_pointer import resolve_pointer
 from operations.adapters.templates import form_pairs, render, render_url
-from operations.json_pointer import resolve_pointer
 
 KEY = "k-5b1c"
 

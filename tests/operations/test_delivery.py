@@ -19,7 +19,11 @@ from django.db.utils import load_backend
 from kombu import Exchange, Queue
 
 from console.celery import app
-from operations.delivery import (
+from operations.engine.protocol import execute_intent
+from operations.models import AuditEvent, Intent, OutboxMessage
+from operations.selectors import ledger_gauges
+from operations.services import intent_cancel, intent_claim, intent_schedule_retry
+from operations.workers.delivery import (
     DATABASE_RETRY_MAX_SECONDS,
     MAX_COUNTDOWN_SECONDS,
     bounded_countdown,
@@ -27,11 +31,7 @@ from operations.delivery import (
     database_unavailable,
     stalled_ready_seconds,
 )
-from operations.engine import execute_intent
-from operations.models import AuditEvent, Intent, OutboxMessage
-from operations.outbox import outbox_relay
-from operations.selectors import ledger_gauges
-from operations.services import intent_cancel, intent_claim, intent_schedule_retry
+from operations.workers.outbox import outbox_relay
 from tests.factories import submit
 
 pytestmark = pytest.mark.django_db

@@ -1,5 +1,5 @@
 """The engine's classification table against the real sandbox provider process: each fault
-maps to its documented next state (operations/engine.py), and a stale worker is fenced.
+maps to its documented next state (operations/engine/protocol.py), and a stale worker is fenced.
 ``test_i22_2_*``: a provider's stale-fence answer means "a newer attempt exists" (issue 22, item 2)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from django.db.models.functions import Now
 from operations import metrics
 from operations.adapters.base import ExecutionResult
 from operations.adapters.registry import get_adapter
-from operations.calls import provider_call
-from operations.engine import execute_intent
+from operations.engine.calls import provider_call
+from operations.engine.protocol import execute_intent
 from operations.models import Attempt, AuditEvent, Intent, Outcome
 from operations.services import intent_claim, intent_record_success, intent_take_over_lease
 from reconciliation.lookups import reconcile_intent

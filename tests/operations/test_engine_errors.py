@@ -20,7 +20,7 @@ from operations.adapters.base import (
     TerminalError,
 )
 from operations.adapters.sandbox import SandboxPaymentsAdapter
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.models import Attempt, AuditEvent, Intent, Outcome
 from operations.services import execution
 from reconciliation.lookups import reconcile_intent

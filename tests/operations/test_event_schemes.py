@@ -22,7 +22,7 @@ from standardwebhooks.webhooks import Webhook
 from operations.adapters.event_bodies import check_fields, parse_mapped_event
 from operations.adapters.event_schemes import SCHEMES, check_scheme, verify
 from operations.adapters.events import EventFacts, EventInvalid, EventSignatureInvalid
-from operations.json_pointer import pointer_from_tokens, pointer_tokens, resolve_pointer
+from operations.adapters.json_pointer import pointer_from_tokens, pointer_tokens, resolve_pointer
 
 STANDARD_SECRET = "whsec_" + "c3RhbmRhcmQtd2ViaG9va3Mtc2VjcmV0"
 STRIPE_SECRET = "whsec_" + "c3RyaXBlLWVuZHBvaW50LXNlY3JldA"

@@ -23,10 +23,9 @@ from rest_framework.test import APIClient
 
 from operations import tasks
 from operations.adapters.registry import get_adapter
-from operations.calls import provider_call
-from operations.checkpoint_signing import audit_checkpoint_create
-from operations.engine import execute_intent
-from operations.failover import pause_if_behind, recover_with_rebaseline
+from operations.audit.signing import audit_checkpoint_create
+from operations.engine.calls import provider_call
+from operations.engine.protocol import execute_intent
 from operations.models import (
     FENCE_EPOCH_STRIDE,
     AuditCheckpoint,
@@ -35,7 +34,8 @@ from operations.models import (
     OutboxMessage,
     RecoveryRun,
 )
-from operations.restore_check import database_behind
+from operations.restore.check import database_behind
+from operations.restore.recovery import pause_if_behind, recover_with_rebaseline
 from operations.services.failover import RECOVERY_LOCK_ID, RecoveryPlan, RecoveryRunning, execution_control
 from tests.factories import charge_arguments, make_agent, submit
 from tests.operations.test_restore_keys import lose
@@ -191,7 +191,7 @@ def test_i22_1_an_inconclusive_look_up_under_the_guard_ends_unknown(sandbox: Any
         from operations.adapters.base import LookupResult, LookupStatus
 
         patch.setattr(
-            "operations.engine.provider_lookup",
+            "operations.engine.protocol.provider_lookup",
             lambda intent: LookupResult(status=LookupStatus.INCONCLUSIVE, detail={"error": "timeout"}),
         )
         assert execute_intent(intent.id) == "unknown"
@@ -462,7 +462,7 @@ def test_i22_1_without_keys_or_a_look_up_the_guard_holds_for_a_person_who_may_re
 
     # given: a provider with neither keys nor a look-up (the sandbox's email, declared so)
     blind = Capabilities(idempotency_keys=False, lookup=LookupKind.NONE)
-    monkeypatch.setattr("operations.engine.capabilities_for", lambda action: blind)
+    monkeypatch.setattr("operations.engine.protocol.capabilities_for", lambda action: blind)
     intent = submit(action="email.send", arguments=EMAIL, reference="order-17")
     recover_now()
     # when / then: held, nothing sent, the reason says why
@@ -545,7 +545,7 @@ def test_i22_a_cancel_the_restore_forgot_is_not_executed(
 def test_i22_an_intent_the_forgotten_timeline_approved_and_sent_cannot_be_ended_without_its_effect(
     sandbox: Any, action: str, arguments: dict[str, Any]
 ) -> None:
-    from operations.audit import audit_append
+    from operations.audit.trail import audit_append
     from operations.exceptions import IntentMoved
     from operations.services import intent_cancel
     from reconciliation.lookups import reconcile_unknown
@@ -614,7 +614,7 @@ def test_i22_automatic_recovery_refuses_what_a_restore_does_not_do(sandbox: Any)
 def test_i22_a_missing_checkpoint_file_is_never_silent_and_a_new_file_restores_detection(
     signing: Path, client: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from operations.restore_check import restore_detection
+    from operations.restore.check import restore_detection
     from tests.factories import UserFactory
 
     audit_checkpoint_create()
@@ -636,8 +636,8 @@ def test_i22_a_missing_checkpoint_file_is_never_silent_and_a_new_file_restores_d
 
 
 def test_i22_a_database_without_checkpoints_beside_this_ledgers_file_is_behind(signing: Path) -> None:
-    from operations.checkpoint_signing import DatabaseBehindError
-    from operations.restore_check import restore_detection
+    from operations.audit.signing import DatabaseBehindError
+    from operations.restore.check import restore_detection
 
     audit_checkpoint_create()
     lines = signing.read_text().splitlines()
@@ -666,8 +666,8 @@ def test_i22_a_database_without_checkpoints_beside_this_ledgers_file_is_behind(s
 def test_i22_a_file_of_another_ledger_is_not_written_into(
     signing: Path, settings: Any, tmp_path: Path
 ) -> None:
-    from operations.checkpoint_signing import DatabaseBehindError
-    from operations.restore_check import restore_detection
+    from operations.audit.signing import DatabaseBehindError
+    from operations.restore.check import restore_detection
 
     audit_checkpoint_create()
     lines = signing.read_text().splitlines()
@@ -680,7 +680,7 @@ def test_i22_a_file_of_another_ledger_is_not_written_into(
         **settings.EFFECT_LEDGER,
         "AUDIT_SIGNING_KEY_FILE": str(tmp_path / "other" / "key.pem"),
     }
-    from operations.audit_keys import signing_key_load
+    from operations.audit.keys import signing_key_load
 
     signing_key_load(create=True)
     assert restore_detection().state == "foreign"
@@ -690,8 +690,8 @@ def test_i22_a_file_of_another_ledger_is_not_written_into(
 
 
 def test_i22_a_torn_last_line_does_not_swallow_the_next_checkpoint(signing: Path) -> None:
-    from operations.checkpoints import CheckpointError, checkpoint_file_read
-    from operations.restore_check import restore_detection
+    from operations.audit.checkpoints import CheckpointError, checkpoint_file_read
+    from operations.restore.check import restore_detection
 
     audit_checkpoint_create()
     submit(arguments=charge_arguments())
@@ -708,7 +708,7 @@ def test_i22_a_torn_last_line_does_not_swallow_the_next_checkpoint(signing: Path
 
 
 def test_i22_a_long_rebaseline_statement_keeps_detection_working(signing: Path) -> None:
-    from operations.restore_check import restore_detection
+    from operations.restore.check import restore_detection
     from operations.services import intent_cancel
 
     # given: 700 READY intents at checkpoint #1, each cancelled before checkpoint #2, then the

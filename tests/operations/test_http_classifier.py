@@ -13,7 +13,7 @@ from django.core.checks import run_checks
 from operations.adapters.base import AmbiguousOutcome, RetryableError, TerminalError
 from operations.adapters.http_classifier import error_for, retry_after_seconds
 from operations.adapters.http_support import HttpAnswer
-from operations.engine import provider_deadline_seconds
+from operations.engine.protocol import provider_deadline_seconds
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 

@@ -25,7 +25,7 @@ from operations.adapters.base import (
     RetryableError,
 )
 from operations.adapters.sandbox import SandboxPaymentsAdapter
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.models import Attempt, AuditEvent, Intent
 from operations.services.budget import attempts_left, attempts_spent, resend_refusal
 from tests.factories import submit

@@ -22,8 +22,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console import settings as settings_module
+from operations.access.tenants import may_act, users_holding
 from operations.models import Intent, Notification, NotificationDelivery, NotificationRecipient, RoleGrant
-from operations.policies import Policy
+from operations.policies.rules import Policy
 from operations.selectors.notifications import OPERATOR_ROLES
 from operations.services import intent_approve, intent_claim, intent_escalate, intent_mark_unknown
 from operations.services.execution import intent_wait_for_lapsed_approval
@@ -34,7 +35,6 @@ from operations.services.notifications import (
     notifications_send,
 )
 from operations.tasks import send_notifications
-from operations.tenant_access import may_act, users_holding
 from reconciliation.resolution import RESOLVER_GROUPS, resolve_confirmed
 from tests.factories import UserFactory, charge_arguments, submit
 

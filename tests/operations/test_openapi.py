@@ -140,7 +140,9 @@ def _provoke(status: int, api: APIClient, monkeypatch: pytest.MonkeyPatch) -> An
         return post(api, {"action": "payments.charge", "arguments": {"amount": 1.5}})
     assert status == 503
     refused = psycopg.OperationalError("connection refused")
-    monkeypatch.setattr("operations.api.selectors.intent_get", lambda **_: (_ for _ in ()).throw(refused))
+    monkeypatch.setattr(
+        "operations.api.views.selectors.intent_get", lambda **_: (_ for _ in ()).throw(refused)
+    )
     return api.get(f"{URL}/{uuid.uuid4()}")
 
 
@@ -219,7 +221,7 @@ def test_i12_6_the_document_refuses_arguments_the_api_refuses(api: APIClient) ->
 
 def test_i12_6_an_action_whose_arguments_changed_gets_one_branch_per_schema() -> None:
     # given: version 1 and 3 share a schema, version 2 has another
-    from operations.api_schema import action_bodies
+    from operations.api.schema import action_bodies
 
     old, new = {"type": "object"}, {"type": "object", "required": ["sku"]}
     base_schema = {
@@ -246,7 +248,7 @@ def test_i18_7_a_429_and_an_action_not_allowed_403_match_the_document(settings: 
     # given: one request a minute per agent, and an agent that may only send email
     from django.core.cache import caches
 
-    from operations.throttling import THROTTLE_CACHE
+    from operations.api.throttling import THROTTLE_CACHE
     from tests.factories import make_agent
 
     caches[THROTTLE_CACHE].clear()

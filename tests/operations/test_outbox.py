@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-import operations.outbox as outbox
+import operations.workers.outbox as outbox
 from operations.models import OutboxMessage
 from tests.factories import submit
 

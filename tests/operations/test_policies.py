@@ -10,7 +10,7 @@ import pytest
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 
-from operations.policies import Ceilings, Policy, PolicyError, RetryPolicy, UnknownPatience, policy_for
+from operations.policies.rules import Ceilings, Policy, PolicyError, RetryPolicy, UnknownPatience, policy_for
 from tests.factories import charge_arguments, submit
 
 #: The shape of ``Intent.policy`` that rows already in the database have (before the typed policy).

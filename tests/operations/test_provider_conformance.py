@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from django.db.models.functions import Now
 
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.exceptions import ResolutionRefused
 from operations.models import Attempt, Intent, OutboxMessage, Outcome
 from reconciliation.resolution import resolve_absent

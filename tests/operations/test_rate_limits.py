@@ -10,8 +10,8 @@ from django.core.cache import caches
 from rest_framework.test import APIClient
 
 from console.settings import _rate
-from operations.rates import rate_parse
-from operations.throttling import THROTTLE_CACHE
+from operations.api.rates import rate_parse
+from operations.api.throttling import THROTTLE_CACHE
 from tests.factories import make_agent
 
 pytestmark = pytest.mark.django_db

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from operations import metrics
-from operations.engine import execute_intent
+from operations.audit.request_integrity import MISMATCH_HOLD, stored_request_problem
+from operations.engine.protocol import execute_intent
 from operations.exceptions import ApprovalRefused, ResolutionRefused, ValidationFailed
 from operations.idempotency import FINGERPRINT_VERSION, request_hash
 from operations.models import Approval, Attempt, AuditEvent, Intent
-from operations.request_integrity import MISMATCH_HOLD, stored_request_problem
 from operations.services import intent_approve, intent_reject_held, intent_release_held, intent_submit
 from tests.factories import charge_arguments, submit
 from tests.support.fake_provider import FakeProvider

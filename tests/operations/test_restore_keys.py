@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, transaction
 from rest_framework.test import APIClient
 
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.models import Intent
 from tests.factories import charge_arguments, make_agent
 from tests.support.fake_provider import FakeProvider

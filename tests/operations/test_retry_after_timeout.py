@@ -1,6 +1,6 @@
 """Issue 38, item 6: after an ambiguous timeout (the attempt's deadline passed after the request
 was sent), the next same-key attempt is not due sooner than that deadline, so it does not meet
-the first request still at the provider (``operations.backoff.after_timeout_floor_seconds``).
+the first request still at the provider (``operations.engine.backoff.after_timeout_floor_seconds``).
 
 Times are the database's: ``not_before`` and the ``retry_scheduled`` event's ``created_at`` are
 written by the same statement (``operations.services.transitions.transition``), after the
@@ -15,8 +15,8 @@ import pytest
 
 from operations.adapters.base import AmbiguousOutcome, ExecutionCall, ExecutionResult
 from operations.adapters.sandbox import SandboxPaymentsAdapter
-from operations.backoff import after_timeout_floor_seconds
-from operations.engine import execute_intent, provider_deadline_seconds
+from operations.engine.backoff import after_timeout_floor_seconds
+from operations.engine.protocol import execute_intent, provider_deadline_seconds
 from operations.models import AuditEvent, Intent
 from tests.factories import submit
 

@@ -23,9 +23,9 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from operations.adapters.base import ExecutionResult
-from operations.audit import audit_verify
+from operations.audit.trail import audit_verify
 from operations.models import AuditEvent, Intent, OutboxMessage, Outcome
-from operations.policies import (
+from operations.policies.rules import (
     DEFAULT_REUSE_WINDOW_MONEY_SECONDS,
     DEFAULT_REUSE_WINDOW_OTHER_SECONDS,
     MAX_POLICY_SECONDS,
@@ -343,7 +343,7 @@ def test_c33_a_bad_reuse_window_is_a_policy_error_naming_the_field(value: Any) -
 
 
 def test_c33_the_configured_policy_is_validated_at_start(settings: Any) -> None:
-    from operations.policies import validate_configured_policies
+    from operations.policies.rules import validate_configured_policies
 
     with_policy(settings, "email.send", reuse_window_seconds="one day")
     with pytest.raises(PolicyError, match="policy for email.send: reuse_window_seconds"):

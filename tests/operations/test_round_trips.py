@@ -16,7 +16,7 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from console.lab.bench.profile import Tally, tallying
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.models import AuditEvent, Intent, OutboxMessage
 from tests.factories import make_agent
 from tests.support.fake_provider import FakeProvider, fake_provider  # noqa: F401
@@ -103,7 +103,7 @@ def _assert_three_write_transactions(action: str, arguments: dict[str, Any]) -> 
 def test_i13_a_revoked_token_is_refused_by_every_process_within_the_cache_bound(
     settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from operations import authentication
+    from operations.api import authentication
     from operations.models import Agent
 
     # given: a token verified by this process, cached for 5 s, on a clock we control
@@ -146,7 +146,7 @@ def test_throttle_cost_on_the_database_cache_per_request(settings: Any) -> None:
     # given: the default rates on the database cache (no Redis configured)
     from django.core.cache import caches
 
-    from operations.throttling import THROTTLE_CACHE
+    from operations.api.throttling import THROTTLE_CACHE
 
     caches[THROTTLE_CACHE].clear()
     _, token = make_agent()

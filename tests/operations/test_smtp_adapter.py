@@ -16,6 +16,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db.models.functions import Now
 
+from operations.access.tenants import EVERY_TENANT
 from operations.adapters.base import (
     DEADLINE_EXCEEDED_CODE,
     AdapterError,
@@ -31,10 +32,9 @@ from operations.adapters.events import key_from_message_id, message_id_for
 from operations.adapters.registry import adapter_label, capabilities_for, get_adapter, known_actions
 from operations.adapters.smtp import SmtpEmailAdapter, queue_id, smtp_adapter, smtp_config
 from operations.adapters.smtp import adapter as smtp_adapter_module
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.exceptions import ResolutionRefused, ValidationFailed
 from operations.models import Intent
-from operations.tenant_access import EVERY_TENANT
 from reconciliation.models import Evidence
 from reconciliation.resolution import resolve_absent
 from reconciliation.selectors import unknown_queue

@@ -305,7 +305,7 @@ def test_metrics_leave_out_settled_states_not_computed_yet(monkeypatch: Any) -> 
 
 def test_i18_5_the_rollup_counts_each_tenant_and_a_scope_sums_its_own() -> None:
     # given: settled intents in two tenants, rolled up
-    from operations.tenant_access import TenantScope
+    from operations.access.tenants import TenantScope
 
     succeeded("acme")
     succeeded("globex")

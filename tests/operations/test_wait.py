@@ -1,6 +1,6 @@
 """Waiting without polling (issue 15, part 2): ``GET /api/v1/intents/{id}?wait=SECONDS`` answers
 as soon as the intent's status changes (PostgreSQL LISTEN/NOTIFY, migration 0028 and
-``operations.waiting``), or when the seconds run out.
+``operations.api.waiting``), or when the seconds run out.
 
 Real PostgreSQL, committed transactions (``transaction=True``): a notification is delivered only
 when the transaction that sent it commits. Timings are asserted with wide margins: the machine
@@ -22,7 +22,7 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from operations import waiting
+from operations.api import waiting
 from operations.models import Intent, IntentWaiter
 from operations.services import intent_cancel
 from tests.factories import make_agent, submit

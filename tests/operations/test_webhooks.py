@@ -24,6 +24,7 @@ from standardwebhooks.webhooks import WebhookVerificationError
 
 from operations.adapters.base import ExecutionResult
 from operations.models import Agent, Intent, WebhookDelivery
+from operations.notifications.webhook_sender import new_secret
 from operations.services import (
     agent_callback_clear,
     agent_callback_set,
@@ -38,7 +39,6 @@ from operations.services import (
     transition,
     webhooks_deliver_due,
 )
-from operations.webhook_sender import new_secret
 from tests.factories import charge_arguments, make_agent, submit
 from tests.support.webhook_receiver import Receiver
 

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.db.models.functions import Now
 
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import AuditEvent, Intent, Outcome
 from reconciliation.lookups import reconcile_intent

@@ -18,8 +18,8 @@ import httpx
 import pytest
 from django.db.models.functions import Now
 
-from operations.calls import provider_lookup
-from operations.engine import execute_intent
+from operations.engine.calls import provider_lookup
+from operations.engine.protocol import execute_intent
 from operations.models import AuditEvent, Intent, Notification, Outcome, WebhookDelivery
 from operations.selectors.notifications import notification_recipients
 from operations.services import agent_callback_set

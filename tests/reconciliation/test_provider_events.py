@@ -472,7 +472,7 @@ def test_c20_event_message_is_relayed_until_its_task_acknowledges_it(
     client: Client, monkeypatch: Any
 ) -> None:
     # given: an event whose hand-off after commit never happened (the row is unsent)
-    from operations import outbox
+    from operations.workers import outbox
 
     intent = unknown(submit())
     deliver(client, "sandbox-payments", charge_event(intent, "charge.succeeded"))

@@ -13,7 +13,7 @@ from django.db import connection
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent, OutboxMessage, Outcome
 from operations.services import intent_claim, intent_mark_unknown

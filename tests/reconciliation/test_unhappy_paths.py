@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from operations import services
 from operations.adapters.base import ExecutionResult
-from operations.engine import execute_intent
+from operations.engine.protocol import execute_intent
 from operations.exceptions import ResolutionRefused
 from operations.models import Attempt, AuditEvent, Intent, Outcome
 from operations.services import intent_claim, intent_record_success, intent_take_over_lease

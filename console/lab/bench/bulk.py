@@ -15,9 +15,9 @@ from typing import Any
 import psycopg
 from django.utils import timezone
 
-from operations.audit import GENESIS
+from operations.audit.trail import GENESIS
 from operations.models import AuditEvent, Intent
-from operations.policies import policy_for
+from operations.policies.rules import policy_for
 
 #: States per 1,000 intents of the console data set (the rest SUCCEEDED). UNKNOWN rows are
 #: loaded separately, so the reconciler phase controls how many there are.

@@ -139,7 +139,7 @@ def record(*, out_dir: str, seconds: float, database_name: str) -> Iterator[str]
     cluster: LocalCluster | None = None
     try:
         call_command("migrate", verbosity=0)
-        from operations.authentication import agent_create
+        from operations.api.authentication import agent_create
 
         _, token = agent_create(name="flame", tenant="acme")
         cluster = LocalCluster(relay_period=2.0, reconcile_period=5.0)

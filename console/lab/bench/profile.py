@@ -65,7 +65,7 @@ def happy_path(*, token: str, runs: int = 5) -> dict[str, Any]:
     """
     from rest_framework.test import APIClient
 
-    from operations.engine import execute_intent
+    from operations.engine.protocol import execute_intent
 
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")

@@ -78,7 +78,7 @@ def run(options: Options) -> dict[str, Any]:
     try:
         call_command("migrate", verbosity=0)
         results: dict[str, Any] = {"options": _labelled(options), "machine": _machine()}
-        from operations.authentication import agent_create
+        from operations.api.authentication import agent_create
 
         _, token = agent_create(name="bench", tenant="acme")
         _log("measuring the single-row commit ceiling")

@@ -30,8 +30,8 @@ from console.lab.crashlab.runner import LEASE_SECONDS, PROVIDER_TIMEOUT, argumen
 from console.lab.models import DrillRun, LabOperation
 from console.lab.services import drill_run_not_run
 from operations.models import TERMINAL_STATUSES, Attempt, Intent, OutboxMessage
-from operations.outbox import outbox_relay
 from operations.services import intent_submit
+from operations.workers.outbox import outbox_relay
 
 TENANT = "acceptance"
 PRINCIPAL = "agent:acceptance-gate"

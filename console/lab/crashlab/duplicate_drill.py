@@ -35,9 +35,9 @@ from django.contrib.auth.models import Group
 
 from console.lab.cluster import wait_until
 from console.lab.crashlab.verdict import DRILL, Row
+from operations.access.tenants import role_grants_set
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent, Outcome
-from operations.tenant_access import role_grants_set
 from reconciliation.models import DuplicateFinding
 from reconciliation.resolution import resolve_absent
 

@@ -5,7 +5,7 @@ lookup by Message-ID that lags; reservations: no keys, listed by reference), rea
 
 1. a first batch of intents: about a third done, then an audit checkpoint (as the beat makes
    one every period; a database restored to before its first checkpoint cannot be told from a
-   new one, ``operations.restore_check``); one per kind whose effect the provider applies and
+   new one, ``operations.restore.check``); one per kind whose effect the provider applies and
    then holds the answer (``hold_after_effect``: RUNNING at the dump, its effect applied); the
    rest submitted while those hold every pool process (READY at the dump, sent after it);
 2. ``pg_dump -Fc`` of the ledger's database alone (the sandbox provider keeps its data in a
@@ -172,7 +172,7 @@ class RestoreDrill:
         use_database(scratch)
         try:
             call_command("migrate", verbosity=0)
-            from operations.authentication import agent_create
+            from operations.api.authentication import agent_create
 
             _, self.token = agent_create(name="restore-agent", tenant=TENANT)
             provider.post("/_sandbox/config", json={"email_lookup_lag_seconds": EMAIL_LAG_SECONDS})

@@ -139,7 +139,7 @@ class CrashLab:
             for n in range(config.workers):
                 self.cluster.start_worker(f"lab{n}", concurrency=config.concurrency)
             self.cluster.start_beat()
-        from operations.authentication import agent_create
+        from operations.api.authentication import agent_create
 
         Agent.objects.filter(tenant="crashlab", name__startswith="lab-").update(is_active=False)
         _, self.token = agent_create(name=f"lab-{uuid.uuid4().hex[:8]}", tenant="crashlab")

@@ -1,6 +1,6 @@
 """``manage.py audit_checkpoint``: check the audit log against the previous checkpoint, then
 sign, store and write out a checkpoint of every audit chain's head
-(``operations.checkpoint_signing.audit_checkpoint_create``).
+(``operations.audit.signing.audit_checkpoint_create``).
 
 Exit codes:
 
@@ -24,9 +24,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from operations.audit_keys import AuditKeyError, key_id, public_key_load, public_key_pem
-from operations.checkpoint_signing import CheckpointRefusedError, audit_checkpoint_create
-from operations.checkpoints import CheckpointError, checkpoint_file_path, printable
+from operations.audit.checkpoints import CheckpointError, checkpoint_file_path, printable
+from operations.audit.keys import AuditKeyError, key_id, public_key_load, public_key_pem
+from operations.audit.signing import CheckpointRefusedError, audit_checkpoint_create
 
 
 class Command(BaseCommand):

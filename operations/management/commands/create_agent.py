@@ -9,9 +9,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import IntegrityError
 
-from operations.authentication import agent_create
+from operations.access.scopes import action_patterns_parse
+from operations.api.authentication import agent_create
 from operations.models import Agent
-from operations.scopes import action_patterns_parse
 
 
 def token_lifetime(options: dict[str, Any]) -> timedelta | None:

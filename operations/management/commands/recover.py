@@ -26,8 +26,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from operations.failover import recover_with_rebaseline
-from operations.restore_check import database_behind
+from operations.restore.check import database_behind
+from operations.restore.recovery import recover_with_rebaseline
 from operations.services.failover import RecoveryPlan, RecoveryRunning
 
 #: The earliest restore point accepted (nothing of the ledger is older).

@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from operations.authentication import agent_token_rotate
+from operations.api.authentication import agent_token_rotate
 from operations.management.commands.create_agent import add_lifetime_arguments, token_lifetime
 from operations.models import Agent
 

@@ -1,5 +1,5 @@
 """``manage.py verify_audit``: walk every audit chain, then check the log against the latest
-signed checkpoint (``operations.checkpoint_verification``).
+signed checkpoint (``operations.audit.verification``).
 
 Exit codes:
 
@@ -35,10 +35,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from operations.audit import audit_verify
-from operations.audit_keys import AuditKeyError, public_key_load
-from operations.checkpoint_verification import CheckpointReport, checkpoint_verify
-from operations.checkpoints import CheckpointError, checkpoint_file_path, printable, restored_gap
+from operations.audit.checkpoints import CheckpointError, checkpoint_file_path, printable, restored_gap
+from operations.audit.keys import AuditKeyError, public_key_load
+from operations.audit.trail import audit_verify
+from operations.audit.verification import CheckpointReport, checkpoint_verify
 from operations.models import AuditCheckpoint, AuditEvent
 
 MAX_BREAKS_SHOWN = 50

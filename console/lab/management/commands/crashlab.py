@@ -101,7 +101,7 @@ class Command(BaseCommand):
         except HarnessError as exc:
             raise CommandError(str(exc)) from exc
         # The lab submits its hundreds of intents through the API in this process: it measures
-        # the ledger, not the API's rate limits (operations/throttling.py), so they are off here.
+        # the ledger, not the API's rate limits (operations/api/throttling.py), so they are off here.
         settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "RATE_AGENT": None, "RATE_TENANT": None}
         if options["acceptance"]:
             from console.lab.crashlab.acceptance import run_acceptance

@@ -41,8 +41,8 @@ from console.lab.sandbox_provider.store import (
     ensure_database,
     sandbox_database_name,
 )
-from operations.audit_keys import signing_key_create, signing_key_path
-from operations.authentication import agent_create
+from operations.api.authentication import agent_create
+from operations.audit.keys import signing_key_create, signing_key_path
 from operations.models import Agent
 
 #: The quickstart operator's address: approval and escalation notices go to it; with the

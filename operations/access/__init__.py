@@ -1,0 +1,1 @@
+"""Who may reach what: an agent's scopes and a user's role on a tenant."""
