@@ -59,9 +59,14 @@ def approvals_inbox(request: HtmxHttpRequest) -> HttpResponse:
     return page_or_partial(request, "console/approvals.html", "rows", context, status=status)
 
 
-def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict[str, Any]:
-    """Everything the approval page shows: preview, canonical payload, hash, diff, approvals."""
-    policy = Policy.from_snapshot(intent.policy)  # the policy that governs this intent
+def detail_context(
+    request: HtmxHttpRequest, intent: Intent, policy: Policy, **extra: Any
+) -> dict[str, Any]:
+    """Everything the approval page shows: preview, canonical payload, hash, diff, approvals.
+
+    ``policy`` is the intent's policy snapshot, parsed once by the caller
+    (``Policy.from_snapshot(intent.policy)``: the policy that governs this intent, not the one
+    in force now)."""
     context: dict[str, Any] = {"intent": intent, "policy": policy, "section": "approvals"}
     try:
         context["preview"] = intent_preview(
@@ -91,6 +96,7 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
     # against those required, and why this user cannot decide (empty when they can).
     validity = approval_validity(
         intent,
+        policy=policy,
         approver=request.user,  # type: ignore[arg-type]
         request_hash=intent.request_hash,
     )
@@ -108,16 +114,20 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
 def approval_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
     """The preview, the full canonical payload and its request_hash, and the decision forms."""
     intent = scoped_intent(request, intent_id)
-    return page_or_partial(request, DETAIL, "decision", detail_context(request, intent))
+    policy = Policy.from_snapshot(intent.policy)
+    return page_or_partial(request, DETAIL, "decision", detail_context(request, intent, policy))
 
 
 def _decide(request: HtmxHttpRequest, intent_id: uuid.UUID, *, approve: bool) -> HttpResponse:
     intent = scoped_intent(request, intent_id)
+    # Parsed once for the whole request and handed to every step (issue 34 item 4): the
+    # snapshot is fixed at submission, so the locked row the service reads holds the same one.
+    policy = Policy.from_snapshot(intent.policy)
     form = (ApproveForm if approve else RejectForm)(request.POST)
     if not form.is_valid():
         record_refusal(request, intent.id, "approve" if approve else "reject", first_error(form))
         stale = request.POST.get("request_hash", "") != intent.request_hash
-        context = detail_context(request, intent, error=first_error(form), stale=stale)
+        context = detail_context(request, intent, policy, error=first_error(form), stale=stale)
         return page_or_partial(request, DETAIL, "decision", context, status=422)
     try:
         if isinstance(form, ApproveForm):
@@ -127,6 +137,7 @@ def _decide(request: HtmxHttpRequest, intent_id: uuid.UUID, *, approve: bool) ->
                 request_hash=form.cleaned_data["request_hash"],
                 reason=form.cleaned_data["reason"],
                 accepted_duplicates=form.accepted_duplicates(),
+                policy=policy,
             )
         else:
             decided = intent_reject(
@@ -134,12 +145,13 @@ def _decide(request: HtmxHttpRequest, intent_id: uuid.UUID, *, approve: bool) ->
                 user=request.user,  # type: ignore[arg-type]
                 request_hash=form.cleaned_data["request_hash"],
                 reason=form.cleaned_data["reason"],
+                policy=policy,
             )
     except (ApprovalRefused, IntentMoved) as exc:
         intent.refresh_from_db()
         # A refusal must never hand back forms carrying a hash the operator has not reviewed.
         stale = form.cleaned_data["request_hash"] != intent.request_hash
-        context = detail_context(request, intent, error=exc.detail, stale=stale)
+        context = detail_context(request, intent, policy, error=exc.detail, stale=stale)
         return page_or_partial(request, DETAIL, "decision", context, status=exc.status)
     if decided.status == Intent.Status.READY:
         done = "Approved. The intent is READY and its dispatch is queued in the outbox."
@@ -148,7 +160,7 @@ def _decide(request: HtmxHttpRequest, intent_id: uuid.UUID, *, approve: bool) ->
     else:
         done = f"Decision recorded. The intent is {decided.status}."
     if request.htmx:
-        return page_or_partial(request, DETAIL, "decision", detail_context(request, decided, success=done))
+        return page_or_partial(request, DETAIL, "decision", detail_context(request, decided, policy, success=done))
     messages.success(request, done)
     return redirect("intent-detail", intent_id=decided.id)
 

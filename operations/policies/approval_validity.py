@@ -78,11 +78,11 @@ def is_own_request(intent: Intent, user: User) -> bool:
     return intent.principal.startswith("user:") and intent.principal == user_principal(user)
 
 
-def can_approve(user: User, intent: Intent) -> bool:
-    """Whether ``user`` holds the permission the intent's policy names (its approver group, or
-    the admin group) on the intent's tenant (``operations.access.tenants``), or is a superuser."""
-    group = Policy.from_snapshot(intent.policy).approver_group
-    return may_act(user, [group, "admin"], intent.tenant)
+def can_approve(user: User, intent: Intent, policy: Policy) -> bool:
+    """Whether ``user`` holds the permission ``policy`` (the intent's parsed snapshot) names, its
+    approver group or the admin group, on the intent's tenant (``operations.access.tenants``),
+    or is a superuser."""
+    return may_act(user, [policy.approver_group, "admin"], intent.tenant)
 
 
 def approval_required(intent: Intent, policy: Policy) -> bool:
@@ -94,7 +94,11 @@ def approval_required(intent: Intent, policy: Policy) -> bool:
 
 
 def approval_validity(
-    intent: Intent, *, approver: User | None = None, request_hash: str | None = None
+    intent: Intent,
+    *,
+    policy: Policy | None = None,
+    approver: User | None = None,
+    request_hash: str | None = None,
 ) -> Validity:
     """May this intent's approval be used?
 
@@ -111,10 +115,15 @@ def approval_validity(
 
     Args:
         intent: the intent as read (lock its row first where the answer guards a write).
+        policy: its policy snapshot already parsed (``Policy.from_snapshot(intent.policy)``),
+            so a caller that asks more than once parses it once (issue 34 item 4); parsed here
+            when None. The snapshot never changes after submission, so a value parsed from
+            an earlier read of the same intent is the same value.
         approver: a console user; None asks about the approvals on record.
         request_hash: with ``approver``, the 64-hex sha256 the approver reviewed.
     """
-    policy = Policy.from_snapshot(intent.policy)
+    if policy is None:
+        policy = Policy.from_snapshot(intent.policy)
     if approver is None and not approval_required(intent, policy):
         # The worker's re-check of an intent that needs no approval reads nothing (issue 13).
         return Validity(verdict=Verdict.NOT_NEEDED, reason="", given=0, required=policy.approvals_required)
@@ -166,7 +175,7 @@ def _record_verdict(
 def _decision_refusal(
     intent: Intent, policy: Policy, approver: User, request_hash: str | None
 ) -> tuple[Verdict, str] | None:
-    if not can_approve(approver, intent):
+    if not can_approve(approver, intent, policy):
         return (
             Verdict.NO_PERMISSION,
             f"You are not in the '{policy.approver_group}' group for {intent.action} on tenant {intent.tenant}.",

@@ -29,7 +29,7 @@ from operations.services.refusals import refusals_audited
 from operations.services.transitions import transition
 
 
-def _check_decision(*, intent: Intent, user: User, shown_hash: str, approving: bool) -> None:
+def _check_decision(*, intent: Intent, policy: Policy, user: User, shown_hash: str, approving: bool) -> None:
     """Refuse a decision ``approval_validity`` refuses (the intent row is locked by the caller);
     an approval also when the stored request no longer hashes to its request_hash
     (``stored_request_problem``, issue 11 item 2). A rejection of such an intent is allowed:
@@ -39,7 +39,7 @@ def _check_decision(*, intent: Intent, user: User, shown_hash: str, approving: b
     exist (issue 18 item 5): the answer never confirms another tenant's intent."""
     if not console_scope(user).allows(intent.tenant):
         raise ApprovalRefused(f"no intent {intent.id}")
-    validity = approval_validity(intent, approver=user, request_hash=shown_hash)
+    validity = approval_validity(intent, policy=policy, approver=user, request_hash=shown_hash)
     if validity.verdict == Verdict.NOT_AWAITING:
         raise IntentMoved(intent_id=intent.id, expected="AWAITING_APPROVAL", current=intent.status)
     if not validity.usable:
@@ -78,6 +78,7 @@ def intent_approve(
     request_hash: str,
     reason: str = "",
     accepted_duplicates: Collection[uuid.UUID] = (),
+    policy: Policy | None = None,
 ) -> Intent:
     """Record ``user``'s approval of the exact payload ``request_hash``; when enough approvers
     have approved (two for the critical tier), move the intent to READY and write its outbox
@@ -92,6 +93,9 @@ def intent_approve(
             intent must be among them, so one that appeared after the page loaded (a succeeded
             charge, a released held intent) is refused like a changed payload (C10), not
             approved unseen. Recorded in the audit event.
+        policy: the intent's policy snapshot as the caller already parsed it (the console's
+            decision parses it once for the whole request, issue 34 item 4); None parses it
+            here. A snapshot is fixed at submission, so the value cannot differ.
 
     Raises:
         ApprovalRefused: wrong hash, expired request, missing permission, own request, this
@@ -103,14 +107,15 @@ def intent_approve(
     with transaction.atomic():
         # Lock the intent so concurrent approvers are counted one after the other.
         intent = Intent.objects.select_for_update().get(id=intent_id)
-        _check_decision(intent=intent, user=user, shown_hash=request_hash, approving=True)
+        policy = policy or Policy.from_snapshot(intent.policy)
+        _check_decision(intent=intent, policy=policy, user=user, shown_hash=request_hash, approving=True)
         # Read under the lock: an earlier intent that succeeded while the page was open counts.
         others = duplicate_risk_of(intent)
         unseen = [other for other in others if other.id not in set(accepted_duplicates)]
         if unseen:
             raise ApprovalRefused(duplicate_risk_refusal(intent, unseen, shown=bool(accepted_duplicates)))
         accepted = {"duplicate_risk_accepted": [str(other.id) for other in others]} if others else {}
-        ttl = timedelta(seconds=Policy.from_snapshot(intent.policy).approval_ttl_seconds)
+        ttl = timedelta(seconds=policy.approval_ttl_seconds)
         Approval.objects.create(
             intent=intent,
             request_hash=request_hash,
@@ -120,7 +125,7 @@ def intent_approve(
             expires_at=Now() + ttl,
             round=intent.approval_round,
         )
-        validity = approval_validity(intent)
+        validity = approval_validity(intent, policy=policy)
         approvals, required = validity.given, validity.required
         actor = user_principal(user)
         if validity.usable:
@@ -159,8 +164,11 @@ def intent_approve(
 
 
 @refusals_audited("reject")
-def intent_reject(*, intent_id: uuid.UUID, user: User, request_hash: str, reason: str) -> Intent:
-    """Reject a gated intent (terminal REJECTED); same checks as ``intent_approve``.
+def intent_reject(
+    *, intent_id: uuid.UUID, user: User, request_hash: str, reason: str, policy: Policy | None = None
+) -> Intent:
+    """Reject a gated intent (terminal REJECTED); same checks as ``intent_approve``, ``policy``
+    as there.
 
     Raises:
         ApprovalRefused, IntentMoved: as for ``intent_approve``; a reason is required.
@@ -169,7 +177,13 @@ def intent_reject(*, intent_id: uuid.UUID, user: User, request_hash: str, reason
         raise ApprovalRefused("a rejection needs a reason")
     with transaction.atomic():
         intent = Intent.objects.select_for_update().get(id=intent_id)
-        _check_decision(intent=intent, user=user, shown_hash=request_hash, approving=False)
+        _check_decision(
+            intent=intent,
+            policy=policy or Policy.from_snapshot(intent.policy),
+            user=user,
+            shown_hash=request_hash,
+            approving=False,
+        )
         Approval.objects.create(
             intent=intent,
             request_hash=request_hash,
