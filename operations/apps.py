@@ -5,7 +5,8 @@ from __future__ import annotations
 from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 
-from operations.policies.rules import PolicyError, validate_configured_policies
+from operations.policies.reading import PolicyError
+from operations.policies.rules import validate_configured_policies
 
 
 class OperationsConfig(AppConfig):

@@ -59,9 +59,7 @@ def approvals_inbox(request: HtmxHttpRequest) -> HttpResponse:
     return page_or_partial(request, "console/approvals.html", "rows", context, status=status)
 
 
-def detail_context(
-    request: HtmxHttpRequest, intent: Intent, policy: Policy, **extra: Any
-) -> dict[str, Any]:
+def detail_context(request: HtmxHttpRequest, intent: Intent, policy: Policy, **extra: Any) -> dict[str, Any]:
     """Everything the approval page shows: preview, canonical payload, hash, diff, approvals.
 
     ``policy`` is the intent's policy snapshot, parsed once by the caller
@@ -160,7 +158,9 @@ def _decide(request: HtmxHttpRequest, intent_id: uuid.UUID, *, approve: bool) ->
     else:
         done = f"Decision recorded. The intent is {decided.status}."
     if request.htmx:
-        return page_or_partial(request, DETAIL, "decision", detail_context(request, decided, policy, success=done))
+        return page_or_partial(
+            request, DETAIL, "decision", detail_context(request, decided, policy, success=done)
+        )
     messages.success(request, done)
     return redirect("intent-detail", intent_id=decided.id)
 

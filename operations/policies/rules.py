@@ -21,13 +21,10 @@ from typing import Any
 
 from django.conf import settings
 
-from operations.idempotency import MAX_SAFE_NUMBER
-from operations.money import Money, iso_4217_codes
+from operations.money import Money
+from operations.policies.reading import ANY_CURRENCY, MAX_POLICY_SECONDS, PolicyError, PolicyReader
 
 RISK_TIERS = ("low", "medium", "high", "critical")
-#: In a policy snapshot written before issue 18, an amount rule without a currency: it applied
-#: to the amount whatever its currency (never accepted in configuration).
-ANY_CURRENCY = "*"
 
 
 def amount_rule(rules: Mapping[str, int] | None, currency: str) -> int | None:
@@ -40,12 +37,6 @@ def amount_rule(rules: Mapping[str, int] | None, currency: str) -> int | None:
     return rules.get(ANY_CURRENCY)
 
 
-#: The longest time any policy field may name, in seconds (ten years of 366 days): every one of
-#: them becomes a PostgreSQL interval or a ``timedelta`` added to the database clock, and a
-#: value near ``MAX_SAFE_NUMBER`` overflows both (a submission answered 500 instead of a
-#: refusal at start).
-MAX_POLICY_SECONDS = 10 * 366 * 86_400
-
 AFTER_SUCCESS_RULES = ("ask", "reject")
 #: ``reuse_window_seconds`` left unset: how long after an earlier intent for the same business
 #: identity made its effect a new one is still a likely duplicate. 24 hours for an intent that
@@ -56,135 +47,6 @@ AFTER_SUCCESS_RULES = ("ask", "reject")
 DEFAULT_REUSE_WINDOW_MONEY_SECONDS = 86_400
 DEFAULT_REUSE_WINDOW_OTHER_SECONDS = 3_600
 APPROVAL_RULES = ("never", "always", "above_amount")
-
-
-class PolicyError(ValueError):
-    """A policy is malformed; ``action`` and ``field`` (dotted, e.g. ``retry.max_attempts``) name it."""
-
-    def __init__(self, *, action: str, field: str, problem: str) -> None:
-        super().__init__(f"policy for {action}: {field} {problem}")
-        self.action = action
-        self.field = field
-
-
-class _Reader:
-    """Reads one section of a policy mapping, checking each value's type and range.
-
-    ``strict`` (configuration) refuses keys the policy does not have; a snapshot (not strict)
-    ignores them, and a key missing from either keeps the field's default.
-    """
-
-    def __init__(self, values: Any, *, action: str, prefix: str, strict: bool) -> None:
-        if not isinstance(values, Mapping):
-            raise PolicyError(
-                action=action, field=prefix.rstrip(".") or "policy", problem="must be a mapping"
-            )
-        self.values = values
-        self.action = action
-        self.prefix = prefix
-        self.strict = strict
-
-    def error(self, name: str, problem: str) -> PolicyError:
-        return PolicyError(action=self.action, field=self.prefix + name, problem=problem)
-
-    def check_keys(self, known: Any) -> None:
-        names = {f.name for f in dataclasses.fields(known)}
-        unknown = sorted(str(key) for key in self.values if key not in names)
-        if self.strict and unknown:
-            raise self.error(unknown[0], f"is not a policy field (known: {', '.join(sorted(names))})")
-
-    def section(self, name: str) -> _Reader:
-        return _Reader(
-            self.values.get(name, {}), action=self.action, prefix=f"{self.prefix}{name}.", strict=self.strict
-        )
-
-    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
-        value = self.values.get(name, default)
-        if value not in choices:
-            raise self.error(name, f"must be one of {', '.join(choices)} (got {value!r})")
-        return str(value)
-
-    def text(self, name: str, default: str) -> str:
-        value = self.values.get(name, default)
-        if not isinstance(value, str) or not value:
-            raise self.error(name, f"must be a non-empty string (got {value!r})")
-        return value
-
-    def names(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
-        value = self.values.get(name, default)
-        if not isinstance(value, list | tuple) or not all(isinstance(v, str) and v for v in value):
-            raise self.error(name, f"must be a list of argument names (got {value!r})")
-        return tuple(value)
-
-    def flag(self, name: str, default: bool) -> bool:
-        value = self.values.get(name, default)
-        if not isinstance(value, bool):
-            raise self.error(name, f"must be true or false (got {value!r})")
-        return value
-
-    def integer(self, name: str, default: int, *, minimum: int = 0, maximum: int = MAX_SAFE_NUMBER) -> int:
-        return self._integer(name, self.values.get(name, default), minimum=minimum, maximum=maximum)
-
-    def optional_integer(
-        self, name: str, default: int | None, *, maximum: int = MAX_SAFE_NUMBER
-    ) -> int | None:
-        value = self.values.get(name, default)
-        return None if value is None else self._integer(name, value, minimum=0, maximum=maximum)
-
-    def seconds(self, name: str, default: float) -> float:
-        return self._seconds(name, self.values.get(name, default))
-
-    def amounts_by_currency(self, name: str) -> dict[str, int] | None:
-        """A mapping of ISO 4217 codes (Babel's list) to amounts in that currency's minor units.
-
-        A bare number is refused in configuration: 10,000 minor units is 100 EUR, 10,000 JPY
-        (about 60 EUR) or 10 KWD (about 28 EUR), so an amount means nothing without its currency.
-        In a snapshot written before currencies were named, a bare number is kept under
-        ``ANY_CURRENCY`` (the rule those intents were submitted under).
-        """
-        value = self.values.get(name)
-        if value is None:
-            return None
-        if not isinstance(value, Mapping):
-            if not self.strict and not isinstance(value, bool) and isinstance(value, int):
-                return {ANY_CURRENCY: self._integer(name, value, minimum=0)}
-            raise self.error(
-                name,
-                f'must map ISO 4217 currency codes to minor units, e.g. {{"EUR": 10000}} (got {value!r})',
-            )
-        amounts: dict[str, int] = {}
-        for code, amount in value.items():
-            if not (
-                isinstance(code, str)
-                and (code in iso_4217_codes() or (code == ANY_CURRENCY and not self.strict))
-            ):
-                raise self.error(f"{name}.{code}", "is not an ISO 4217 currency code")
-            amounts[code] = self._integer(f"{name}.{code}", amount, minimum=0)
-        return amounts
-
-    def optional_seconds(self, name: str, default: float | None) -> float | None:
-        value = self.values.get(name, default)
-        return None if value is None else self._seconds(name, value)
-
-    # Every number of a policy is at most 2^53 - 1 (and finite): the snapshot stored with each
-    # intent goes through PostgreSQL jsonb and is sealed in RFC 8785 canonical JSON, which has
-    # no exact form for larger numbers (RFC 7493 §2.2; ``idempotency.number_problem``).
-
-    def _integer(self, name: str, value: Any, *, minimum: int, maximum: int = MAX_SAFE_NUMBER) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-            raise self.error(name, f"must be an integer from {minimum} to {maximum} (got {value!r})")
-        return int(value)
-
-    def _seconds(self, name: str, value: Any) -> float:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not 0 <= value <= MAX_POLICY_SECONDS
-        ):
-            raise self.error(
-                name, f"must be a number of seconds from 0 to {MAX_POLICY_SECONDS} (got {value!r})"
-            )
-        return float(value)
 
 
 @dataclass(frozen=True)
@@ -206,7 +68,7 @@ class RetryPolicy:
     in_progress_patience_seconds: float = 600  # waiting on "request in progress" answers, at most
 
     @classmethod
-    def _read(cls, reader: _Reader) -> RetryPolicy:
+    def _read(cls, reader: PolicyReader) -> RetryPolicy:
         reader.check_keys(cls)
         defaults = cls()
         base = reader.seconds("base_seconds", defaults.base_seconds)
@@ -237,7 +99,7 @@ class Ceilings:
     spend_per_day_minor: dict[str, int] | None = None  # amounts per tenant, action and currency per UTC day
 
     @classmethod
-    def _read(cls, reader: _Reader) -> Ceilings:
+    def _read(cls, reader: PolicyReader) -> Ceilings:
         reader.check_keys(cls)
         return cls(
             max_amount_minor=reader.amounts_by_currency("max_amount_minor"),
@@ -259,7 +121,7 @@ class UnknownPatience:
     seconds: float | None = 300  # or this age, whichever comes first
 
     @classmethod
-    def _read(cls, reader: _Reader) -> UnknownPatience:
+    def _read(cls, reader: PolicyReader) -> UnknownPatience:
         reader.check_keys(cls)
         defaults = cls()
         return cls(
@@ -307,7 +169,7 @@ class Policy:
         Raises:
             PolicyError: naming ``action`` and the field.
         """
-        return cls._read(_Reader(configured, action=action, prefix="", strict=True))
+        return cls._read(PolicyReader(configured, action=action, prefix="", strict=True))
 
     @classmethod
     def from_snapshot(cls, snapshot: Mapping[str, Any]) -> Policy:
@@ -319,10 +181,10 @@ class Policy:
         Raises:
             PolicyError: a stored value has the wrong type (the action is named "snapshot").
         """
-        return cls._read(_Reader(snapshot, action="snapshot", prefix="", strict=False))
+        return cls._read(PolicyReader(snapshot, action="snapshot", prefix="", strict=False))
 
     @classmethod
-    def _read(cls, reader: _Reader) -> Policy:
+    def _read(cls, reader: PolicyReader) -> Policy:
         reader.check_keys(cls)
         defaults = cls()
         tier = reader.choice("risk_tier", defaults.risk_tier, RISK_TIERS)

@@ -11,7 +11,8 @@ from typing import Any
 from operations.access.scopes import action_allowed
 from operations.adapters.registry import served_argument_schemas
 from operations.models import Agent
-from operations.policies.rules import Policy, PolicyError, policy_for
+from operations.policies.reading import PolicyError
+from operations.policies.rules import Policy, policy_for
 
 #: ``ActionDescription.needs_approval``: every intent waits for a person; none does; or it
 #: depends on the arguments (an amount above the threshold for its currency, or a currency no

@@ -17,7 +17,8 @@ from django.urls import reverse
 
 from operations.engine.protocol import execute_intent
 from operations.models import Attempt, AuditEvent, Intent, Reservation, SpendWindow
-from operations.policies.rules import Policy, PolicyError
+from operations.policies.reading import PolicyError
+from operations.policies.rules import Policy
 from operations.services import intent_approve, intent_claim
 from operations.services.approvals import intent_reject
 from operations.services.execution import (

@@ -10,7 +10,8 @@ import pytest
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 
-from operations.policies.rules import Ceilings, Policy, PolicyError, RetryPolicy, UnknownPatience, policy_for
+from operations.policies.reading import PolicyError
+from operations.policies.rules import Ceilings, Policy, RetryPolicy, UnknownPatience, policy_for
 from tests.factories import charge_arguments, submit
 
 #: The shape of ``Intent.policy`` that rows already in the database have (before the typed policy).
