@@ -27,7 +27,7 @@ from operations.adapters.base import AdapterError, ExecutionCall, LookupResult, 
 from operations.adapters.contract import Lookup
 from operations.adapters.json_pointer import resolve_pointer
 from operations.adapters.templates import TemplateValueMissing, render_url
-from operations.api.json_io import loads_strict
+from operations.strict_json import loads_strict
 
 #: The most effects' statuses a lookup's detail keeps (the detail is stored on the run).
 DETAIL_ITEMS = 20

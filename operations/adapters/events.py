@@ -26,7 +26,7 @@ from typing import Any
 
 from standardwebhooks.webhooks import Webhook
 
-from operations.api.json_io import loads_strict
+from operations.strict_json import loads_strict
 
 #: The longest field values stored (the ``ProviderEvent`` columns).
 FIELD_LIMITS = {"id": 200, "type": 100, "idempotency_key": 255, "reference": 200, "provider_reference": 200}

@@ -12,8 +12,8 @@ from rest_framework import exceptions, status
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
-from operations.api.json_io import DuplicateMemberName, loads_strict
 from operations.exceptions import LedgerError
+from operations.strict_json import DuplicateMemberName, loads_strict
 from operations.workers.delivery import DATABASE_RETRY_AFTER_SECONDS, database_unavailable
 
 logger = logging.getLogger(__name__)

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from rest_framework.renderers import JSONRenderer
 from rest_framework.test import APIClient
 
-from operations.api.json_io import FastJSONRenderer, loads_strict
+from operations.api.json_io import FastJSONRenderer
 from operations.models import Intent
+from operations.strict_json import loads_strict
 
 URL = "/api/v1/intents"
 

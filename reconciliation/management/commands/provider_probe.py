@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from operations.api.json_io import loads_strict
+from operations.strict_json import loads_strict
 from reconciliation.provider_probe import ProbeRefused, probe_action
 
 HELP = """\
