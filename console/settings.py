@@ -342,7 +342,7 @@ EFFECT_LEDGER_PROVIDER_EVENT_SECRETS: dict[str, str] = json.loads(
     env_str("EFFECT_LEDGER_PROVIDER_EVENT_SECRETS") or "{}"
 )
 
-# Real providers, declared not coded (docs/providers.md): a JSON file mapping each HTTP action
+# Real providers, declared not coded (docs/how-to/connect-a-provider.md): a JSON file mapping each HTTP action
 # to its contract (operations/adapters/contract.py), and one mapping each mail action to its
 # SMTP relay (operations/adapters/smtp/). A file that cannot be read stops the process, naming it.
 EFFECT_LEDGER_GENERIC_HTTP: dict[str, Any] = env_json_file("EFFECT_LEDGER_GENERIC_HTTP_FILE")

@@ -4,7 +4,7 @@ does about keys, bodies, credentials, lookups, undoing and events, read from one
 
 Every field but ``url`` is optional; an entry written before issue 33 (``url``, ``lookup_url``,
 ``headers``, ``events`` with a ``whsec_`` secret) means what it meant. The reference, with
-Stripe and SMTP examples, is docs/providers.md ("Connecting a real provider").
+Stripe and SMTP examples, is docs/how-to/connect-a-provider.md (field reference: docs/reference/provider-contract.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Configured per action in ``settings.EFFECT_LEDGER_GENERIC_HTTP`` (or the JSON file
 ``EFFECT_LEDGER_GENERIC_HTTP_FILE`` names). The contract's fields and what each means are in
-``operations.adapters.contract`` and docs/providers.md; the Stripe entry shipped there reads::
+``operations.adapters.contract`` and docs/reference/provider-contract.md; the Stripe entry shipped there reads::
 
     "stripe.charge": {
         "url": "https://api.stripe.com/v1/charges",

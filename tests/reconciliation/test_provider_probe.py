@@ -229,7 +229,7 @@ def test_the_probe_fails_and_declares_nothing_when_neither_request_made_an_effec
 
 @dataclass
 class FakeCrm:
-    """A tiny ticket API on loopback (docs/providers.md §5): ``POST /api/tickets`` makes a
+    """A tiny ticket API on loopback (docs/how-to/connect-a-provider.md, "An internal HTTP API without idempotency keys"): ``POST /api/tickets`` makes a
     ticket (``id_in_answer``: its id in the answer), ``GET /api/tickets?external_ref=`` lists
     them; every request is recorded."""
 
@@ -318,7 +318,7 @@ TICKET = {"title": "Printer on fire", "customer": "cus_9"}
 
 @pytest.mark.django_db
 def test_the_reference_option_goes_into_arguments_whose_schema_has_one(crm: FakeCrm, settings: Any) -> None:
-    # given: the CRM of docs/providers.md §5, whose schema requires arguments.reference
+    # given: the CRM of docs/how-to/connect-a-provider.md ("An internal HTTP API without idempotency keys"), whose schema requires arguments.reference
     settings.EFFECT_LEDGER_GENERIC_HTTP = crm.declaration()
     # when
     text, declare = probe("crm.create_ticket", TICKET, reference="probe-crm-1")

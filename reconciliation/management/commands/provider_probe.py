@@ -28,7 +28,7 @@ What it does, with a fresh key (probe-<uuid>) and the --arguments given:
 The business reference it sends:
   --reference REF if given; else the "reference" in --arguments; else a fresh probe-<hex>.
   When the action's schema has a "reference" property (a declared action that sends it, as
-  docs/providers.md section 5's ticket API does), the arguments carry that same reference too.
+  the ticket API of docs/how-to/connect-a-provider.md ("An internal HTTP API without idempotency keys") does), the arguments carry that same reference too.
   A --reference that differs from the "reference" in --arguments is refused; nothing is sent.
   The lookup and the event wait look for it as well as for the key.
 
@@ -58,7 +58,7 @@ and STRIPE_SECRET_KEY a test-mode key (sk_test_...):
   manage.py provider_probe stripe.charge --event-wait 10 \\
       --arguments '{"amount": 1200, "currency": "EUR", "customer": "cus_123"}'
 
-Example, a ticket API whose schema requires "reference" (docs/providers.md section 5), marked
+Example, a ticket API whose schema requires "reference" (docs/how-to/connect-a-provider.md, "An internal HTTP API without idempotency keys"), marked
 "test_mode": true; the reference is sent in the body and looked up by:
   manage.py provider_probe crm.create_ticket --reference probe-crm-1 \\
       --arguments '{"title": "Probe", "customer": "cus_123"}'
