@@ -43,7 +43,15 @@ from urllib.parse import parse_qs, urlsplit
 
 from psycopg_pool import PoolTimeout
 
-from console.lab.sandbox_provider import events, messaging, payments, reservations, statements, store
+from console.lab.sandbox_provider import (
+    event_store,
+    events,
+    messaging,
+    payments,
+    reservations,
+    statements,
+    store,
+)
 from console.lab.sandbox_provider.faults import (
     PRODUCTS,
     Fault,
@@ -164,7 +172,7 @@ def _get(app: SandboxApp, path: str, query: dict[str, list[str]]) -> Reply:
             200,
             {
                 "settings": app.events.as_json(),
-                "events": store.list_events(
+                "events": event_store.list_events(
                     pool, source=_query(query, "source"), event_type=_query(query, "type")
                 ),
             },
