@@ -8,7 +8,7 @@ it, and its ledger (``GET /ledger``) is the ground truth a test counts effects i
 state in PostgreSQL, outside the ledger's database (by default ``<ledger database>_sandbox`` on
 the same server, see ``database``), in its own schema ``sandbox``, and never touches Django's tables.
 
-Products (see ``server.py`` for every route):
+Products (see ``routes.py`` for every route):
 
 * payments — Stripe-like: ``Idempotency-Key`` required and honoured, ``X-Fencing-Token``
   enforced per key, authoritative lookup by key (``payments.py``).
