@@ -26,7 +26,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 
 from console.lab.cluster import LocalCluster, require_real_broker, wait_until
-from console.lab.crashlab.runner import LEASE_SECONDS, PROVIDER_TIMEOUT, arguments_for
+from console.lab.crashlab.config import LEASE_SECONDS, PROVIDER_TIMEOUT, arguments_for
 from console.lab.models import DrillRun, LabOperation
 from console.lab.services import drill_run_not_run
 from operations.models import TERMINAL_STATUSES, Attempt, Intent, OutboxMessage

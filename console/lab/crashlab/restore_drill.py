@@ -55,6 +55,7 @@ from django.test import Client
 
 from console.lab.bench.database import drop_database, recreate_database, server_dsn, use_database
 from console.lab.cluster import BASE_DIR, HarnessError, LocalCluster, Process, wait_until
+from console.lab.crashlab.config import arguments_for
 from console.lab.crashlab.verdict import RESTORE, Row
 from operations.models import TERMINAL_STATUSES, ExecutionControl, Intent, RecoveryRun
 
@@ -400,8 +401,6 @@ class RestoreDrill:
         return [r for k in KINDS for r in (*self.first[k], *self.second[k])]
 
     def _body(self, kind: str, ref: str) -> dict[str, Any]:
-        from console.lab.crashlab.runner import arguments_for
-
         n = int(ref[-3:]) + (500 if "-b" in ref[len(self.prefix) :] else 0)
         return {"action": ACTIONS[kind], "arguments": arguments_for(kind, ref, n), "reference": ref}
 
