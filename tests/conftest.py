@@ -52,7 +52,7 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Any:
     (``<test database>_sandbox``, created by whatever started a sandbox provider) dropped with it."""
     from django.db import connection
 
-    from console.lab.sandbox_provider.store import default_dsn, drop_database, dsn_from_settings_dict
+    from console.lab.sandbox_provider.database import default_dsn, drop_database, dsn_from_settings_dict
 
     yield
     with django_db_blocker.unblock():

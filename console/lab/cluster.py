@@ -27,7 +27,7 @@ from kombu import Queue
 
 from console.celery import app
 from console.lab import LAB_TASK_MODULES
-from console.lab.sandbox_provider.store import prepare_default_database
+from console.lab.sandbox_provider.database import prepare_default_database
 
 BASE_DIR = Path(settings.BASE_DIR)
 

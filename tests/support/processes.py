@@ -236,7 +236,7 @@ def sandbox_provider(django_db_setup: None) -> Iterator[SandboxProvider]:
     """
     from django.db import connection
 
-    from console.lab.sandbox_provider.store import prepare_default_database
+    from console.lab.sandbox_provider.database import prepare_default_database
 
     name = str(connection.settings_dict["NAME"])
     if name != (connection.settings_dict.get("TEST") or {}).get("NAME") and not name.startswith("test_"):

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from django.db import connection, connections
 
-from console.lab.sandbox_provider.store import dsn_from_settings_dict
+from console.lab.sandbox_provider.database import dsn_from_settings_dict
 
 
 def server_dsn(dbname: str) -> str:

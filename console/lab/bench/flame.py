@@ -29,7 +29,7 @@ from django.db import connection
 from console.lab.bench import database, e2e, services
 from console.lab.bench.load import closed_loop
 from console.lab.cluster import HarnessError, LocalCluster
-from console.lab.sandbox_provider.store import sandbox_database_name
+from console.lab.sandbox_provider.database import sandbox_database_name
 
 RATE = 200  # samples per second
 FORMATS = {"flamegraph": ".svg", "speedscope": ".speedscope.json", "raw": ".txt"}

@@ -19,7 +19,7 @@ from console.lab.bench.choices import CeleryPool, WebWorkers
 from console.lab.bench.console_pages import console_at_scale
 from console.lab.bench.stats import ratio
 from console.lab.cluster import LocalCluster
-from console.lab.sandbox_provider.store import sandbox_database_name
+from console.lab.sandbox_provider.database import sandbox_database_name
 from operations.services import status_rollup_refresh
 
 

@@ -30,7 +30,8 @@ counted apart), and no intent FAILED whose reference has an effect at the provid
 
 It runs in a scratch ledger database of its own (``<database>_restore``, migrated, dropped at
 the end) with its own checkpoint file and signing key, so restoring it never rolls back the
-database the lab was pointed at. Effects are counted from the provider, never the ledger.
+database the lab was pointed at. Effects are counted from the provider, never the ledger
+(``restore_count``); the agent is ``restore_agent``, the dump and restore ``restore_dump``.
 """
 
 from __future__ import annotations
@@ -41,28 +42,29 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections import Counter
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 from django.core.management import call_command
-from django.db import connection, connections
-from django.test import Client
+from django.db import connection
 
-from console.lab.bench.database import drop_database, recreate_database, server_dsn, use_database
+from console.lab.bench.database import drop_database, recreate_database, use_database
 from console.lab.cluster import BASE_DIR, HarnessError, LocalCluster, Process, wait_until
-from console.lab.crashlab.verdict import RESTORE, Row
+from console.lab.crashlab.restore_agent import KINDS, TENANT, RestoreAgent
+from console.lab.crashlab.restore_count import (
+    OPERATOR_STATES,
+    count_kind,
+    newest_effect_age,
+    provider_effects,
+    restore_row,
+)
+from console.lab.crashlab.restore_dump import dump_database, restore_database
+from console.lab.crashlab.verdict import Row
 from operations.models import TERMINAL_STATUSES, ExecutionControl, Intent, RecoveryRun
 
 logger = logging.getLogger("crashlab")
 
-KINDS = ("payments", "email", "reservations")
-ACTIONS = {"payments": "payments.charge", "email": "email.send", "reservations": "reservations.create"}
-TENANT = "restore-drill"
 #: Seconds the provider holds a held intent's answer after applying its effect: the dump is
 #: taken meanwhile, so the dump shows it RUNNING with its effect applied.
 HOLD_SECONDS = 2.5
@@ -77,36 +79,6 @@ MARGIN_SECONDS = 5.0
 #: Bounds of the drill's waits (seconds).
 SETTLE_TIMEOUT = 90.0
 RECOVERY_WAIT = 30.0
-#: States in which an intent stands in front of an operator (counted apart, never as lost).
-OPERATOR_STATES = frozenset({Intent.Status.UNKNOWN, Intent.Status.HELD})
-
-
-@dataclass
-class KindCount:
-    """What the drill measured for one provider kind (counts of references or effects)."""
-
-    references: int = 0
-    at_dump: dict[str, int] = field(default_factory=dict)
-    lost_by_restore: int = 0
-    resubmitted: int = 0
-    effects: int = 0
-    active: int = 0
-    requests: int = 0
-    duplicates: int = 0
-    lost: int = 0
-    failed_with_effect: int = 0
-    operator: int = 0
-    final: dict[str, int] = field(default_factory=dict)
-    duplicate_references: list[str] = field(default_factory=list)
-    lost_references: list[str] = field(default_factory=list)
-    failed_references: list[str] = field(default_factory=list)
-
-
-def _pg_tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        raise HarnessError(f"the restore drill needs {name} (PostgreSQL client tools) on PATH")
-    return path
 
 
 class RestoreDrill:
@@ -142,13 +114,7 @@ class RestoreDrill:
         self.lease_seconds = lease_seconds
         self.consistency_window = consistency_window
         self.automatic_recovery = automatic_recovery
-        self.prefix = f"rst-{uuid.uuid4().hex[:8]}-"
-        self.first = {k: [f"{self.prefix}{k[:3]}-a{n:03d}" for n in range(self.intents)] for k in KINDS}
-        self.second = {k: [f"{self.prefix}{k[:3]}-b{n:03d}" for n in range(self.intents)] for k in KINDS}
-        self.bodies: dict[str, dict[str, Any]] = {}
-        self.ids: dict[str, str] = {}
-        self.token = ""
-        self.api = Client()
+        self.agent = RestoreAgent(intents=self.intents)
         self.tmp = Path(tempfile.mkdtemp(prefix="effect-ledger-restore-drill-"))
         self.cluster: LocalCluster | None = None
         self.processes: list[Process] = []
@@ -174,34 +140,42 @@ class RestoreDrill:
             call_command("migrate", verbosity=0)
             from operations.api.authentication import agent_create
 
-            _, self.token = agent_create(name="restore-agent", tenant=TENANT)
+            _, self.agent.token = agent_create(name="restore-agent", tenant=TENANT)
             provider.post("/_sandbox/config", json={"email_lookup_lag_seconds": EMAIL_LAG_SECONDS})
             self._start_cluster()
             dump, dump_time, at_dump_ids = self._first_batch_and_dump(provider)
             # The second batch's emails go last, once the rest ended (the held email waits out the
             # lookup lag), so at the restart their look-up still lags: the restore guard must wait.
-            self._submit_all({kind: self.second[kind] for kind in KINDS if kind != "email"})
-            emails = set(self.second["email"])
-            rest = [ref for ref in self._every_reference() if ref not in emails]
+            self.agent.submit_all({kind: self.agent.second[kind] for kind in KINDS if kind != "email"})
+            emails = set(self.agent.second["email"])
+            rest = [ref for ref in self.agent.every_reference() if ref not in emails]
             self._wait_settled(rest, "every intent to end before the restore")
-            self._submit_all({"email": self.second["email"]})
-            self._wait_settled(self._every_reference(), "the last emails to end before the restore")
+            self.agent.submit_all({"email": self.agent.second["email"]})
+            self._wait_settled(self.agent.every_reference(), "the last emails to end before the restore")
             self._checkpoint()
             self._stop_processes()
-            self._restore(scratch, dump, admin_db=home)
-            at_dump = self._states_by_reference()
+            restore_database(scratch, dump, admin_db=home)
+            at_dump = self.agent.states_by_reference()
             before = {run["id"] for run in self._recovery_runs()}
             self._start_processes()
-            self.recovery["newest_email_age_seconds"] = self._newest_effect_age(provider, "email")
+            self.recovery["newest_email_age_seconds"] = newest_effect_age(
+                provider, "email", self.agent.prefix
+            )
             self._recover(dump_time, before=before)
-            lost = [ref for ref in self._every_reference() if ref not in at_dump]
-            self._resubmit(lost)
+            lost = [ref for ref in self.agent.every_reference() if ref not in at_dump]
+            self.notes.extend(self.agent.resubmit(lost))
             self._wait_settled(
-                self._every_reference(), "every intent to settle after the restore", strict=False
+                self.agent.every_reference(), "every intent to settle after the restore", strict=False
             )
             self._wait_landed(provider)
-            counts = {kind: self._count(provider, kind, at_dump, lost) for kind in KINDS}
-            return self._row(counts, at_dump_ids, time.monotonic() - started)
+            counts = {kind: count_kind(provider, self.agent, kind, at_dump, lost) for kind in KINDS}
+            detail = {
+                "recovery": self.recovery,
+                "notes": self.notes[:20],
+                "email_lookup_lag_seconds": EMAIL_LAG_SECONDS,
+                "consistency_window_seconds": self.consistency_window,
+            }
+            return restore_row(counts, at_dump_ids, time.monotonic() - started, detail=detail)
         finally:
             provider.post("/_sandbox/config", json={"email_lookup_lag_seconds": 0})
             provider.close()
@@ -273,48 +247,36 @@ class RestoreDrill:
         third = max(1, self.intents // 3)
         groups: dict[str, list[str]] = {"done": [], "held": [], "late": []}
         for kind in KINDS:
-            refs = self.first[kind]
+            refs = self.agent.first[kind]
             groups["done"] += refs[:third]
             groups["held"] += refs[third : third + 1]  # one per kind: one per pool process
             groups["late"] += refs[third + 1 :]
         for ref in groups["held"]:
-            kind = self._kind_of(ref)
+            kind = self.agent.kind_of(ref)
             provider.post(
                 "/_sandbox/faults",
                 json={"product": kind, "mode": "hold_after_effect", "delay_seconds": HOLD_SECONDS,
                       "match": {"reference": ref}},
             ).raise_for_status()  # fmt: skip
-        self._submit_all({k: [r for r in self.first[k] if r in groups["done"]] for k in KINDS})
+        self.agent.submit_all({k: [r for r in self.agent.first[k] if r in groups["done"]] for k in KINDS})
         self._wait_settled(groups["done"], "the first third to end")
         self._checkpoint()  # as the beat makes one every period: the dump will hold it
-        self._submit_all({k: [r for r in self.first[k] if r in groups["held"]] for k in KINDS})
+        self.agent.submit_all({k: [r for r in self.agent.first[k] if r in groups["held"]] for k in KINDS})
         wait_until(
-            lambda: all(self._provider_effects(provider, self._kind_of(r), r) for r in groups["held"]),
+            lambda: all(
+                provider_effects(provider, self.agent.kind_of(r), self.agent.prefix, r)
+                for r in groups["held"]
+            ),
             30,
             "the held intents' effects at the provider",
             interval=0.05,
         )
-        self._submit_all({k: [r for r in self.first[k] if r in groups["late"]] for k in KINDS})
+        self.agent.submit_all({k: [r for r in self.agent.first[k] if r in groups["late"]] for k in KINDS})
         with connection.cursor() as cursor:
             cursor.execute("SELECT now()")
             dump_time = cursor.fetchone()[0].isoformat()
         dump = self.tmp / "ledger.dump"
-        completed = subprocess.run(  # noqa: S603 - the PostgreSQL client, fixed arguments
-            [
-                _pg_tool("pg_dump"),
-                "-Fc",
-                "-f",
-                str(dump),
-                "--dbname",
-                server_dsn(str(connection.settings_dict["NAME"])),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        if completed.returncode:
-            raise HarnessError(f"pg_dump failed: {completed.stderr[-1000:]}")
+        dump_database(str(connection.settings_dict["NAME"]), dump)
         return dump, dump_time, groups
 
     def _checkpoint(self) -> None:
@@ -325,21 +287,6 @@ class RestoreDrill:
             raise HarnessError(f"audit_checkpoint failed: {(completed.stdout + completed.stderr)[-1000:]}")
 
     # --- the restore and the recovery ----------------------------------------------------------------
-
-    def _restore(self, scratch: str, dump: Path, *, admin_db: str) -> None:
-        """Drop, create and restore the scratch ledger database from the dump (every other
-        session ended first), as onto a new server after a failover."""
-        connections.close_all()
-        recreate_database(scratch, admin_db=admin_db)
-        completed = subprocess.run(  # noqa: S603 - the PostgreSQL client, fixed arguments
-            [_pg_tool("pg_restore"), "--no-owner", "--dbname", server_dsn(scratch), str(dump)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if completed.returncode:
-            raise HarnessError(f"pg_restore failed: {completed.stderr[-1000:]}")
 
     def _recovery_runs(self) -> list[dict[str, Any]]:
         """Every recovery recorded in the restored database, oldest first."""
@@ -391,64 +338,7 @@ class RestoreDrill:
             and self.recovery.get("paused_before", True)
         )
 
-    # --- the agent ---------------------------------------------------------------------------------
-
-    def _kind_of(self, ref: str) -> str:
-        return next(k for k in KINDS if ref.startswith(f"{self.prefix}{k[:3]}-"))
-
-    def _every_reference(self) -> list[str]:
-        return [r for k in KINDS for r in (*self.first[k], *self.second[k])]
-
-    def _body(self, kind: str, ref: str) -> dict[str, Any]:
-        from console.lab.crashlab.runner import arguments_for
-
-        n = int(ref[-3:]) + (500 if "-b" in ref[len(self.prefix) :] else 0)
-        return {"action": ACTIONS[kind], "arguments": arguments_for(kind, ref, n), "reference": ref}
-
-    def _post(self, ref: str) -> str:
-        """POST the intent of ``ref`` as the agent does (the reference is its Idempotency-Key)."""
-        body = self.bodies.setdefault(ref, self._body(self._kind_of(ref), ref))
-        response = self.api.post(
-            "/api/v1/intents",
-            data=body,
-            content_type="application/json",
-            HTTP_AUTHORIZATION=f"Bearer {self.token}",
-            HTTP_IDEMPOTENCY_KEY=ref,
-        )
-        if response.status_code != 201:
-            raise HarnessError(f"submission refused: {response.status_code} {response.content[:300]!r}")
-        return str(response.json()["intent_id"])
-
-    def _submit_all(self, refs: dict[str, list[str]]) -> None:
-        for kind in KINDS:
-            for ref in refs.get(kind, []):
-                self.ids[ref] = self._post(ref)
-
-    def _resubmit(self, lost: list[str]) -> None:
-        """The agent asks for each intent it submitted; those the ledger no longer knows (404)
-        are submitted again, byte for byte."""
-        quiet = logging.getLogger("django.request")
-        level = quiet.level
-        quiet.setLevel(logging.ERROR)  # the expected 404s are not warnings
-        try:
-            for ref in lost:
-                response = self.api.get(
-                    f"/api/v1/intents/{self.ids[ref]}", HTTP_AUTHORIZATION=f"Bearer {self.token}"
-                )
-                if response.status_code == 404:
-                    self.ids[ref] = self._post(ref)
-                else:
-                    self.notes.append(f"{ref}: expected 404 after the restore, got {response.status_code}")
-        finally:
-            quiet.setLevel(level)
-
-    # --- waiting and counting -----------------------------------------------------------------------
-
-    def _states_by_reference(self) -> dict[str, str]:
-        rows = Intent.objects.filter(tenant=TENANT, reference__startswith=self.prefix).values_list(
-            "reference", "client_key", "status"
-        )
-        return {ref: status for ref, key, status in rows if key == ref}
+    # --- waiting -----------------------------------------------------------------------------------
 
     def _wait_settled(self, refs: list[str], what: str, *, strict: bool = True) -> None:
         """Wait until every ``refs`` intent is SUCCEEDED or terminal (``strict``), or, after
@@ -457,7 +347,7 @@ class RestoreDrill:
         started = time.monotonic()
 
         def settled() -> bool:
-            states = self._states_by_reference()
+            states = self.agent.states_by_reference()
             if any(ref not in states for ref in refs):
                 return False
             waiting = {ref for ref in refs if states[ref] not in done}
@@ -473,98 +363,7 @@ class RestoreDrill:
                 raise
             self.notes.append(str(exc))
 
-    def _provider_effects(
-        self, provider: httpx.Client, kind: str, ref: str | None = None
-    ) -> list[dict[str, Any]]:
-        params = {"product": kind, **({"reference": ref} if ref else {})}
-        response = provider.get("/ledger", params=params)
-        response.raise_for_status()
-        return [
-            e for e in response.json()["effects"] if str(e.get("reference") or "").startswith(self.prefix)
-        ]
-
-    def _provider_requests(self, provider: httpx.Client, kind: str) -> list[dict[str, Any]]:
-        response = provider.get("/_sandbox/requests", params={"product": kind})
-        response.raise_for_status()
-        return [
-            r for r in response.json()["requests"] if str(r.get("reference") or "").startswith(self.prefix)
-        ]
-
-    def _newest_effect_age(self, provider: httpx.Client, kind: str) -> float | None:
-        """Seconds since the drill's newest effect of ``kind`` at the provider (database clock):
-        below the lookup lag, the restore guard's look-ups cannot see it yet."""
-        effects = self._provider_effects(provider, kind)
-        if not effects:
-            return None
-        newest = max(datetime.fromisoformat(str(e["created_at"])) for e in effects)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT clock_timestamp()")
-            now: datetime = cursor.fetchone()[0]
-        return round((now - newest).total_seconds(), 2)
-
     def _wait_landed(self, provider: httpx.Client) -> None:
         """Wait (bounded) until every request the provider applied or refused has been answered:
         its held answers are over, so nothing lands after the count."""
         time.sleep(HOLD_SECONDS + 0.5)
-
-    def _count(
-        self, provider: httpx.Client, kind: str, at_dump: dict[str, str], lost: list[str]
-    ) -> KindCount:
-        refs = [*self.first[kind], *self.second[kind]]
-        effects = self._provider_effects(provider, kind)
-        per_ref = Counter(str(e["reference"]) for e in effects)
-        states = self._states_by_reference()
-        duplicates = sorted(r for r in refs if per_ref[r] > 1)
-        missing = sorted(r for r in refs if per_ref[r] == 0 and states.get(r) not in OPERATOR_STATES)
-        failed = sorted(r for r in refs if per_ref[r] and states.get(r) == Intent.Status.FAILED)
-        return KindCount(
-            references=len(refs),
-            at_dump=dict(Counter(at_dump.get(r, "lost") for r in refs)),
-            lost_by_restore=sum(1 for r in refs if r in lost),
-            resubmitted=sum(1 for r in refs if r in lost),
-            effects=len(effects),
-            active=sum(1 for e in effects if e.get("status") not in {"cancelled", "withdrawn"}),
-            requests=len(self._provider_requests(provider, kind)),
-            duplicates=sum(per_ref[r] - 1 for r in duplicates),
-            lost=len(missing),
-            failed_with_effect=len(failed),
-            operator=sum(1 for r in refs if states.get(r) in OPERATOR_STATES),
-            final=dict(Counter(states.get(r, "absent") for r in refs)),
-            duplicate_references=duplicates[:20],
-            lost_references=missing[:20],
-            failed_references=failed[:20],
-        )
-
-    def _row(self, counts: dict[str, KindCount], groups: dict[str, list[str]], seconds: float) -> Row:
-        def total(attribute: str) -> int:
-            return sum(int(getattr(c, attribute)) for c in counts.values())
-
-        not_terminal = sum(
-            n for c in counts.values() for status, n in c.final.items()
-            if status not in {*TERMINAL_STATUSES, Intent.Status.SUCCEEDED, *OPERATOR_STATES}
-        )  # fmt: skip
-        return Row(
-            strategy=RESTORE,
-            boundary="restore",
-            provider="+".join(KINDS),
-            ops=total("references"),
-            interrupted=total("lost_by_restore"),
-            effects=total("effects"),
-            missing=total("lost"),
-            duplicates=total("duplicates"),
-            active=total("active"),
-            requests=total("requests"),
-            kills=0,
-            not_terminal=not_terminal,
-            seconds=round(seconds, 2),
-            failed_with_effect=total("failed_with_effect"),
-            operator=total("operator"),
-            detail={
-                **{kind: count.__dict__ for kind, count in counts.items()},
-                "groups_at_dump": {name: len(refs) for name, refs in groups.items()},
-                "recovery": self.recovery,
-                "notes": self.notes[:20],
-                "email_lookup_lag_seconds": EMAIL_LAG_SECONDS,
-                "consistency_window_seconds": self.consistency_window,
-            },
-        )

@@ -6,9 +6,9 @@ The server side of the lab. The ledger talks to it only over HTTP, through its p
 It is for demos, drills and tests, the way stripe-mock is: ``manage.py sandbox_provider`` runs
 it, and its ledger (``GET /ledger``) is the ground truth a test counts effects in. It keeps its
 state in PostgreSQL, outside the ledger's database (by default ``<ledger database>_sandbox`` on
-the same server, see ``store``), in its own schema ``sandbox``, and never touches Django's tables.
+the same server, see ``database``), in its own schema ``sandbox``, and never touches Django's tables.
 
-Products (see ``server.py`` for every route):
+Products (see ``routes.py`` for every route):
 
 * payments — Stripe-like: ``Idempotency-Key`` required and honoured, ``X-Fencing-Token``
   enforced per key, authoritative lookup by key (``payments.py``).

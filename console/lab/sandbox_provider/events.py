@@ -38,7 +38,7 @@ from psycopg import Connection
 from psycopg.rows import DictRow
 from standardwebhooks.webhooks import Webhook
 
-from console.lab.sandbox_provider import store
+from console.lab.sandbox_provider import event_store
 from console.lab.sandbox_provider.replies import BadRequest
 from console.lab.sandbox_provider.store import Pool, new_id
 
@@ -251,7 +251,7 @@ def record(conn: Connection[DictRow], settings: EventSettings, product: str, emi
     for index, (event_type, data) in enumerate(emitted):
         event_id = new_id("evt")
         body = {"id": event_id, "type": event_type, "created": rfc3339_now(), "data": data}
-        store.insert_event(
+        event_store.insert_event(
             conn,
             event_id=event_id,
             source=SOURCES[product],
@@ -290,7 +290,7 @@ def send(pool: Pool, client: httpx.Client, settings: EventSettings, row: dict[st
     """
     url, _ = settings.snapshot()
     if not url:
-        store.record_attempt(
+        event_store.record_attempt(
             pool, row["seq"], status=None, error="no events URL configured",
             retry_in_seconds=POLL_SECONDS * 10, give_up_after_seconds=GIVE_UP_AFTER_SECONDS,
         )  # fmt: skip
@@ -310,7 +310,7 @@ def send(pool: Pool, client: httpx.Client, settings: EventSettings, row: dict[st
         error = f"{type(exc).__name__}: {exc}"[:500]
     if error is not None:
         logger.info("event %s (%s) not delivered: %s %s", row["id"], row["type"], status, error)
-    store.record_attempt(
+    event_store.record_attempt(
         pool,
         row["seq"],
         status=status,
@@ -329,7 +329,7 @@ def redeliver(pool: Pool, settings: EventSettings, event_id: str) -> dict[str, A
     Returns:
         ``{"id", "status_code": int | None}``, or ``None`` when no such event exists.
     """
-    row = store.claim_event_for_redelivery(pool, event_id)
+    row = event_store.claim_event_for_redelivery(pool, event_id)
     if row is None:
         return None
     with httpx.Client(timeout=SEND_TIMEOUT_SECONDS) as client:
@@ -357,7 +357,7 @@ class EventSender:
                 sent = 0
                 try:
                     if self.settings.snapshot()[0]:
-                        for row in store.claim_due_events(self.pool):
+                        for row in event_store.claim_due_events(self.pool):
                             if self.stopping.is_set():
                                 break
                             send(self.pool, client, self.settings, row)

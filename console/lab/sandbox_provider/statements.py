@@ -21,7 +21,7 @@ import re
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
-from console.lab.sandbox_provider import store
+from console.lab.sandbox_provider import statement_store
 from console.lab.sandbox_provider.faults import PRODUCTS
 from console.lab.sandbox_provider.replies import BadRequest, Reply, error_reply
 from console.lab.sandbox_provider.store import Pool
@@ -78,7 +78,7 @@ def get_statement(pool: Pool, *, day_text: str | None, product_text: str | None)
     day = parse_day(day_text)
     product = parse_product(product_text)
     start = datetime.combine(day, time(), tzinfo=UTC)
-    rows = store.statement_lines(pool, product=product, start=start, end=start + timedelta(days=1))
+    rows = statement_store.statement_lines(pool, product=product, start=start, end=start + timedelta(days=1))
     return Reply(200, {"date": day.isoformat(), "product": product, "lines": [_line(r) for r in rows]})
 
 
@@ -97,7 +97,7 @@ def omit(pool: Pool, body: dict[str, Any]) -> Reply:
         BadRequest: a missing or malformed field.
     """
     product, item_id = _item(body)
-    if not store.adjust_statement(pool, product=product, item_id=item_id, omit=True):
+    if not statement_store.adjust_statement(pool, product=product, item_id=item_id, omit=True):
         return error_reply(404, "resource_missing", f"No such {product} item: {item_id!r}")
     return Reply(200, {"omitted": {"product": product, "id": item_id}})
 
@@ -115,6 +115,6 @@ def set_amount(pool: Pool, body: dict[str, Any]) -> Reply:
         raise BadRequest("amount must be an integer >= 0 (minor units)", param="amount")
     if product != "payments":
         raise BadRequest("only payments lines have amounts", param="product")
-    if not store.adjust_statement(pool, product=product, item_id=item_id, amount=amount):
+    if not statement_store.adjust_statement(pool, product=product, item_id=item_id, amount=amount):
         return error_reply(404, "resource_missing", f"No such {product} item: {item_id!r}")
     return Reply(200, {"amount": {"product": product, "id": item_id, "amount": amount}})

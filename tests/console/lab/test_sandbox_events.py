@@ -345,7 +345,7 @@ def test_i19_events_url_and_secret_options_of_the_command(
     # given: a second provider process on the same database, started with the options
     from django.db import connection
 
-    from console.lab.sandbox_provider.store import default_dsn
+    from console.lab.sandbox_provider.database import default_dsn
 
     secret = "whsec_" + "Y29tbWFuZC1saW5lLXNlY3JldC1vZi10aGUtc2FuZGJveA=="
     provider = start_sandbox_provider(
@@ -372,7 +372,7 @@ def test_i19_events_survive_a_killed_provider_and_are_sent_by_the_next_one(
     # given: a provider of its own on the session's database, its events held back 3 s
     from django.db import connection
 
-    from console.lab.sandbox_provider.store import default_dsn
+    from console.lab.sandbox_provider.database import default_dsn
 
     dsn = default_dsn(connection.settings_dict)
     first = start_sandbox_provider(dsn, events_url=events_base(receiver))

@@ -553,7 +553,7 @@ def test_i22_the_default_sandbox_database_is_not_the_ledgers(db: None, settings:
     from django.db import connection
 
     from console.lab.management.commands.sandbox_provider import provider_dsn
-    from console.lab.sandbox_provider.store import database_name, default_dsn
+    from console.lab.sandbox_provider.database import database_name, default_dsn
 
     settings.SANDBOX_DATABASE_URL = ""
     ledger = str(connection.settings_dict["NAME"])

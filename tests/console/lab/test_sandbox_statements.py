@@ -29,7 +29,7 @@ def set_created(table: str, item_id: str, created: str) -> None:
     """Move an effect to another creation time, in the provider's own database."""
     from django.db import connection
 
-    from console.lab.sandbox_provider.store import default_dsn
+    from console.lab.sandbox_provider.database import default_dsn
 
     with psycopg.connect(default_dsn(connection.settings_dict), autocommit=True) as conn:
         conn.execute(f"UPDATE sandbox.{table} SET created_at = %s WHERE id = %s", [created, item_id])

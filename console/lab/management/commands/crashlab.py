@@ -24,8 +24,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from console.lab import enable_sandbox
+from console.lab.crashlab.config import BOUNDARIES, STRATEGIES, LabConfig
 from console.lab.crashlab.report import markdown_table
-from console.lab.crashlab.runner import BOUNDARIES, STRATEGIES, CrashLab, LabConfig
+from console.lab.crashlab.runner import CrashLab
 from console.lab.crashlab.verdict import judge, rows_from_json
 from console.lab.models import DrillRun
 from console.lab.services import drill_run_not_run

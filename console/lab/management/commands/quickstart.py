@@ -35,7 +35,7 @@ from django.db import connection
 from console.accounts import console_user_create
 from console.agents.cli import DEFAULT_HTTP_PORT
 from console.lab import LAB_TASK_MODULES, enable_sandbox
-from console.lab.sandbox_provider.store import (
+from console.lab.sandbox_provider.database import (
     default_dsn,
     dsn_from_settings_dict,
     ensure_database,

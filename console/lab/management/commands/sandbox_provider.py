@@ -13,9 +13,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
 from console.lab import enable_sandbox
+from console.lab.sandbox_provider.database import prepare_default_database
 from console.lab.sandbox_provider.events import check_secret
 from console.lab.sandbox_provider.server import run_provider
-from console.lab.sandbox_provider.store import prepare_default_database
 
 
 def provider_dsn(explicit: str | None) -> str:
