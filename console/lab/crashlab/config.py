@@ -31,7 +31,6 @@ WINDOW_SETTINGS = (
     "SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS",
     "SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS",
 )
-PATHS = {"payments": "/v1/charges", "email": "/v1/emails", "reservations": "/v1/reservations"}
 
 
 @dataclass

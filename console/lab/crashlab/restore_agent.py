@@ -12,11 +12,10 @@ from typing import Any
 from django.test import Client
 
 from console.lab.cluster import HarnessError
-from console.lab.crashlab.config import arguments_for
+from console.lab.crashlab.config import ACTIONS, arguments_for
 from operations.models import Intent
 
 KINDS = ("payments", "email", "reservations")
-ACTIONS = {"payments": "payments.charge", "email": "email.send", "reservations": "reservations.create"}
 TENANT = "restore-drill"
 
 
