@@ -612,7 +612,7 @@ def render_api(data: dict[str, Any]) -> str:
             if operation.get("summary"):
                 out += [f"**{operation['summary']}**", ""]
             if operation.get("description"):
-                out += [operation["description"].strip(), ""]
+                out += [_rst_to_md(operation["description"].strip()), ""]
             parameters = operation.get("parameters", [])
             if parameters:
                 out += ["| parameter | in | required | type | description |", "| --- | --- | --- | --- | --- |"]
