@@ -230,7 +230,9 @@ def _wrappers(module: _Module) -> dict[str, tuple[int, str, int | None]]:
             if isinstance(first, ast.Name) and first.id in params:
                 default = call.args[1] if len(call.args) > 1 else None
                 default_index = (
-                    params.index(default.id) if isinstance(default, ast.Name) and default.id in params else None
+                    params.index(default.id)
+                    if isinstance(default, ast.Name) and default.id in params
+                    else None
                 )
                 found[function.name] = (params.index(first.id), _call_name(call), default_index)
     return found
@@ -246,7 +248,9 @@ def _imported_function(module: _Module, name: str) -> tuple[Path, str] | None:
     return None
 
 
-def env_reads(module: _Module, *, follow_environ: bool = True, within: ast.AST | None = None) -> list[EnvRead]:
+def env_reads(
+    module: _Module, *, follow_environ: bool = True, within: ast.AST | None = None
+) -> list[EnvRead]:
     """Every environment variable ``module`` reads (in ``within`` only, when given)."""
     wrappers = _wrappers(module)
     reads: list[EnvRead] = []
@@ -273,7 +277,11 @@ def env_reads(module: _Module, *, follow_environ: bool = True, within: ast.AST |
         elif name_of_call in {"os.environ.get", "os.getenv", "os.environ.setdefault"} and call.args:
             name = _const_str(call.args[0])
             default = module.segment(call.args[1]) if len(call.args) > 1 else ""
-        elif follow_environ and any(_is_os_environ(arg) for arg in call.args) and isinstance(call.func, ast.Name):
+        elif (
+            follow_environ
+            and any(_is_os_environ(arg) for arg in call.args)
+            and isinstance(call.func, ast.Name)
+        ):
             reads.extend(_followed(module, call))
             continue
         if name is None:
@@ -295,8 +303,14 @@ def env_reads(module: _Module, *, follow_environ: bool = True, within: ast.AST |
             if name and isinstance(sub.ctx, ast.Load):
                 _, target = _statement_of(module, sub)
                 reads.append(
-                    EnvRead(name, "string", "required", _meaning(module, sub, name, target), target,
-                            f"{module.relative()}:{sub.lineno}")
+                    EnvRead(
+                        name,
+                        "string",
+                        "required",
+                        _meaning(module, sub, name, target),
+                        target,
+                        f"{module.relative()}:{sub.lineno}",
+                    )
                 )
     return reads
 
@@ -310,7 +324,11 @@ def _followed(module: _Module, call: ast.Call) -> list[EnvRead]:
     path, function_name = found
     other = _Module.parse(path)
     function = next(
-        (node for node in other.tree.body if isinstance(node, ast.FunctionDef) and node.name == function_name),
+        (
+            node
+            for node in other.tree.body
+            if isinstance(node, ast.FunctionDef) and node.name == function_name
+        ),
         None,
     )
     if function is None:
@@ -342,8 +360,11 @@ def other_reads(known: set[str]) -> list[EnvRead]:
         for path in sorted((ROOT / package).rglob("*.py")):
             if path in settings_paths or "migrations" in path.parts or path.name == "env.py":
                 continue
-            reads.extend(read for read in env_reads(_Module.parse(path), follow_environ=False)
-                         if read.name not in known)
+            reads.extend(
+                read
+                for read in env_reads(_Module.parse(path), follow_environ=False)
+                if read.name not in known
+            )
     return reads
 
 
@@ -448,7 +469,9 @@ def _dump() -> dict[str, Any]:
     for app, name in command_modules():
         command = load_command_class(app, name)
         help_text = command.create_parser("manage.py", name).format_help()
-        commands.append({"app": app, "name": name, "help": help_text.replace(scratch, "$EFFECT_LEDGER_DATA_DIR")})
+        commands.append(
+            {"app": app, "name": name, "help": help_text.replace(scratch, "$EFFECT_LEDGER_DATA_DIR")}
+        )
 
     from drf_spectacular.generators import SchemaGenerator
 
@@ -541,7 +564,9 @@ def scrape_gauges() -> list[dict[str, Any]]:
                 {
                     "name": name,
                     "type": "gauge",
-                    "help": ast.literal_eval(help_text) if isinstance(help_text, ast.Constant) else module.segment(help_text),
+                    "help": ast.literal_eval(help_text)
+                    if isinstance(help_text, ast.Constant)
+                    else module.segment(help_text),
                     "labels": ast.literal_eval(labels) if labels is not None else [],
                     "when": "read from PostgreSQL at each scrape",
                 }
@@ -572,9 +597,12 @@ def _ref_name(schema: dict[str, Any] | None) -> str:
         return f"`{schema['$ref'].rsplit('/', 1)[-1]}`"
     for combinator in ("oneOf", "anyOf", "allOf"):
         if combinator in schema:
-            return f" {combinator.replace('Of', ' of')} ".join(
-                filter(None, (_ref_name(item) for item in schema[combinator]))
-            ) or combinator
+            return (
+                f" {combinator.replace('Of', ' of')} ".join(
+                    filter(None, (_ref_name(item) for item in schema[combinator]))
+                )
+                or combinator
+            )
     if schema.get("type") == "array":
         return f"array of {_ref_name(schema.get('items')) or 'items'}"
     kind = schema.get("type", "")
@@ -592,8 +620,8 @@ def render_api(data: dict[str, Any]) -> str:
         f"**{info.get('title', '')}**, version {info.get('version', '')}, OpenAPI {document.get('openapi', '')}."
         f" {info.get('description', '')}",
         "",
-        f"The whole document: [openapi.json](openapi.json) (what `/api/schema/` serves, with the sandbox"
-        f" provider's actions, as quick start runs).",
+        "The whole document: [openapi.json](openapi.json) (what `/api/schema/` serves, with the sandbox"
+        " provider's actions, as quick start runs).",
         "",
     ]
     security = document.get("components", {}).get("securitySchemes", {})
@@ -615,7 +643,10 @@ def render_api(data: dict[str, Any]) -> str:
                 out += [_rst_to_md(operation["description"].strip()), ""]
             parameters = operation.get("parameters", [])
             if parameters:
-                out += ["| parameter | in | required | type | description |", "| --- | --- | --- | --- | --- |"]
+                out += [
+                    "| parameter | in | required | type | description |",
+                    "| --- | --- | --- | --- | --- |",
+                ]
                 for parameter in parameters:
                     out.append(
                         f"| `{parameter['name']}` | {parameter['in']} | {'yes' if parameter.get('required') else 'no'} | "
@@ -656,7 +687,13 @@ def render_api(data: dict[str, Any]) -> str:
             f"| `{code}` | {problem['status']} | {_cell(problem['title'])} | {_cell(_rst_to_md(problem['detail']))} |"
         )
     components = document.get("components", {}).get("schemas", {})
-    out += ["", "## Schemas", "", "The components the operations name (their fields are in openapi.json):", ""]
+    out += [
+        "",
+        "## Schemas",
+        "",
+        "The components the operations name (their fields are in openapi.json):",
+        "",
+    ]
     for name, schema in sorted(components.items()):
         description = " ".join(str(schema.get("description", "")).split())
         out.append(f"- `{name}`{': ' + description if description else ''}")
@@ -698,7 +735,8 @@ _cache: dict[str, Any] = {}
 def _data() -> dict[str, Any]:
     if "data" not in _cache:
         _cache["data"] = _collected()
-    return _cache["data"]  # type: ignore[no-any-return]
+    data: dict[str, Any] = _cache["data"]
+    return data
 
 
 def on_pre_build(config: Any) -> None:
@@ -728,7 +766,9 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         if kind not in RENDERERS:
             from mkdocs.exceptions import PluginError
 
-            raise PluginError(f"{page.file.src_path}: unknown generated section {kind!r} (known: {sorted(RENDERERS)})")
+            raise PluginError(
+                f"{page.file.src_path}: unknown generated section {kind!r} (known: {sorted(RENDERERS)})"
+            )
         return RENDERERS[kind]()
 
     return MARKER.sub(replace, markdown)

@@ -29,6 +29,7 @@ provider, and the resolution on the intent's console page.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -180,7 +181,9 @@ class Shell:
             try:
                 line = self.reader.lines.get(timeout=max(0.1, deadline - time.monotonic()))
             except queue.Empty:
-                raise AssertionError(f"no end of {command!r} within {timeout} s; output:\n" + "\n".join(out)) from None
+                raise AssertionError(
+                    f"no end of {command!r} within {timeout} s; output:\n" + "\n".join(out)
+                ) from None
             if line.startswith(marker):
                 return int(line.split()[-1]), "\n".join(out)
             out.append(line)
@@ -207,7 +210,9 @@ class Instance:
             found = re.search(pattern, line)
             if found:
                 return found.group(1)
-        raise AssertionError(f"quickstart printed nothing like {pattern!r}:\n" + "\n".join(self.reader.all[-50:]))
+        raise AssertionError(
+            f"quickstart printed nothing like {pattern!r}:\n" + "\n".join(self.reader.all[-50:])
+        )
 
 
 @pytest.fixture
@@ -218,7 +223,13 @@ def instance_env(tmp_path: Path) -> Iterator[dict[str, str]]:
     env = {
         key: value
         for key, value in os.environ.items()
-        if key not in {"CELERY_BROKER_URL", "EFFECT_LEDGER_SANDBOX", "PROMETHEUS_MULTIPROC_DIR", "DJANGO_SETTINGS_MODULE"}
+        if key
+        not in {
+            "CELERY_BROKER_URL",
+            "EFFECT_LEDGER_SANDBOX",
+            "PROMETHEUS_MULTIPROC_DIR",
+            "DJANGO_SETTINGS_MODULE",
+        }
     }
     env.update(
         EFFECT_LEDGER_DATA_DIR=str(tmp_path / "data"),
@@ -246,8 +257,19 @@ def quickstart(instance_env: dict[str, str]) -> Iterator[Instance]:
     """``python manage.py quickstart`` on free ports, stopped (the whole group) afterwards."""
     web, sandbox, mcp = _free_port(), _free_port(), _free_port()
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "quickstart", "--port", str(web), "--sandbox-port", str(sandbox),
-         "--mcp-port", str(mcp), "--workers", "1"],
+        [
+            sys.executable,
+            "manage.py",
+            "quickstart",
+            "--port",
+            str(web),
+            "--sandbox-port",
+            str(sandbox),
+            "--mcp-port",
+            str(mcp),
+            "--workers",
+            "1",
+        ],
         cwd=ROOT,
         env=instance_env,
         stdout=subprocess.PIPE,
@@ -264,9 +286,10 @@ def quickstart(instance_env: dict[str, str]) -> Iterator[Instance]:
             assert process.poll() is None, "quickstart exited:\n" + "\n".join(reader.all)
             assert time.monotonic() < deadline, "quickstart not up in 180 s:\n" + "\n".join(reader.all[-40:])
             try:
-                if httpx.get(f"{instance.url}/healthz", timeout=2).status_code == 200 and httpx.get(
-                    f"http://127.0.0.1:{sandbox}/ledger", timeout=2
-                ).status_code == 200:
+                if (
+                    httpx.get(f"{instance.url}/healthz", timeout=2).status_code == 200
+                    and httpx.get(f"http://127.0.0.1:{sandbox}/ledger", timeout=2).status_code == 200
+                ):
                     break
             except httpx.HTTPError:
                 pass
@@ -274,14 +297,10 @@ def quickstart(instance_env: dict[str, str]) -> Iterator[Instance]:
         yield instance
     finally:
         process.send_signal(signal.SIGTERM)  # quickstart stops supervisord, which stops the rest
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=40)
-        except subprocess.TimeoutExpired:
-            pass
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 # --- the browser step ------------------------------------------------------------------------
@@ -317,8 +336,12 @@ def approve_in_browser(instance: Instance, intent_id: str, password: str) -> str
         assert token, login.text
         signed_in = client.post(
             "/login/",
-            data={"username": "operator", "password": password, "next": "/approvals/",
-                  "csrfmiddlewaretoken": token.group(1)},
+            data={
+                "username": "operator",
+                "password": password,
+                "next": "/approvals/",
+                "csrfmiddlewaretoken": token.group(1),
+            },
             headers={"Referer": f"{instance.url}/login/"},
         )
         assert f"/approvals/{intent_id}/" in signed_in.text, "the charge is not in the Approvals inbox"
@@ -329,8 +352,11 @@ def approve_in_browser(instance: Instance, intent_id: str, password: str) -> str
         assert request_hash and token
         answer = client.post(
             f"/approvals/{intent_id}/approve",
-            data={"request_hash": request_hash.group(1), "reason": "tutorial: the customer asked for it",
-                  "csrfmiddlewaretoken": token.group(1)},
+            data={
+                "request_hash": request_hash.group(1),
+                "reason": "tutorial: the customer asked for it",
+                "csrfmiddlewaretoken": token.group(1),
+            },
             headers={"Referer": f"{instance.url}/approvals/{intent_id}/"},
         )
         assert answer.status_code == 200, answer.text[:2000]
@@ -349,7 +375,9 @@ def _intent(instance: Instance, token: str, intent_id: str) -> dict[str, Any]:
     return result
 
 
-def wait_for_status(instance: Instance, token: str, intent_id: str, status: str, seconds: float = 90) -> dict[str, Any]:
+def wait_for_status(
+    instance: Instance, token: str, intent_id: str, status: str, seconds: float = 90
+) -> dict[str, Any]:
     deadline = time.monotonic() + seconds
     while True:
         intent = _intent(instance, token, intent_id)
@@ -378,9 +406,9 @@ def _reads_only(command: str) -> bool:
 def test_the_tutorial_runs(quickstart: Instance) -> None:
     steps = tutorial_steps(TUTORIAL.read_text(encoding="utf-8"))
     tutorial = Tutorial(quickstart)
-    assert output_matches([tutorial.substitute(line) for line in steps[0].expected], "\n".join(quickstart.reader.all)), (
-        "quick start did not print what the tutorial shows:\n" + "\n".join(quickstart.reader.all[:30])
-    )
+    assert output_matches(
+        [tutorial.substitute(line) for line in steps[0].expected], "\n".join(quickstart.reader.all)
+    ), "quick start did not print what the tutorial shows:\n" + "\n".join(quickstart.reader.all[:30])
     shell = Shell(quickstart.env)
     approved_by = ""
     try:
@@ -402,7 +430,9 @@ def test_the_tutorial_runs(quickstart: Instance) -> None:
                 if output_matches(expected, output) or time.monotonic() >= deadline:
                     break
                 time.sleep(1)
-            assert output_matches(expected, output), f"{command}\nprinted:\n{output}\nnot:\n" + "\n".join(expected)
+            assert output_matches(expected, output), f"{command}\nprinted:\n{output}\nnot:\n" + "\n".join(
+                expected
+            )
             if "_sandbox/faults" not in command and command.startswith("EMAIL=$("):
                 email = shell.run("echo $EMAIL")[1].strip()
                 # then: the provider's silence makes it UNKNOWN, and it stays so
@@ -425,13 +455,20 @@ def test_the_tutorial_runs(quickstart: Instance) -> None:
             assert token
             client.post(
                 "/login/",
-                data={"username": "operator", "password": tutorial.password, "next": "/",
-                      "csrfmiddlewaretoken": token.group(1)},
+                data={
+                    "username": "operator",
+                    "password": tutorial.password,
+                    "next": "/",
+                    "csrfmiddlewaretoken": token.group(1),
+                },
                 headers={"Referer": f"{quickstart.url}/login/"},
             )
             page = client.get(f"/intents/{email}/")
             assert page.status_code == 200
-            assert "the provider&#x27;s ledger has no such email" in page.text or "the provider's ledger has no such email" in page.text
+            assert (
+                "the provider&#x27;s ledger has no such email" in page.text
+                or "the provider's ledger has no such email" in page.text
+            )
     finally:
         shell.close()
     print(f"tutorial approved by: {approved_by}")
