@@ -27,10 +27,9 @@ from operations.services.business import (
     intent_release_held,
     likely_duplicate_reason,
 )
+from operations.services.claims import Claim, intent_claim
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.execution import (
-    Claim,
-    intent_claim,
     intent_hold_mismatch,
     intent_mark_unknown,
     intent_record_failure,

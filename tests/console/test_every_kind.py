@@ -382,7 +382,7 @@ def test_i18_3_a_ceiling_wait_renders_for_every_action_kind(
 ) -> None:
     # given: every kind with an effects ceiling already reached today (a cap of 0), so each one's
     # claim sends it back to its approvers with the reason
-    from operations.services.execution import CeilingWait
+    from operations.services.claims import CeilingWait
 
     settings.EFFECT_LEDGER_POLICIES = {
         action: {"approval": "never", "ceilings": {"effects_per_day": 0}} for action, _ in KINDS.values()

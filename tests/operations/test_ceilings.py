@@ -20,8 +20,8 @@ from operations.models import Attempt, AuditEvent, Intent, Reservation, SpendWin
 from operations.policies.rules import Policy, PolicyError
 from operations.services import intent_approve, intent_claim
 from operations.services.approvals import intent_reject
+from operations.services.claims import CeilingWait
 from operations.services.execution import (
-    CeilingWait,
     intent_record_failure,
     intent_schedule_retry,
     precheck_refusal,
