@@ -27,6 +27,7 @@ from operations.services.business import (
     intent_release_held,
     likely_duplicate_reason,
 )
+from operations.services.cancellation import intent_cancel
 from operations.services.claims import Claim, intent_claim
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.execution import (
@@ -43,6 +44,7 @@ from operations.services.health import (
     worker_heartbeat_stopped,
 )
 from operations.services.late_effect import intent_found_after_ending
+from operations.services.preview import PreviewResult, intent_preview
 from operations.services.recovery import intent_redispatch, intent_take_over_lease
 from operations.services.refusals import agent_record_refusal, intent_record_refusal, refusals_audited
 from operations.services.resolution import (
@@ -68,13 +70,7 @@ from operations.services.schedules import (
     intents_claim_due_lookups,
 )
 from operations.services.status_rollup import status_rollup_refresh
-from operations.services.submission import (
-    PreviewResult,
-    SubmitResult,
-    intent_cancel,
-    intent_preview,
-    intent_submit,
-)
+from operations.services.submission import SubmitResult, intent_submit
 from operations.services.transitions import check_allowed, transition
 from operations.services.webhooks import (
     agent_callback_clear,
