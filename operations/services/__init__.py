@@ -29,6 +29,16 @@ from operations.services.business import (
 )
 from operations.services.cancellation import intent_cancel
 from operations.services.claims import Claim, intent_claim
+from operations.services.compensation import (
+    COMPENSATION_DEAD_ENDS,
+    complete_compensated_original,
+    intent_begin_compensation,
+    intent_open_compensation,
+    intent_reopen_compensation,
+    intent_settle_compensation,
+    next_compensation_generation,
+    own_live_compensations,
+)
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.execution import (
     intent_hold_mismatch,
@@ -48,18 +58,10 @@ from operations.services.preview import PreviewResult, intent_preview
 from operations.services.recovery import intent_redispatch, intent_take_over_lease
 from operations.services.refusals import agent_record_refusal, intent_record_refusal, refusals_audited
 from operations.services.resolution import (
-    COMPENSATION_DEAD_ENDS,
-    complete_compensated_original,
-    intent_begin_compensation,
     intent_end_absent,
     intent_escalate,
-    intent_open_compensation,
-    intent_reopen_compensation,
     intent_resolve_absent,
     intent_resolve_found,
-    intent_settle_compensation,
-    next_compensation_generation,
-    own_live_compensations,
 )
 from operations.services.schedules import (
     intent_end_duplicate_checks,

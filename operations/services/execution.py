@@ -29,8 +29,9 @@ from operations.services.budget import (  # the engine's names for them (``svc.<
 )
 from operations.services.budget import retry_allowed as retry_allowed
 from operations.services.claims import Claim, back_to_approvers
+from operations.services.compensation import complete_compensated_original
 from operations.services.duplicates import duplicate_check_updates
-from operations.services.resolution import complete_compensated_original, intent_escalate
+from operations.services.resolution import intent_escalate
 from operations.statements import insert_statement
 
 

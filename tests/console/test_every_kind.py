@@ -32,9 +32,9 @@ from operations.services import (
     intent_reject,
     intent_release_held,
 )
+from operations.services.compensation import intent_begin_compensation
 from operations.services.execution import intent_hold_restored
 from operations.services.failover import RESTORE_GUARD_HOLD, intents_mark_forgotten_changes
-from operations.services.resolution import intent_begin_compensation
 from tests.console.conftest import signed_in, status_count
 from tests.factories import submit, user_named
 from tests.support.stripe_server import stripe_declaration
