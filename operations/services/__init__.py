@@ -74,12 +74,8 @@ from operations.services.schedules import (
 from operations.services.status_rollup import status_rollup_refresh
 from operations.services.submission import SubmitResult, intent_submit
 from operations.services.transitions import check_allowed, transition
-from operations.services.webhooks import (
-    agent_callback_clear,
-    agent_callback_set,
-    webhook_resend,
-    webhooks_deliver_due,
-)
+from operations.services.webhook_delivery import webhook_resend, webhooks_deliver_due
+from operations.services.webhooks import agent_callback_clear, agent_callback_set
 
 __all__ = [
     "agent_callback_clear",
