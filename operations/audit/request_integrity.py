@@ -83,7 +83,7 @@ def stored_request_problem(intent: Intent, *, recorded: Any = READ_SUBMITTED) ->
 
     Args:
         recorded: the ``data`` of the intent's ``submitted`` event (seq 1) when the caller read
-            it already (the claim returns it, ``execution.intent_claim``): a dict, or None when
+            it already (the claim returns it, ``claims.intent_claim``): a dict, or None when
             there is no such event; by default it is read here.
     """
     try:

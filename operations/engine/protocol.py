@@ -85,6 +85,7 @@ from operations.idempotency import key_digest
 from operations.models import Intent
 from operations.policies.approval_validity import Verdict
 from operations.restore.recovery import pause_if_behind
+from operations.services import claims
 from operations.services import execution as svc
 from operations.services.approvals import intent_mark_approvals_used
 from operations.services.business import intent_hold_unserved
@@ -117,7 +118,7 @@ def provider_deadline_seconds() -> float:
     return min(float(conf["PROVIDER_TIMEOUT_SECONDS"]), lease / 2, lease - margin)
 
 
-def _log_context(claim: svc.Claim) -> dict[str, object]:
+def _log_context(claim: claims.Claim) -> dict[str, object]:
     return {
         "intent_id": str(claim.intent.id),
         "action": claim.intent.action,
@@ -163,15 +164,15 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
         # claiming (the beat checks every RESTORE_CHECK_PERIOD_SECONDS anyway).
         pause_if_behind(actor=f"detector:{worker}")
     try:
-        claim = svc.intent_claim(
+        claim = claims.intent_claim(
             intent_id=intent_id,
             worker=worker,
             lease_seconds=settings.EFFECT_LEDGER["LEASE_SECONDS"],
             delivery_retries=delivery_retries,
         )
-    except svc.NotServed as unserved:
+    except claims.NotServed as unserved:
         return "held" if _hold_unserved(intent_id, worker, unserved.problem) else "duplicate"
-    except svc.CeilingWait:
+    except claims.CeilingWait:
         return "awaiting_approval"  # a ceiling reached: an approver decides (issue 18)
     if claim is None:
         if execution_paused():
@@ -199,7 +200,7 @@ def execute_intent(intent_id: uuid.UUID, *, worker: str | None = None, delivery_
     return outcome
 
 
-def _prepare(claim: svc.Claim, context: dict[str, object]) -> tuple[Adapter, ExecutionCall] | str:
+def _prepare(claim: claims.Claim, context: dict[str, object]) -> tuple[Adapter, ExecutionCall] | str:
     """Step 4 (re-check) and the call to make; ``held`` when the claimed row no longer hashes to
     its request_hash (the call would be built from exactly this row), ``refused`` when the
     approval or ceiling re-check refused it."""
@@ -241,7 +242,7 @@ def _prepare(claim: svc.Claim, context: dict[str, object]) -> tuple[Adapter, Exe
 _GUARD_OVERRIDES = ("released", "outcome_absent")
 
 
-def _restore_guard(claim: svc.Claim, context: dict[str, object]) -> str | None:
+def _restore_guard(claim: claims.Claim, context: dict[str, object]) -> str | None:
     """Under the restore guard (``services.failover``; issue 22), before sending to a provider
     that cannot deduplicate on our key: did a timeline the database forgot already make this
     effect? None means send; otherwise the label of what happened instead:
@@ -342,7 +343,7 @@ def _call(adapter: Adapter, call: ExecutionCall) -> ExecutionResult | Exception:
 
 
 def _classify(
-    claim: svc.Claim,
+    claim: claims.Claim,
     adapter: Adapter,
     answer: ExecutionResult | Exception,
     context: dict[str, object],
@@ -436,7 +437,7 @@ def _classify(
     return "succeeded" if svc.intent_record_success(claim=claim, result=answer) else "stale"
 
 
-def _wait_in_progress(claim: svc.Claim, answer: AmbiguousOutcome) -> str:
+def _wait_in_progress(claim: claims.Claim, answer: AmbiguousOutcome) -> str:
     """A provider that deduplicates on our key answered "request in progress": it holds a
     request under this key and will answer a same-key retry with that request's outcome. That
     is "wait", not "no" (issue 38, item 4; case C32), so:
@@ -466,7 +467,7 @@ def _wait_in_progress(claim: svc.Claim, answer: AmbiguousOutcome) -> str:
     return "unknown" if marked else "stale"
 
 
-def _error_before_call(claim: svc.Claim, exc: Exception, context: dict[str, object]) -> str:
+def _error_before_call(claim: claims.Claim, exc: Exception, context: dict[str, object]) -> str:
     """Our own error after the claim and before anything was sent: READY with backoff (within
     the attempt budget) when the database or the network failed, else FAILED, named a
     programming error (nothing was sent; no retry can fix it)."""
@@ -487,7 +488,7 @@ def _error_before_call(claim: svc.Claim, exc: Exception, context: dict[str, obje
 
 
 def _error_after_call(
-    claim: svc.Claim, answer: ExecutionResult | Exception, exc: Exception, context: dict[str, object]
+    claim: claims.Claim, answer: ExecutionResult | Exception, exc: Exception, context: dict[str, object]
 ) -> str:
     """Our own error while classifying or recording the provider's answer: UNKNOWN with the
     evidence (what the provider answered, what failed), escalated to operators, in a fresh

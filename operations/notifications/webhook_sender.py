@@ -1,5 +1,5 @@
 """One webhook attempt: sign per the Standard Webhooks specification and POST, outside any
-transaction (``operations.services.webhooks`` claims before and records after).
+transaction (``operations.services.webhook_delivery`` claims before and records after).
 
 Headers (Standard Webhooks, "Webhook headers"): ``webhook-id`` (the delivery's stable message
 id), ``webhook-timestamp`` (this attempt's time, integer seconds since the epoch) and

@@ -27,10 +27,20 @@ from operations.services.business import (
     intent_release_held,
     likely_duplicate_reason,
 )
+from operations.services.cancellation import intent_cancel
+from operations.services.claims import Claim, intent_claim
+from operations.services.compensation import (
+    COMPENSATION_DEAD_ENDS,
+    complete_compensated_original,
+    intent_begin_compensation,
+    intent_open_compensation,
+    intent_reopen_compensation,
+    intent_settle_compensation,
+    next_compensation_generation,
+    own_live_compensations,
+)
 from operations.services.duplicates import duplicate_check_updates
 from operations.services.execution import (
-    Claim,
-    intent_claim,
     intent_hold_mismatch,
     intent_mark_unknown,
     intent_record_failure,
@@ -44,21 +54,14 @@ from operations.services.health import (
     worker_heartbeat_stopped,
 )
 from operations.services.late_effect import intent_found_after_ending
+from operations.services.preview import PreviewResult, intent_preview
 from operations.services.recovery import intent_redispatch, intent_take_over_lease
 from operations.services.refusals import agent_record_refusal, intent_record_refusal, refusals_audited
 from operations.services.resolution import (
-    COMPENSATION_DEAD_ENDS,
-    complete_compensated_original,
-    intent_begin_compensation,
     intent_end_absent,
     intent_escalate,
-    intent_open_compensation,
-    intent_reopen_compensation,
     intent_resolve_absent,
     intent_resolve_found,
-    intent_settle_compensation,
-    next_compensation_generation,
-    own_live_compensations,
 )
 from operations.services.schedules import (
     intent_end_duplicate_checks,
@@ -69,20 +72,10 @@ from operations.services.schedules import (
     intents_claim_due_lookups,
 )
 from operations.services.status_rollup import status_rollup_refresh
-from operations.services.submission import (
-    PreviewResult,
-    SubmitResult,
-    intent_cancel,
-    intent_preview,
-    intent_submit,
-)
+from operations.services.submission import SubmitResult, intent_submit
 from operations.services.transitions import check_allowed, transition
-from operations.services.webhooks import (
-    agent_callback_clear,
-    agent_callback_set,
-    webhook_resend,
-    webhooks_deliver_due,
-)
+from operations.services.webhook_delivery import webhook_resend, webhooks_deliver_due
+from operations.services.webhooks import agent_callback_clear, agent_callback_set
 
 __all__ = [
     "agent_callback_clear",

@@ -1,6 +1,6 @@
 """Operators' assignments: "I'm on it" on an item of the operators' queue (issue 16 item 4).
 
-Not a worker's lease claim (``execution.intent_claim``): an assignment only tells the other
+Not a worker's lease claim (``claims.intent_claim``): an assignment only tells the other
 operators who is working on an UNKNOWN intent, a HELD intent or a COMPENSATING intent whose
 compensation ended without effect, and since when, so that two of them do not work the same
 item without knowing it.

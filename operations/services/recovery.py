@@ -12,8 +12,8 @@ from django.db.models.functions import Now
 from operations import metrics
 from operations.audit.trail import audit_append
 from operations.models import Attempt, Intent
+from operations.services.attempts import release_lease
 from operations.services.budget import resend_refusal
-from operations.services.execution import release_lease
 from operations.services.transitions import outbox_enqueue, transition
 
 

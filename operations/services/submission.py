@@ -1,4 +1,11 @@
-"""Submitting and cancelling intents."""
+"""Submitting intents: a new intent recorded with its first audit events (HELD behind an earlier
+one for the same business action, or a likely duplicate), or the replay of the one already
+recorded under the caller's key.
+
+What a request must pass first is in ``operations.services.request_checks``; the dry run
+(``intent_preview``) is in ``operations.services.preview``, the cancel (``intent_cancel``) in
+``operations.services.cancellation``.
+"""
 
 from __future__ import annotations
 
@@ -10,20 +17,14 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.db.models.functions import Now
 
 from operations import metrics
-from operations.adapters.base import ArgumentsInvalid, Preview
-from operations.adapters.registry import ActionUnavailable, UnknownAction, get_adapter
 from operations.audit.request_integrity import submission_seal
 from operations.audit.trail import GENESIS, ChainHead, audit_event
 from operations.exceptions import (
-    CancelRefused,
-    CancelTooLate,
     ClientKeyInvalid,
     IdempotencyKeyReused,
-    IntentMoved,
     ValidationFailed,
 )
 from operations.idempotency import (
@@ -32,7 +33,6 @@ from operations.idempotency import (
     derive_provider_key,
     is_valid_client_key,
     request_hash,
-    storage_problems,
 )
 from operations.models import AuditEvent, Intent
 from operations.policies.approval_validity import user_principal
@@ -45,12 +45,10 @@ from operations.services.business import (
     lock_identity,
 )
 from operations.services.notifications import submission_notification_statement
-from operations.services.refusals import refusals_audited
-from operations.services.transitions import outbox_handoff, transition
+from operations.services.request_checks import business_reference, check_storable, validate_request
+from operations.services.transitions import outbox_handoff
 from operations.statements import insert_statement, run_together
 from operations.workers.outbox import handoff_after_commit
-
-REFERENCE_MAX_LENGTH = Intent._meta.get_field("reference").max_length or 200
 
 
 @dataclass(frozen=True)
@@ -90,65 +88,6 @@ def _replay_or_refuse(existing: Intent, *, digest: str, reference: str, argument
         )
     metrics.IDEMPOTENCY_HITS.labels(layer="api").inc()
     return SubmitResult(intent=existing, created=False)
-
-
-def _check_storable(**values: Any) -> None:
-    """Refuse what cannot be stored; the arguments must also come back from ``jsonb`` with the
-    same canonical form (``storage_problems(hashed=True)``: numbers within ±(2^53−1))."""
-    problems = [
-        p
-        for name, value in values.items()
-        for p in storage_problems(value, field=name, hashed=name == "arguments")
-    ]
-    if problems:
-        detail = "; ".join(f"{p['field']}: {p['message']}" for p in problems)
-        raise ValidationFailed(f"the request cannot be stored: {detail}", errors=problems)
-
-
-def _business_reference(reference: str, arguments: Any) -> str:
-    """The reference stored on the intent: the request's, else the one in its arguments (so an
-    intent whose reference travels only in its arguments can still be searched).
-
-    Raises:
-        ValidationFailed: ``arguments["reference"]`` is longer than the stored reference can be.
-    """
-    in_arguments = arguments.get("reference") if isinstance(arguments, dict) else None
-    if not isinstance(in_arguments, str) or not in_arguments:
-        return reference
-    if len(in_arguments) > REFERENCE_MAX_LENGTH:
-        raise ValidationFailed(
-            f"arguments.reference is longer than {REFERENCE_MAX_LENGTH} characters",
-            errors=[
-                {"field": "arguments.reference", "message": f"at most {REFERENCE_MAX_LENGTH} characters"}
-            ],
-        )
-    return reference or in_arguments
-
-
-def _validate(action: str, action_version: int, arguments: Any) -> None:
-    try:
-        adapter = get_adapter(action)
-    except UnknownAction as exc:
-        raise ValidationFailed(str(exc), known_actions=exc.known) from exc
-    except ActionUnavailable as exc:
-        raise ValidationFailed(str(exc)) from exc
-    # The versions served come from the adapter (issue 21, item 7), not from a constant.
-    served = adapter.versions_for(action)
-    if action_version not in served:
-        raise ValidationFailed(
-            f"{action} has no version {action_version}; supported: {list(served)}",
-            errors=[{"field": "action_version", "message": "unsupported version"}],
-        )
-    if not isinstance(arguments, dict):
-        raise ValidationFailed(
-            "arguments must be a JSON object", errors=[{"field": "arguments", "message": "not an object"}]
-        )
-    try:
-        adapter.validate(action, arguments, version=action_version)
-    except ArgumentsInvalid as exc:
-        raise ValidationFailed(
-            f"arguments do not match the {action} schema: {exc}", errors=exc.errors
-        ) from exc
 
 
 def _check_requester(principal: str, requested_by: User | None) -> None:
@@ -203,12 +142,12 @@ def intent_submit(
     """
     _check_requester(principal, requested_by)
     if compensates is None:  # a compensation's reference names the intent it undoes
-        reference = _business_reference(reference, arguments)
+        reference = business_reference(reference, arguments)
     if not is_valid_client_key(client_key):
         raise ClientKeyInvalid("send an Idempotency-Key header of 1-255 printable ASCII characters")
     assert client_key is not None
-    _check_storable(arguments=arguments, metadata=metadata or {}, reference=reference)
-    _validate(action, action_version, arguments)
+    check_storable(arguments=arguments, metadata=metadata or {}, reference=reference)
+    validate_request(action, action_version, arguments)
     try:
         digest = request_hash(
             tenant=tenant,
@@ -416,114 +355,3 @@ def _likely_duplicate_events(
         reason=reason,
     )
     return [flagged, rejected]
-
-
-@refusals_audited("cancel")
-def intent_cancel(*, intent_id: uuid.UUID, actor: str, reason: str = "") -> Intent:
-    """Cancel an intent that was never sent (AWAITING_APPROVAL, READY or HELD, no attempt yet).
-
-    An intent back in READY (a same-key retry, a wait for "request in progress"), HELD or
-    AWAITING_APPROVAL after an attempt was sent may hold an effect at the provider: CANCELLED
-    would tell its agent "no effect" and free its business identity for a second charge (issue
-    38; the same hole as an ``absent`` decided too early). Such a cancel is refused; the intent
-    ends by the provider's answer, a lookup or an operator.
-
-    Raises:
-        IntentMoved: the intent is RUNNING or beyond (cancel is honoured only before RUNNING);
-            ``current`` names its state.
-        CancelTooLate: it was sent already (``attempt_count`` > 0); nothing changed.
-        CancelRefused: an agent asked to cancel a compensation intent (only people may: an
-            agent's cancel would leave the original's effect un-undone with nobody told).
-    """
-    if actor.startswith("agent:") and Intent.objects.filter(id=intent_id, compensates__isnull=False).exists():
-        raise CancelRefused(
-            "this is a compensation intent opened to undo another intent's effect; only an operator can cancel it"
-        )
-    cancellable = (Intent.Status.AWAITING_APPROVAL, Intent.Status.READY, Intent.Status.HELD)
-    for from_status in cancellable:
-        if transition(
-            intent_id=intent_id,
-            from_status=from_status,
-            to_status=Intent.Status.CANCELLED,
-            actor=actor,
-            event="cancelled",
-            reason=reason,
-            # The race this stops: a worker's claim (READY -> RUNNING, attempt_count + 1) meanwhile.
-            where=Q(attempt_count=0),
-        ):
-            return Intent.objects.get(id=intent_id)
-    current, attempts = Intent.objects.filter(id=intent_id).values_list("status", "attempt_count").get()
-    if current == Intent.Status.CANCELLED:
-        return Intent.objects.get(id=intent_id)
-    if current in cancellable and attempts > 0:
-        raise CancelTooLate(
-            f"intent {intent_id} was sent to the provider already ({attempts} attempt(s)): its effect may exist, "
-            "so it can no longer be cancelled; it ends by the provider's answer, a lookup or an operator"
-        )
-    raise IntentMoved(intent_id=intent_id, expected="AWAITING_APPROVAL, READY or HELD", current=current)
-
-
-@dataclass(frozen=True)
-class PreviewResult:
-    """The dry run of a would-be intent: the adapter's preview plus what the policy decides."""
-
-    action: str
-    request_hash: str
-    needs_approval: bool
-    preview: Preview
-    policy: Policy
-
-
-def intent_preview(
-    *,
-    tenant: str,
-    action: str,
-    arguments: Any,
-    action_version: int = 1,
-    reference: str = "",
-    policy: Policy | None = None,
-) -> PreviewResult:
-    """Validate and describe an intent without persisting anything or calling the provider.
-
-    Args:
-        reference: the request's business reference (part of the request_hash); the one in the
-            arguments is used when it is blank, as at submission.
-        policy: the policy to judge by: a submitted intent's snapshot
-            (``Policy.from_snapshot(intent.policy)``); by default the policy in force for
-            ``action`` now, which is what a new submission would get.
-
-    Raises:
-        ValidationFailed: unknown action or version, or arguments failing the schema.
-    """
-    _check_storable(arguments=arguments)
-    _validate(action, action_version, arguments)
-    try:
-        digest = request_hash(
-            tenant=tenant,
-            action=action,
-            action_version=action_version,
-            arguments=arguments,
-            reference=_business_reference(reference, arguments),
-            fingerprint_version=FINGERPRINT_VERSION,
-        )
-    except CanonicalizationError as exc:
-        raise ValidationFailed(f"arguments cannot be canonicalised: {exc}") from exc
-    if policy is None:
-        policy = policy_for(action)
-    preview = get_adapter(action).preview(action, arguments)
-    gated = policy.needs_approval(arguments)
-    checks = [
-        {"check": "schema", "ok": True, "detail": f"arguments match {action} v{action_version}"},
-        {
-            "check": "approval",
-            "ok": True,
-            "detail": f"needs {policy.approvals_required} approver(s) from '{policy.approver_group}'"
-            if gated
-            else "executes automatically under the policy",
-        },
-        *preview.checks,
-    ]
-    preview = Preview(**{**preview.__dict__, "checks": checks})
-    return PreviewResult(
-        action=action, request_hash=digest, needs_approval=gated, preview=preview, policy=policy
-    )

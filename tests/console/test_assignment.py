@@ -17,7 +17,7 @@ from django.utils import timezone
 from operations.exceptions import ResolutionRefused
 from operations.models import AuditEvent, Intent
 from operations.services import AssignmentRefused, intent_assign, intent_cancel
-from operations.services.resolution import intent_begin_compensation
+from operations.services.compensation import intent_begin_compensation
 from reconciliation import resolution
 from reconciliation.duplicates import sweep_compensations
 from tests.console.conftest import make_unknown, seen, signed_in

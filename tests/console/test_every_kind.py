@@ -32,9 +32,9 @@ from operations.services import (
     intent_reject,
     intent_release_held,
 )
+from operations.services.compensation import intent_begin_compensation
 from operations.services.execution import intent_hold_restored
 from operations.services.failover import RESTORE_GUARD_HOLD, intents_mark_forgotten_changes
-from operations.services.resolution import intent_begin_compensation
 from tests.console.conftest import signed_in, status_count
 from tests.factories import submit, user_named
 from tests.support.stripe_server import stripe_declaration
@@ -382,7 +382,7 @@ def test_i18_3_a_ceiling_wait_renders_for_every_action_kind(
 ) -> None:
     # given: every kind with an effects ceiling already reached today (a cap of 0), so each one's
     # claim sends it back to its approvers with the reason
-    from operations.services.execution import CeilingWait
+    from operations.services.claims import CeilingWait
 
     settings.EFFECT_LEDGER_POLICIES = {
         action: {"approval": "never", "ceilings": {"effects_per_day": 0}} for action, _ in KINDS.values()

@@ -112,7 +112,7 @@ def test_c13_i11_3_an_intent_stored_with_1e16_renders_and_approve_is_refused(
 ) -> None:
     # given: a generic intent stored with "fx_rate": 1e16 before submit refused it (the number
     # check switched off); PostgreSQL gives it back as the integer 10000000000000000
-    monkeypatch.setattr(submission, "_check_storable", lambda **values: None)
+    monkeypatch.setattr(submission, "check_storable", lambda **values: None)
     intent = submit(action="acme.transfer", arguments={"amount": 1250, "currency": "USD", "fx_rate": 1e16})
     monkeypatch.undo()
     intent.refresh_from_db()

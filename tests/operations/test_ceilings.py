@@ -21,8 +21,8 @@ from operations.policies.reading import PolicyError
 from operations.policies.rules import Policy
 from operations.services import intent_approve, intent_claim
 from operations.services.approvals import intent_reject
+from operations.services.claims import CeilingWait
 from operations.services.execution import (
-    CeilingWait,
     intent_record_failure,
     intent_schedule_retry,
     precheck_refusal,

@@ -22,7 +22,7 @@ from operations.adapters.base import (
 from operations.adapters.sandbox import SandboxPaymentsAdapter
 from operations.engine.protocol import execute_intent
 from operations.models import Attempt, AuditEvent, Intent, Outcome
-from operations.services import execution
+from operations.services import claims, execution
 from reconciliation.lookups import reconcile_intent
 from reconciliation.models import Evidence
 from tests.factories import submit
@@ -185,7 +185,7 @@ def test_i21_6_an_over_long_or_nul_reference_in_a_lookup_is_evidence_not_a_faile
     # given: an UNKNOWN intent whose lookup answers an id we cannot store, with a NUL detail
     scripted.execute = TerminalError("placeholder")
     intent = submit()
-    claim = execution.intent_claim(intent_id=intent.id, worker="w", lease_seconds=30)
+    claim = claims.intent_claim(intent_id=intent.id, worker="w", lease_seconds=30)
     assert claim is not None
     assert execution.intent_mark_unknown(claim=claim, error="timeout after send", cause="ambiguous")
     scripted.lookup = LookupResult(

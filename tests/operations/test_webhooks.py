@@ -333,7 +333,7 @@ def test_refused_connections_are_retried_with_backoff_then_failed(settings: Any)
 
 def test_a_claim_holds_the_row_as_a_lease(receiver: Receiver) -> None:
     # given
-    from operations.services.webhooks import webhook_attempt, webhooks_claim_due
+    from operations.services.webhook_delivery import webhook_attempt, webhooks_claim_due
 
     agent_with_callback(receiver.url)
     intent = submit()
