@@ -59,7 +59,7 @@ from reconciliation.duplicates import COMPENSATION_ENDED, compensation_end
 from reconciliation.models import Evidence, ProviderEvent, ProviderFinding, StatementLine
 from reconciliation.resolution import RESOLVER_GROUPS
 from reconciliation.selectors import intent_evidence
-from reconciliation.statements import StatementRefused, source_actions
+from reconciliation.statement_sources import StatementRefused, source_actions
 
 VERBS = ("link", "compensate", "close")
 LINKABLE = (ProviderFinding.Kind.EXTRA_AT_PROVIDER, ProviderFinding.Kind.ORPHAN_EVENT)

@@ -30,7 +30,7 @@ from reconciliation.statement_csv import (
     save_mapping,
     upload_statement,
 )
-from reconciliation.statements import StatementRefused, api_sources, statement_day
+from reconciliation.statement_sources import StatementRefused, api_sources, statement_day
 
 DETAIL = "console/provider_finding.html"
 STATEMENTS = "console/statements.html"
