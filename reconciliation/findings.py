@@ -51,9 +51,9 @@ from operations.models import Intent
 from operations.money import format_plain
 from operations.services import intent_record_refusal
 from reconciliation.attribution import attribute
+from reconciliation.decision_checks import RESOLVER_GROUPS
 from reconciliation.finding_compensation import OWN_EFFECT, open_compensation
 from reconciliation.models import Evidence, ProviderEvent, ProviderFinding, StatementLine
-from reconciliation.resolution import RESOLVER_GROUPS
 from reconciliation.selectors import intent_evidence
 from reconciliation.statement_sources import StatementRefused, source_actions
 
