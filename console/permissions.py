@@ -33,7 +33,7 @@ from django.shortcuts import render
 from django_htmx.http import HttpResponseClientRedirect
 
 from operations.access.tenants import ROLES, TenantScope, console_scope, role_scope
-from reconciliation.resolution import can_resolve as service_can_resolve
+from reconciliation.decision_checks import can_resolve as service_can_resolve
 
 __all__ = ["ROLES", "can_resolve", "console_role_required", "reader_scope", "roles_of"]
 
@@ -72,7 +72,7 @@ def has_console_access(user: Any) -> bool:
 
 def can_resolve(user: Any, tenant: str) -> bool:
     """True when ``user`` may resolve UNKNOWN intents of ``tenant``; the rule lives with the
-    resolution services (``reconciliation.resolution.can_resolve``), which re-check it."""
+    resolution services (``reconciliation.decision_checks.can_resolve``), which re-check it."""
     return bool(user.is_authenticated) and service_can_resolve(user, tenant)
 
 

@@ -10,7 +10,7 @@ may both book ``trip-1``. Wherever the ledger matches an effect the provider sho
    effect (``reconciliation.late_evidence``). Not a rule for an UNKNOWN intent: after a
    restore (issue 22) the database may have forgotten the attempts a provider did see.
 3. Evidence that names the idempotency key it was made under belongs to the intent with that
-   key only (``reconciliation.events.match_intent`` applies this to events, statement lines are
+   key only (``reconciliation.event_matching.match_intent`` applies this to events, statement lines are
    matched by key first).
 4. When other intents that were sent (or are UNKNOWN) and hold no effect yet — or were sent
    more than once, so may hold an unrecorded second one — share this intent's business

@@ -1,11 +1,5 @@
-"""The inbox for provider events, and what an event proves (issue 19).
-
-Receiving (``receive_provider_event``, called by ``POST /providers/<source>/events``): the
-source's adapter verifies the signature on the raw body before anything reads it, then reads
-the body; a refusal stores nothing. A new event is stored once per (source, event id)
-(``INSERT ... ON CONFLICT DO NOTHING`` on the unique constraint) with an outbox message in the
-same transaction; a redelivery finds the row and changes nothing. The answer does not wait for
-processing.
+"""What a provider event proves, and acting on it (issue 19). Events are received and stored by
+``reconciliation.event_inbox``; matched to their intent by ``reconciliation.event_matching``.
 
 Processing (``process_provider_event``, the outbox's task; also the reconciler's sweep of
 events not finally processed, ``sweep_provider_events``) is idempotent and does not depend on
@@ -48,33 +42,25 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from operations import metrics, services
-from operations.adapters.base import Adapter
-from operations.adapters.events import EventFacts, EventInvalid, EventSignatureInvalid, check_storable
+from operations.adapters.events import EventFacts, EventInvalid
 from operations.adapters.registry import evidence_source_actions, evidence_sources
-from operations.adapters.secrets import PUBLISHED_SECRETS
-from operations.idempotency import canonical_json
 from operations.models import ENDED_WITHOUT_EFFECT, Intent, OutboxMessage, Outcome
-from operations.statements import run_together
-from operations.workers.outbox import Handoff, enqueue_statement, handoff_after_commit
 from reconciliation.duplicates import ENDED_WITH_EFFECT, record_duplicates
+from reconciliation.event_matching import match_intent, reference_tenants
 from reconciliation.late_evidence import LateProof, apply_late_proof
 from reconciliation.models import ProviderEvent, ProviderFinding
 
 logger = logging.getLogger("reconciliation")
-
-#: The Celery task that processes a stored event (``reconciliation.tasks``).
-PROCESS_TASK = "reconciliation.process_provider_event"
 
 #: Statuses in which an effect-proving event waits (deferred) for the intent to move.
 _WAITING = (Intent.Status.RUNNING, Intent.Status.READY, Intent.Status.HELD, Intent.Status.AWAITING_APPROVAL)
@@ -82,122 +68,6 @@ _WAITING = (Intent.Status.RUNNING, Intent.Status.READY, Intent.Status.HELD, Inte
 #: A pending event older than this (seconds) is processed by the reconciler's sweep as well (its
 #: outbox message was lost); the task and the sweep are serialised by row locks.
 PENDING_SWEEP_AFTER_SECONDS = 60.0
-
-
-class UnknownEventSource(LookupError):
-    """No served adapter declares this event source (answered 404)."""
-
-
-@dataclass(frozen=True)
-class Received:
-    """The answer to one delivery: the stored event's id and whether this delivery stored it."""
-
-    event_pk: int
-    created: bool
-
-
-def event_source(source: str) -> Adapter:
-    """The adapter that declares ``source``.
-
-    Raises:
-        UnknownEventSource: no served adapter declares it.
-    """
-    adapter = evidence_sources().get(source)
-    if adapter is None or not adapter.receives_events():
-        raise UnknownEventSource(f"no event source {source!r}")
-    return adapter
-
-
-_INSERT = f"""
-    INSERT INTO {ProviderEvent._meta.db_table}
-        (source, event_id, event_type, occurred_at, received_at, payload, idempotency_key,
-         reference, provider_reference, amount, currency, intent_id, result, processed_at, detail)
-    VALUES (%s, %s, %s, %s, statement_timestamp(), %s, %s, %s, %s, %s, %s, NULL, %s, NULL, '{{}}')
-    ON CONFLICT (source, event_id) DO NOTHING
-    RETURNING id
-"""
-
-
-def receive_provider_event(*, source: str, body: bytes, headers: Mapping[str, str]) -> Received:
-    """Verify, read and store one delivery of a provider event; nothing is stored on a refusal.
-
-    Args:
-        source: the event source slug from the URL (``sandbox-payments``).
-        body: the raw request body, exactly as received (the signature covers these bytes).
-        headers: the request headers (``webhook-id``, ``webhook-timestamp``,
-            ``webhook-signature`` for Standard Webhooks).
-
-    Returns:
-        ``Received``: the stored event's id, and ``created`` False for a redelivery (same
-        source and event id: nothing changed).
-
-    Raises:
-        UnknownEventSource: no adapter declares ``source`` (404).
-        EventSignatureInvalid: missing, wrong or stale signature (401), checked first; or a
-            real provider's source whose secret is a published one (``PUBLISHED_SECRETS``:
-            anyone could sign with it).
-        EventInvalid: a signed body that is not such an event (400): malformed, a type or
-            object the source does not send, a negative amount, ``created`` outside
-            2000-01-01..2100-01-01 UTC, a NUL or text not encodable as UTF-8 in any string.
-    """
-    try:
-        adapter = event_source(source)
-        if not adapter.test_endpoint and adapter.event_secret() in PUBLISHED_SECRETS:
-            raise EventSignatureInvalid("this source's secret is published; set its own (issue 33 item 6)")
-        webhook_id = adapter.verify_event(body, headers)
-        facts = adapter.parse_event(body, webhook_id=webhook_id)
-        try:
-            payload = json.loads(body)
-        except (ValueError, RecursionError) as exc:
-            raise EventInvalid("the body is not JSON") from exc
-        check_storable(payload)  # whatever the adapter's reader: jsonb takes no NUL, no surrogate
-    except UnknownEventSource:
-        metrics.PROVIDER_EVENTS_REFUSED.labels(reason="unknown_source").inc()
-        raise
-    except EventSignatureInvalid:
-        metrics.PROVIDER_EVENTS_REFUSED.labels(reason="signature").inc()
-        raise
-    except EventInvalid:
-        metrics.PROVIDER_EVENTS_REFUSED.labels(reason="invalid").inc()
-        raise
-    with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                _INSERT,
-                [
-                    source,
-                    facts.event_id,
-                    facts.event_type,
-                    facts.occurred_at,
-                    json.dumps(payload),
-                    facts.idempotency_key,
-                    facts.reference,
-                    facts.provider_reference,
-                    facts.amount,
-                    facts.currency,
-                    ProviderEvent.Result.PENDING,
-                ],
-            )
-            row = cursor.fetchone()
-        if row is None:  # a redelivery: the first delivery's row and message stand
-            event_pk = ProviderEvent.objects.filter(source=source, event_id=facts.event_id).values_list(
-                "id", flat=True
-            )[0]
-            metrics.PROVIDER_EVENTS_RECEIVED.labels(source=source, delivery="redelivery").inc()
-            return Received(event_pk=event_pk, created=False)
-        event_pk = int(row[0])
-        message_id = uuid.uuid4()
-        handoff = Handoff(
-            id=message_id,
-            task=PROCESS_TASK,
-            body=canonical_json(
-                {"message_id": str(message_id), "provider_event_id": event_pk, "task": PROCESS_TASK}
-            ).decode(),
-        )
-        (countdown,) = run_together(enqueue_statement(handoff, intent_id=None))
-        handoff_after_commit(handoff, countdown)
-    metrics.PROVIDER_EVENTS_RECEIVED.labels(source=source, delivery="new").inc()
-    return Received(event_pk=event_pk, created=True)
 
 
 def _facts(event: ProviderEvent) -> EventFacts:
@@ -222,66 +92,6 @@ def _facts(event: ProviderEvent) -> EventFacts:
         currency=event.currency,
         object_kind=str((event.payload.get("data") or {}).get("object", "")),
         proves_action=proving,
-    )
-
-
-def match_intent(*, facts: EventFacts, actions: tuple[str, ...]) -> Intent | None:
-    """The intent an event is about, or None.
-
-    When the event carries our idempotency key (``data.idempotency_key``, or the key inside an
-    email's Message-ID) the key decides: the intent with that key, or none (an orphan) — an
-    effect made under another key is not this intent's, whatever reference it names. Only an
-    event without a key is matched by our business reference (the intent's ``reference`` or
-    ``arguments.reference``; of several, the one whose outcome has the event's provider
-    reference, else the newest — within one tenant only: a reference that intents of several
-    tenants hold is ambiguous, and the event matches none of them, for an operator to link;
-    ``reference_tenants``), then by the provider's reference on a recorded outcome (so an intent
-    found that way never has a key the event contradicts). An
-    effect-proving event is matched only to intents of the action it proves
-    (``charge.succeeded`` never matches a refund).
-    """
-    if facts.proves_action:
-        actions = (facts.proves_action,)
-    intents = Intent.objects.filter(action__in=actions)
-    if facts.idempotency_key:
-        return intents.filter(idempotency_key=facts.idempotency_key).first()
-    if facts.reference:
-        candidates = intents.filter(Q(reference=facts.reference) | Q(arguments__reference=facts.reference))
-        if facts.provider_reference:
-            same = candidates.filter(outcomes__provider_reference=facts.provider_reference).first()
-            if same is not None:
-                return same
-        if len(reference_tenants(facts=facts, actions=actions)) > 1:
-            return None
-        newest = candidates.order_by("-created_at").first()
-        if newest is not None:
-            return newest
-    if facts.provider_reference:
-        outcome = (
-            Outcome.objects.filter(provider_reference=facts.provider_reference, intent__action__in=actions)
-            .order_by("created_at")
-            .select_related("intent")
-            .first()
-        )
-        if outcome is not None:
-            return outcome.intent
-    return None
-
-
-def reference_tenants(*, facts: EventFacts, actions: tuple[str, ...]) -> list[str]:
-    """The tenants whose intents of ``actions`` (or of the action the event proves) hold the
-    event's business reference, sorted; [] for an event without one. A business reference is
-    the caller's, unique at most within a tenant, while a provider account serves them all."""
-    if not facts.reference:
-        return []
-    if facts.proves_action:
-        actions = (facts.proves_action,)
-    return sorted(
-        set(
-            Intent.objects.filter(action__in=actions)
-            .filter(Q(reference=facts.reference) | Q(arguments__reference=facts.reference))
-            .values_list("tenant", flat=True)
-        )
     )
 
 

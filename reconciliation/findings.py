@@ -11,14 +11,14 @@ Three decisions, each with a required reason, on an open finding only:
   resolved with it (``linked``: its effect is the linked one), in the same transaction. For
   lines and events only (``extra_at_provider``, ``orphan_event``).
 * ``compensate``: open a compensation intent that undoes the finding's provider reference,
-  where the finding's intent's action has a compensation (``_open_compensation``). An amount
+  where the finding's intent's action has a compensation (``reconciliation.finding_compensation``). An amount
   mismatch is the intent's own effect: the intent goes COMPENSATING, then COMPENSATED. Any other
   is an effect that is not the intent's own (never the one it holds): a compensation of cause
   ``duplicate``, the intent's state untouched; an effect no intent has (an orphan event, a line
   with no intent) is attributed to the intent the operator names (of the source's actions; any
   amount: the compensation is recorded with that intent). The compensation undoes the amount and
   currency the provider holds (the finding's), not the intent's: an amount mismatch's refund is
-  of what was charged. The finding is ``compensating`` until it ends (``follow_up``: resolved
+  of what was charged. The finding is ``compensating`` until it ends (``reconciliation.finding_follow_up``: resolved
   when it SUCCEEDED, open again when it cannot). Not for ``missing_at_provider``: a missing
   effect has nothing to undo.
 * ``close``: the finding stands explained (resolved), e.g. a line of a provider fee.
@@ -42,30 +42,24 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import OuterRef, Subquery
-from django.utils import timezone
 
-from operations import services
 from operations.access.tenants import console_scope, role_scope
 from operations.adapters.bounds import clean_text
-from operations.adapters.registry import ActionUnavailable, capabilities_for
 from operations.audit.trail import REFUSAL_EVENT, audit_append, audit_append_unattached
-from operations.exceptions import IntentMoved, ResolutionRefused
-from operations.models import Intent, Outcome
+from operations.exceptions import ResolutionRefused
+from operations.models import Intent
 from operations.money import format_plain
 from operations.services import intent_record_refusal
 from reconciliation.attribution import attribute
-from reconciliation.duplicates import COMPENSATION_ENDED, compensation_end
+from reconciliation.decision_checks import RESOLVER_GROUPS
+from reconciliation.finding_compensation import OWN_EFFECT, open_compensation
 from reconciliation.models import Evidence, ProviderEvent, ProviderFinding, StatementLine
-from reconciliation.resolution import RESOLVER_GROUPS
 from reconciliation.selectors import intent_evidence
-from reconciliation.statements import StatementRefused, source_actions
+from reconciliation.statement_sources import StatementRefused, source_actions
 
 VERBS = ("link", "compensate", "close")
+#: Findings of a line or an event that an operator may link to an intent.
 LINKABLE = (ProviderFinding.Kind.EXTRA_AT_PROVIDER, ProviderFinding.Kind.ORPHAN_EVENT)
-#: Findings about the effect the intent itself holds: compensating one undoes the intent's own
-#: effect (SUCCEEDED -> COMPENSATING), never a duplicate's.
-OWN_EFFECT = (ProviderFinding.Kind.AMOUNT_MISMATCH, ProviderFinding.Kind.EFFECT_AFTER_ENDING)
 
 
 def can_work(user: User, finding: ProviderFinding) -> bool:
@@ -108,8 +102,9 @@ def _evidence(
     )
 
 
-def _finding_data(finding: ProviderFinding) -> dict[str, Any]:
-    """What an audit event of a decision on ``finding`` records of it."""
+def finding_data(finding: ProviderFinding) -> dict[str, Any]:
+    """What an audit event of a decision on ``finding`` records of it: its id, kind, source,
+    fingerprint and provider reference."""
     return {
         "finding_id": finding.id,
         "finding_kind": finding.kind,
@@ -129,7 +124,7 @@ def _audit(
         event=f"provider_finding_{verb}",
         actor=_actor(user),
         reason=clean_text(reason),
-        data={**_finding_data(finding), **detail},
+        data={**finding_data(finding), **detail},
     )
 
 
@@ -138,7 +133,7 @@ def _unattached(event: str, user: User, reason: str, finding: ProviderFinding, *
         event=event,
         actor=_actor(user),
         reason=reason[:2000],
-        data={**_finding_data(finding), **detail},
+        data={**finding_data(finding), **detail},
     )
 
 
@@ -202,7 +197,7 @@ def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str)
     actor = _actor(user)
     if verb == "link":
         target = _link_target(finding, user, intent_id)
-        _same_money(finding, target)
+        same_money(finding, target)
         before = finding.intent_id
         _evidence(target, user, "link", reason, finding, linked_from=str(before or ""))
         if finding.intent_id is None:
@@ -244,7 +239,7 @@ def _decide(finding_id: int, user: User, verb: str, reason: str, intent_id: str)
                 f"{finding.provider_reference} is the effect intent {original.id} holds, not an extra one: "
                 "undoing it is the intent's own compensation (the operators' queue), or close this finding"
             )
-        compensation = _open_compensation(finding, original, user, reason)
+        compensation = open_compensation(finding, original, user=user, actor=actor, reason=reason)
         _evidence(original, user, "compensate", reason, finding, compensation=str(compensation.id))
         _audit(original.id, user, "compensate", reason, finding, compensation=str(compensation.id))
         finding.state, finding.compensation = ProviderFinding.State.COMPENSATING, compensation
@@ -280,7 +275,7 @@ def _kept(intent: Intent) -> set[str]:
     return set(intent.outcomes.exclude(provider_reference="").values_list("provider_reference", flat=True))
 
 
-def _same_money(finding: ProviderFinding, target: Intent) -> None:
+def same_money(finding: ProviderFinding, target: Intent) -> None:
     """Refuse linking an effect to an intent whose amount or currency (where the provider's and
     the intent's are both known) differ from the effect's: another amount is not that intent's
     effect.
@@ -328,83 +323,6 @@ def _clear_missing(finding: ProviderFinding, target: Intent, actor: str) -> list
     return ids
 
 
-def _open_compensation(finding: ProviderFinding, original: Intent, user: User, reason: str) -> Intent:
-    """The compensation of ``finding``'s effect, undoing the amount the provider holds.
-
-    An amount mismatch, or an effect found after the intent ended without one (``OWN_EFFECT``),
-    is the intent's own effect: the intent goes SUCCEEDED -> COMPENSATING and becomes COMPENSATED
-    when its compensation succeeds (``intent_begin_compensation``, as an
-    operator's ``compensate``). Any other finding's effect is not the intent's own (an extra
-    effect the operator attributes to it): a compensation of cause ``duplicate``, which leaves the
-    intent's own state alone (``intent_open_compensation``).
-
-    Raises:
-        ResolutionRefused: a finding of the intent's own effect whose intent is no longer SUCCEEDED.
-    """
-    effect = _effect_arguments(finding, original)
-    if finding.kind in OWN_EFFECT:
-        if original.status != Intent.Status.SUCCEEDED:
-            raise ResolutionRefused(
-                f"intent {original.id} is {original.status}: work its effect on the operators' queue"
-            )
-        try:
-            return services.intent_begin_compensation(
-                intent_id=original.id,
-                from_status=Intent.Status.SUCCEEDED,
-                provider_reference=finding.provider_reference,
-                actor=_actor(user),
-                reason=reason,
-                requested_by=user,
-                effect_arguments=effect,
-            )
-        except IntentMoved as exc:
-            raise ResolutionRefused(f"intent {original.id} moved meanwhile: reload and decide again") from exc
-    return services.intent_open_compensation(
-        original=original,
-        provider_reference=finding.provider_reference,
-        principal=_actor(user),
-        cause="duplicate",
-        generation=services.next_compensation_generation(
-            original_id=original.id, provider_reference=finding.provider_reference
-        ),
-        requested_by=user,
-        effect_arguments=effect,
-    )
-
-
-def _effect_arguments(finding: ProviderFinding, original: Intent) -> dict[str, Any]:
-    """The provider's amount and currency of the finding's effect, for an action that moves
-    money (its arguments hold ``amount``); nothing to override otherwise."""
-    arguments = original.arguments if isinstance(original.arguments, dict) else {}
-    if finding.amount is None or "amount" not in arguments:
-        return {}
-    return {"amount": finding.amount, "currency": finding.currency or arguments.get("currency")}
-
-
-def compensation_action_for(finding: ProviderFinding) -> str | None:
-    """The action that would compensate ``finding``'s effect (``payments.refund``), or None when
-    compensating is not offered: a missing effect has nothing to undo, and an action without a
-    compensation (an email) cannot be undone. A finding without an intent is judged by its
-    source's actions (the first with a compensation)."""
-    if finding.kind == ProviderFinding.Kind.MISSING_AT_PROVIDER:
-        return None
-    if finding.intent is not None:
-        actions = [finding.intent.action]
-    else:
-        try:
-            actions = source_actions(finding.source)
-        except StatementRefused:
-            return None
-    for action in actions:
-        try:
-            compensation = capabilities_for(action).compensation_action
-        except ActionUnavailable:
-            continue
-        if compensation:
-            return compensation
-    return None
-
-
 def _link_target(finding: ProviderFinding, user: User, intent_id: str) -> Intent:
     if finding.kind not in LINKABLE:
         raise ResolutionRefused("only a statement line or an event with no intent can be linked to an intent")
@@ -439,82 +357,3 @@ def _link_target(finding: ProviderFinding, user: User, intent_id: str) -> Intent
             f"{finding.provider_reference} is {taken}: it cannot be intent {wanted}'s; close this finding"
         )
     return target
-
-
-def follow_up() -> int:
-    """Findings whose compensation ended: resolved when it SUCCEEDED, open again (with why) when
-    it cannot succeed; and strays the ledger has since attributed (``_attributed_meanwhile``).
-    Returns how many changed. Run by the reconciler's pass."""
-    changed = _attributed_meanwhile()
-    for finding in ProviderFinding.objects.filter(
-        state=ProviderFinding.State.COMPENSATING, compensation__status__in=COMPENSATION_ENDED
-    ).select_related("compensation")[:200]:
-        assert finding.compensation is not None
-        resolved, note = compensation_end(finding.compensation)
-        state = ProviderFinding.State.RESOLVED if resolved else ProviderFinding.State.OPEN
-        changed += ProviderFinding.objects.filter(
-            id=finding.id, state=ProviderFinding.State.COMPENSATING
-        ).update(state=state, note=note)
-    return changed
-
-
-def _attributed_meanwhile(batch: int = 200) -> int:
-    """Open findings of an effect no intent had (an orphan event, a line extra at the provider,
-    without an intent) whose provider reference is now an intent's recorded effect (a lookup, a
-    late event or an operator's confirmation attributed it since): resolved ``linked`` by the
-    reconciler to that intent (of the source's actions), audited on its chain as a person's link
-    is. Returns how many. A shared reference makes such a finding; the lookup that later tells
-    the effects apart closes it, so operators are not left a finding already answered."""
-    holder = Outcome.objects.filter(provider_reference=OuterRef("provider_reference")).order_by("created_at")
-    strays = (
-        ProviderFinding.objects.filter(
-            state=ProviderFinding.State.OPEN, intent__isnull=True, kind__in=LINKABLE
-        )
-        .exclude(provider_reference="")
-        .annotate(holder=Subquery(holder.values("intent_id")[:1]))
-        .filter(holder__isnull=False)
-        .values_list("id", "holder")[:batch]
-    )
-    changed = 0
-    for finding_id, intent_id in list(strays):
-        with transaction.atomic():
-            intent = Intent.objects.select_for_update().get(id=intent_id)
-            finding = ProviderFinding.objects.select_for_update().get(id=finding_id)
-            try:
-                actions = source_actions(finding.source)
-            except StatementRefused:
-                continue
-            if finding.state != ProviderFinding.State.OPEN or intent.action not in actions:
-                continue
-            try:
-                _same_money(finding, intent)
-            except ResolutionRefused:
-                continue  # another amount than the intent asked: a person decides
-            keys = {
-                finding.event.idempotency_key if finding.event is not None else "",
-                finding.line.idempotency_key if finding.line is not None else "",
-            } - {""}
-            if keys and keys != {intent.idempotency_key}:
-                continue  # the evidence names another key: our key decides, a person looks
-            note = f"its effect is intent {intent.id}'s recorded outcome: linked by the reconciler"
-            audit_append(
-                intent_id=intent.id,
-                event="provider_finding_link",
-                actor="reconciler",
-                reason=note,
-                data=_finding_data(finding),
-            )
-            if finding.line_id is not None:
-                StatementLine.objects.filter(id=finding.line_id).update(intent=intent)
-            if finding.event_id is not None:
-                ProviderEvent.objects.filter(id=finding.event_id, intent__isnull=True).update(intent=intent)
-            ProviderFinding.objects.filter(id=finding.id).update(
-                intent=intent,
-                state=ProviderFinding.State.RESOLVED,
-                resolution="linked",
-                resolved_by="reconciler",
-                note=note[:1000],
-                updated_at=timezone.now(),
-            )
-            changed += 1
-    return changed

@@ -2,7 +2,8 @@
 
 Used by the console and ``manage.py resolve``. Each needs a reason, records who decided and
 what evidence they were shown, and is refused with a clear message if the intent moved
-meanwhile (the compare-and-swap on UNKNOWN decides).
+meanwhile (the compare-and-swap on UNKNOWN decides). The checks and the record every decision
+shares are ``reconciliation.decision_checks``.
 """
 
 from __future__ import annotations
@@ -14,91 +15,16 @@ from django.contrib.auth.models import User
 from django.db import transaction
 
 from operations import services
-from operations.access.tenants import console_scope, role_scope
 from operations.adapters.base import LookupStatus
 from operations.adapters.registry import capabilities_for, serving_problem
-from operations.audit.trail import NOT_A_CHANGE_EVENTS
 from operations.engine.calls import provider_lookup
-from operations.exceptions import IntentMoved, ResolutionRefused
-from operations.models import AuditEvent, Intent, Outcome
-from operations.selectors import last_audit_seq
+from operations.exceptions import ResolutionRefused
+from operations.models import Intent, Outcome
 from reconciliation.attribution import attribute
+from reconciliation.decision_checks import check_decider, check_tenant, load_for_decision, record_decision
 from reconciliation.lookups import reconcile_intent
-from reconciliation.models import DuplicateFinding, Evidence
-from reconciliation.selectors import effect_on_record, found_by_lookup, intent_evidence
-
-RESOLVER_GROUPS = ("operator", "admin")
-
-
-def can_resolve(user: User, tenant: str | None = None) -> bool:
-    """Operators and admins (and superusers) may resolve UNKNOWN intents: on ``tenant`` when
-    named, else on at least one tenant (``operations.access.tenants``)."""
-    scope = role_scope(user, RESOLVER_GROUPS)
-    return not scope.empty if tenant is None else scope.allows(tenant)
-
-
-def _check(user: User, reason: str) -> None:
-    if not can_resolve(user):
-        raise ResolutionRefused("only operators and admins can resolve UNKNOWN intents")
-    if not reason.strip():
-        raise ResolutionRefused("a resolution needs a reason")
-
-
-def _check_tenant(user: User, tenant: str, missing: str) -> None:
-    """Refuse a decision on another tenant's item: as ``missing`` (no such item) where ``user``
-    holds no console role on ``tenant``, so the answer never confirms it exists (issue 18 item
-    5); as a missing permission where it may read that tenant but not resolve there."""
-    if not console_scope(user).allows(tenant):
-        raise ResolutionRefused(missing)
-    if not can_resolve(user, tenant):
-        raise ResolutionRefused(f"only operators and admins of tenant {tenant} can decide on its intents")
-
-
-def _load(
-    intent_id: uuid.UUID,
-    user: User,
-    reason: str,
-    status: str = Intent.Status.UNKNOWN,
-    seen_seq: int | None = None,
-) -> Intent:
-    """The intent to decide on, after the permission, reason and state checks.
-
-    ``seen_seq`` is the last audit event of the intent the decider was shown (the console's
-    pages must send it; the command line, which shows no page, passes None); a decision is
-    refused unless it is the intent's last event now (assignments aside: they change who works
-    on it, not what it is): a page that is out of date is refused
-    even when the status came back to the same value meanwhile (UNKNOWN -> READY -> RUNNING ->
-    UNKNOWN), and so is a value the intent never had.
-    """
-    _check(user, reason)
-    intent = Intent.objects.filter(id=intent_id).first()
-    if intent is None:
-        raise ResolutionRefused(f"no intent {intent_id}")
-    _check_tenant(user, intent.tenant, f"no intent {intent_id}")
-    if intent.status != status:
-        raise IntentMoved(intent_id=intent_id, expected=status, current=intent.status)
-    # Before the page's age and before anything is asked of the provider: another operator is on
-    # it (issue 16 item 4). No lock here (``confirmed`` asks the provider next); the services
-    # check again under the row lock.
-    services.refuse_if_assigned_elsewhere(
-        intent_id=intent_id, actor=f"user:{user.get_username()}", lock=False
-    )
-    if seen_seq is not None and seen_seq != last_audit_seq(intent_id):
-        newer = list(
-            AuditEvent.objects.filter(intent_id=intent_id, seq__gt=seen_seq)
-            .exclude(event__in=NOT_A_CHANGE_EVENTS)
-            .order_by("seq")
-            .values_list("event", flat=True)
-        )
-        if newer:
-            raise ResolutionRefused(
-                f"this intent changed since the page was loaded ({', '.join(newer)}): reload it and "
-                "decide on what it shows now"
-            )
-        raise ResolutionRefused(
-            "the page's state does not match this intent's history: reload it and decide on what it shows"
-        )
-    return intent
+from reconciliation.models import DuplicateFinding
+from reconciliation.selectors import effect_on_record, found_by_lookup
 
 
 def _finding_intent(arguments: dict[str, Any]) -> uuid.UUID | None:
@@ -107,18 +33,6 @@ def _finding_intent(arguments: dict[str, Any]) -> uuid.UUID | None:
         DuplicateFinding.objects.filter(id=arguments["finding_id"])
         .values_list("intent_id", flat=True)
         .first()
-    )
-
-
-def _record(intent: Intent, user: User, verb: str, reason: str, references: list[str], **detail: Any) -> None:
-    shown = [e.id for e in intent_evidence(intent)]
-    Evidence.objects.create(
-        intent=intent,
-        kind=Evidence.Kind.RESOLUTION,
-        result=verb,
-        provider_references=references,
-        actor=f"user:{user.get_username()}",
-        detail={"reason": reason, "evidence_shown": shown, **detail},
     )
 
 
@@ -146,7 +60,7 @@ def resolve_confirmed(
             ``accept_unverified`` is False.
         IntentMoved: the intent is no longer UNKNOWN.
     """
-    intent = _load(intent_id, user, reason, seen_seq=seen_seq)
+    intent = load_for_decision(intent_id, user, reason, seen_seq=seen_seq)
     reference = provider_reference.strip()
     if not reference:
         raise ResolutionRefused("confirmed needs the provider's reference for the effect")
@@ -182,7 +96,9 @@ def resolve_confirmed(
             "confirm it as unverified explicitly if you are sure"
         )
     with transaction.atomic():
-        _record(intent, user, "confirmed", reason, [reference], verification=verification, verified=verified)
+        record_decision(
+            intent, user, "confirmed", reason, [reference], verification=verification, verified=verified
+        )
         services.intent_resolve_found(
             intent_id=intent.id,
             provider_reference=reference,
@@ -216,7 +132,7 @@ def resolve_absent(
             found the effect, or the provider accepted it (``reconciliation.selectors.effect_on_record``).
         IntentMoved: the intent is no longer UNKNOWN.
     """
-    intent = _load(intent_id, user, reason, seen_seq=seen_seq)
+    intent = load_for_decision(intent_id, user, reason, seen_seq=seen_seq)
     cannot_resend = services.resend_refusal(intent)
     deduplicates = False if cannot_resend else capabilities_for(intent.action).same_key_retry_safe
     if not cannot_resend and not deduplicates and not accept_duplicate_risk:
@@ -237,10 +153,10 @@ def resolve_absent(
                 "confirm it instead."
             )
         if cannot_resend:
-            _record(intent, user, "absent", reason, [], not_sent_again=cannot_resend)
+            record_decision(intent, user, "absent", reason, [], not_sent_again=cannot_resend)
             services.intent_end_absent(intent_id=intent.id, actor=actor, reason=reason, why=cannot_resend)
         else:
-            _record(intent, user, "absent", reason, [], accepted_duplicate_risk=accept_duplicate_risk)
+            record_decision(intent, user, "absent", reason, [], accepted_duplicate_risk=accept_duplicate_risk)
             services.intent_resolve_absent(
                 intent_id=intent.id,
                 actor=actor,
@@ -270,7 +186,7 @@ def resolve_compensate(
             lookups' effects cannot be told apart from other intents' (C34).
         IntentMoved: the intent is no longer UNKNOWN.
     """
-    intent = _load(intent_id, user, reason, seen_seq=seen_seq)
+    intent = load_for_decision(intent_id, user, reason, seen_seq=seen_seq)
     reference = provider_reference.strip()
     if not reference:
         found = found_by_lookup(intent)
@@ -290,7 +206,7 @@ def resolve_compensate(
     if taken:
         raise ResolutionRefused(f"{reference} is {taken}: undoing it is not this intent's compensation")
     with transaction.atomic():
-        _record(intent, user, "compensate", reason, [reference])
+        record_decision(intent, user, "compensate", reason, [reference])
         services.intent_begin_compensation(
             intent_id=intent.id,
             from_status=Intent.Status.UNKNOWN,
@@ -314,7 +230,7 @@ def lookup_now(*, intent_id: uuid.UUID, user: User) -> str:
     Raises:
         ResolutionRefused: no permission. IntentMoved: the intent is no longer UNKNOWN.
     """
-    _load(intent_id, user, "fresh lookup")
+    load_for_decision(intent_id, user, "fresh lookup")
     return reconcile_intent(intent_id, actor=f"user:{user.get_username()}")
 
 
@@ -333,12 +249,12 @@ def resolve_failed_compensation(
         ResolutionRefused: no permission, no reason, an unknown verb.
         IntentMoved: the intent is not an escalated COMPENSATING intent any more.
     """
-    intent = _load(intent_id, user, reason, status=Intent.Status.COMPENSATING, seen_seq=seen_seq)
+    intent = load_for_decision(intent_id, user, reason, status=Intent.Status.COMPENSATING, seen_seq=seen_seq)
     actor = f"user:{user.get_username()}"
     if intent.escalated_at is None:
         raise ResolutionRefused("its compensation is still running: wait for it to end")
     with transaction.atomic():
-        _record(intent, user, f"compensation_{verb}", reason, [])
+        record_decision(intent, user, f"compensation_{verb}", reason, [])
         if verb == "reopen":
             services.intent_reopen_compensation(
                 intent_id=intent.id, actor=actor, reason=reason, requested_by=user
@@ -365,16 +281,16 @@ def resolve_duplicate_finding(*, finding_id: int, user: User, verb: str, reason:
         ResolutionRefused: no permission, no reason, an unknown verb, no compensation action,
             or the finding is not open.
     """
-    _check(user, reason)
+    check_decider(user, reason)
     actor = f"user:{user.get_username()}"
     with transaction.atomic():
         finding = DuplicateFinding.objects.select_for_update().filter(id=finding_id).first()
         if finding is None:
             raise ResolutionRefused(f"no duplicate finding {finding_id}")
-        _check_tenant(user, finding.intent.tenant, f"no duplicate finding {finding_id}")
+        check_tenant(user, finding.intent.tenant, f"no duplicate finding {finding_id}")
         if finding.state != DuplicateFinding.State.OPEN:
             raise ResolutionRefused(f"this finding is {finding.get_state_display().lower()}, not open")
-        _record(finding.intent, user, f"duplicate_{verb}", reason, [finding.provider_reference])
+        record_decision(finding.intent, user, f"duplicate_{verb}", reason, [finding.provider_reference])
         if verb == "acknowledge":
             finding.state, finding.resolved_by = DuplicateFinding.State.RESOLVED, actor
             finding.note = f"acknowledged: {reason}"[:1000]
@@ -411,7 +327,7 @@ def release_held(
         ResolutionRefused: no permission, no reason, risk not accepted, still not served.
         IntentMoved: the intent is not HELD any more.
     """
-    intent = _load(intent_id, user, reason, status=Intent.Status.HELD, seen_seq=seen_seq)
+    intent = load_for_decision(intent_id, user, reason, status=Intent.Status.HELD, seen_seq=seen_seq)
     # Held because this deployment cannot run it (``hold_reason``): no earlier intent to weigh;
     # ``intent_release_held`` refuses while its action or version is still not served.
     if not accept_duplicate_risk and not intent.hold_reason:
@@ -420,7 +336,7 @@ def release_held(
             "one may create a second effect. Accept the duplicate risk explicitly to release it."
         )
     with transaction.atomic():
-        _record(intent, user, "release", reason, [], accepted_duplicate_risk=accept_duplicate_risk)
+        record_decision(intent, user, "release", reason, [], accepted_duplicate_risk=accept_duplicate_risk)
         released = services.intent_release_held(
             intent_id=intent.id,
             actor=f"user:{user.get_username()}",
@@ -437,9 +353,9 @@ def reject_held(*, intent_id: uuid.UUID, user: User, reason: str, seen_seq: int 
     Raises:
         ResolutionRefused: no permission or no reason. IntentMoved: not HELD any more.
     """
-    intent = _load(intent_id, user, reason, status=Intent.Status.HELD, seen_seq=seen_seq)
+    intent = load_for_decision(intent_id, user, reason, status=Intent.Status.HELD, seen_seq=seen_seq)
     with transaction.atomic():
-        _record(intent, user, "reject", reason, [])
+        record_decision(intent, user, "reject", reason, [])
         services.intent_reject_held(intent_id=intent.id, actor=f"user:{user.get_username()}", reason=reason)
     intent.refresh_from_db()
     return intent

@@ -26,7 +26,7 @@ from operations.selectors import ledger_gauges
 from operations.workers.delivery import MAX_COUNTDOWN_SECONDS, stalled_ready_seconds
 from reconciliation.duplicates import run_duplicate_checks, sweep_compensations
 from reconciliation.events import sweep_provider_events
-from reconciliation.findings import follow_up as provider_findings_follow_up
+from reconciliation.finding_follow_up import follow_up as provider_findings_follow_up
 from reconciliation.held import decide_held
 from reconciliation.lookups import reconcile_unknown
 from reconciliation.models import ReconciliationRun
@@ -212,7 +212,7 @@ def reconcile_pass() -> dict[str, Any]:
             resolved += held.released + held.rejected
             escalated += held.to_a_person
             errors.extend(held.errors)
-        # Provider findings whose compensation ended (issue 19; reconciliation.findings).
+        # Provider findings whose compensation ended (issue 19; reconciliation.finding_follow_up).
         followed = sweep("provider_findings", provider_findings_follow_up)
         if followed:
             detail["provider_findings_followed_up"] = followed

@@ -35,7 +35,8 @@ from operations.adapters.base import StatementEntry
 from operations.audit.trail import audit_append_unattached
 from operations.money import exponent, is_currency
 from reconciliation.models import StatementMapping, StatementRun
-from reconciliation.statements import run, source_actions
+from reconciliation.statement_sources import source_actions
+from reconciliation.statements import run
 
 #: The statement fields a mapping names columns for; ``provider_reference`` is required.
 FIELDS = ("provider_reference", "idempotency_key", "reference", "amount", "currency")

@@ -47,6 +47,9 @@ of the source was ever matched to it, not just none of this day's: a neighbourin
 statement that holds it clears it, and the daily beat runs days in order, so the earlier day
 is always read first.
 
+Which sources and actions a statement has: ``reconciliation.statement_sources``; the verdict on
+a line's intent and the missing intents: ``reconciliation.statement_verdicts``.
+
 The whole run is one transaction: a failure (a line that cannot be stored, the database) stores
 nothing but the run with its ``error``. A finished run is audited as ``statement_reconciled`` on
 the chain of events without an intent (source, date, origin, counts, actor), in the same
@@ -56,106 +59,22 @@ transaction.
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Min, OuterRef, Subquery
 from django.utils import timezone
 
-from operations import services
 from operations.adapters.base import AdapterError, StatementEntry, StatementsUnsupported
-from operations.adapters.events import key_from_message_id
-from operations.adapters.registry import evidence_source_actions, evidence_sources, get_adapter
+from operations.adapters.registry import get_adapter
 from operations.audit.trail import audit_append_unattached
-from operations.exceptions import IntentMoved
-from operations.models import ENDED_WITHOUT_EFFECT, Intent, Outcome
-from reconciliation.late_evidence import LateProof, apply_late_proof
+from operations.models import Intent, Outcome
 from reconciliation.models import ProviderFinding, StatementLine, StatementRun
+from reconciliation.statement_sources import StatementRefused, source_actions, statement_actions
+from reconciliation.statement_verdicts import intent_money, key_of, line_without_effect, record_missing
 
 #: Seconds a provider's statement fetch may take.
 FETCH_DEADLINE_SECONDS = 30.0
-
-
-class StatementRefused(ValueError):
-    """A run that cannot start: an unknown source, or a source without a statement API.
-    ``str()`` says which, for operators."""
-
-
-#: Statuses whose intent holds its effect on record: a line for one is matched.
-HOLDS_EFFECT = (Intent.Status.SUCCEEDED, Intent.Status.COMPENSATING, Intent.Status.COMPENSATED)
-
-_DAY = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
-
-
-def statement_day(text: str, *, today: dt.date | None = None) -> dt.date:
-    """A statement's day from ``YYYY-MM-DD`` (only that form: not ``20261202`` nor
-    ``2026-W49-3``, which ``date.fromisoformat`` also reads), at most ``today`` (UTC; no
-    provider has a statement of a day to come).
-
-    Raises:
-        ValueError: not that form or no such date (``str()``: "is not a date (YYYY-MM-DD)"),
-            or a day after today (``str()``: "is after today (UTC)").
-    """
-    text = text.strip()
-    try:
-        if not _DAY.match(text):
-            raise ValueError(text)
-        day = dt.date.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"{text[:40]!r} is not a date (YYYY-MM-DD)") from None
-    today = today or timezone.now().astimezone(dt.UTC).date()
-    if day > today:
-        raise ValueError(
-            f"{day.isoformat()} is after today (UTC), {today.isoformat()}: no statement exists yet"
-        )
-    return day
-
-
-@dataclass
-class _Intent:
-    intent: Intent
-    amount: int | None
-    currency: str
-    moves_money: bool
-
-
-def source_actions(source: str) -> list[str]:
-    """Every served action whose adapter declares ``source`` as its ``evidence_source``, sorted.
-
-    Raises:
-        StatementRefused: no served action declares it (the known sources are named).
-    """
-    actions = evidence_source_actions(source)
-    if not actions:
-        known = ", ".join(sorted(evidence_sources())) or "none"
-        raise StatementRefused(f"unknown statement source {source!r}; known sources: {known}")
-    return list(actions)
-
-
-def statement_actions(source: str) -> list[str]:
-    """The actions of ``source`` whose effects are statement lines (``Adapter.statement_actions``),
-    sorted: the intents a run matches lines to and reports missing.
-
-    Raises:
-        StatementRefused: an unknown source.
-    """
-    actions = source_actions(source)
-    return sorted(action for action in actions if action in get_adapter(action).statement_actions())
-
-
-def api_sources() -> list[str]:
-    """The evidence sources whose adapter publishes a statement through an API (overrides
-    ``Adapter.statement``), sorted: the ones the daily beat reconciles."""
-    from operations.adapters.base import Adapter
-
-    return sorted(
-        slug
-        for slug, adapter in evidence_sources().items()
-        if type(adapter).statement is not Adapter.statement
-    )
 
 
 def fetch_and_run(*, source: str, day: dt.date, actor: str = "reconciler") -> StatementRun:
@@ -224,18 +143,6 @@ def run(
         )
 
 
-def _key_of(value: str) -> str:
-    """Our key in a line's key column: the key itself, or an email's Message-ID carrying it."""
-    return key_from_message_id(value) or value
-
-
-def _money(intent: Intent) -> _Intent:
-    args = intent.arguments if isinstance(intent.arguments, dict) else {}
-    amount = args.get("amount")
-    moves = isinstance(amount, int) and not isinstance(amount, bool)
-    return _Intent(intent, amount if moves else None, str(args.get("currency") or "").upper(), moves)
-
-
 def _run(
     source: str,
     day: dt.date,
@@ -250,7 +157,7 @@ def _run(
         source=source, statement_date=day, origin=origin, actor=actor, filename=filename
     )
     intents = Intent.objects.filter(action__in=actions)
-    keys = {_key_of(e.idempotency_key) for e in entries if e.idempotency_key}
+    keys = {key_of(e.idempotency_key) for e in entries if e.idempotency_key}
     references = {e.reference for e in entries if e.reference}
     provider_refs = {e.provider_reference for e in entries if e.provider_reference}
     by_key = {i.idempotency_key: i for i in intents.filter(idempotency_key__in=keys)}
@@ -276,7 +183,7 @@ def _run(
             _store_line(statement_run, number, entry, {**read, "repeats_an_earlier_line": True}, None)
             continue
         listed.add(entry.provider_reference)
-        intent: Intent | None = by_key.get(_key_of(entry.idempotency_key)) if entry.idempotency_key else None
+        intent: Intent | None = by_key.get(key_of(entry.idempotency_key)) if entry.idempotency_key else None
         if intent is None and entry.provider_reference:
             # An effect already recorded on an intent is that intent's (``reconciliation.attribution``).
             intent = by_provider.get(entry.provider_reference)
@@ -295,7 +202,7 @@ def _run(
             intent = pick[0] if pick else None
         line = _store_line(statement_run, number, entry, read, intent)
         finding: dict[str, Any] | None = None
-        why = _no_effect(intent, statement_run, day, line) if intent is not None else shared
+        why = line_without_effect(intent, statement_run, day, line) if intent is not None else shared
         if intent is None or intent.id in matched_ids or why:
             counts["extra"] += 1
             if not why:
@@ -309,7 +216,7 @@ def _run(
         else:
             assert intent is not None
             matched_ids.add(intent.id)
-            money = _money(intent)
+            money = intent_money(intent)
             # A line without an amount (or currency) proves none: only what it states is compared.
             if money.moves_money and (
                 (entry.amount is not None and entry.amount != money.amount)
@@ -360,7 +267,7 @@ def _run(
         resolved_by="reconciler",
         note=f"its line is on the statement of {day.isoformat()} (run {statement_run.id})",
     )
-    missing = _record_missing(statement_run, source, day, actions)
+    missing = record_missing(statement_run, source, day, actions)
     statement_run.lines = len(entries)
     statement_run.matched = counts["matched"]
     statement_run.extra_at_provider = counts["extra"]
@@ -404,109 +311,3 @@ def _store_line(
         raw=read,
         intent=intent,
     )
-
-
-def _in_flight(intent: Intent) -> bool:
-    """Sent and not yet ended: its own end records the effect (RUNNING, or READY to be sent again)."""
-    return intent.status == Intent.Status.RUNNING or (
-        intent.status == Intent.Status.READY and intent.attempt_count > 0
-    )
-
-
-def _no_effect(intent: Intent, statement_run: StatementRun, day: dt.date, line: StatementLine) -> str:
-    """Why ``line``'s intent holds no effect the line could be matched to ("" when it holds or
-    will hold one). An UNKNOWN intent is ended SUCCEEDED here: the line proves its effect."""
-    if intent.status == Intent.Status.UNKNOWN and line.provider_reference:
-        try:
-            services.intent_resolve_found(
-                intent_id=intent.id,
-                provider_reference=line.provider_reference,
-                source=Outcome.Source.RECONCILER,
-                actor="reconciler",
-                reason=f"on the provider's statement of {day.isoformat()} (run {statement_run.id})",
-                detail={"statement_run": statement_run.id, "line_no": line.line_no},
-            )
-        except IntentMoved:  # it ended meanwhile (a lookup, an event, an operator): judge it now
-            intent.refresh_from_db(fields=["status", "attempt_count"])
-        else:
-            intent.status = Intent.Status.SUCCEEDED
-            return ""
-    if intent.status in HOLDS_EFFECT or _in_flight(intent):
-        return ""
-    if intent.status == Intent.Status.UNKNOWN:  # moved back to UNKNOWN meanwhile: still unproven here
-        return ""
-    if intent.status in ENDED_WITHOUT_EFFECT and line.provider_reference:
-        return _late(intent, statement_run, day, line)
-    return f"intent {intent.id} is {intent.status}: the ledger holds no effect for it"
-
-
-def _late(intent: Intent, statement_run: StatementRun, day: dt.date, line: StatementLine) -> str:
-    """A line of an intent that ended without effect: late evidence (``reconciliation.
-    late_evidence``), "" when applied (the line is matched); else why it is extra."""
-    locked = Intent.objects.select_for_update().get(id=intent.id)
-    if locked.status not in ENDED_WITHOUT_EFFECT:
-        return ""
-    late = apply_late_proof(
-        locked,
-        LateProof(
-            provider_reference=line.provider_reference,
-            source=Outcome.Source.RECONCILER,
-            actor="reconciler",
-            what=f"the provider's statement of {day.isoformat()} (run {statement_run.id}, line {line.line_no}) lists its effect",
-            by_key=bool(line.idempotency_key) and _key_of(line.idempotency_key) == intent.idempotency_key,
-            amount=line.amount,
-            currency=line.currency,
-            detail={"statement_run": statement_run.id, "line_no": line.line_no},
-        ),
-        run=statement_run,
-        line=line,
-    )
-    if late.result != "applied":
-        return f"intent {intent.id} is {intent.status}, and the line is not surely its effect: {late.why}"
-    intent.status = locked.status
-    return ""
-
-
-def effect_day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
-    """``day`` as the half-open UTC interval ``[00:00, next 00:00)``."""
-    start = dt.datetime.combine(day, dt.time.min, tzinfo=dt.UTC)
-    return start, start + dt.timedelta(days=1)
-
-
-def _record_missing(statement_run: StatementRun, source: str, day: dt.date, actions: list[str]) -> int:
-    """Findings for SUCCEEDED intents of ``actions`` whose effect outcome falls on ``day`` (UTC)
-    and that no statement line of ``source`` was ever matched to; returns how many."""
-    start, end = effect_day_bounds(day)
-    effect_at = (
-        Intent.objects.filter(action__in=actions, status=Intent.Status.SUCCEEDED)
-        .annotate(
-            effect_at=Min("outcomes__created_at"),
-        )
-        .filter(effect_at__gte=start, effect_at__lt=end)
-        .exclude(statement_lines__run__source=source)
-    )
-    missing = 0
-    for intent in effect_at.annotate(
-        effect_reference=Subquery(
-            Outcome.objects.filter(intent=OuterRef("pk"))
-            .exclude(provider_reference="")
-            .order_by("created_at")
-            .values("provider_reference")[:1]
-        )
-    ):
-        money = _money(intent)
-        missing += 1
-        ProviderFinding.objects.get_or_create(
-            fingerprint=f"missing:{source}:{day.isoformat()}:{intent.id}",
-            defaults={
-                "kind": ProviderFinding.Kind.MISSING_AT_PROVIDER,
-                "source": source,
-                "intent": intent,
-                "run": statement_run,
-                "provider_reference": intent.effect_reference or "",
-                "expected_amount": money.amount,
-                "expected_currency": money.currency,
-                "detail": {"statement_date": day.isoformat()},
-            },
-        )
-    return missing

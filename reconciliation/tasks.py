@@ -12,7 +12,8 @@ from django.utils import timezone
 from operations.services import periodic_job_run
 from reconciliation.events import process_provider_event as process_event
 from reconciliation.services import reconcile_pass
-from reconciliation.statements import api_sources, fetch_and_run
+from reconciliation.statement_sources import api_sources
+from reconciliation.statements import fetch_and_run
 
 
 @shared_task(name="reconciliation.reconcile")

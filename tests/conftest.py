@@ -11,7 +11,7 @@ from typing import Any
 # never into a running quickstart's.
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="el-metrics-"))
 # The tests run against the sandbox provider: its actions are served here and in every process
-# the tests start (console/settings.py EFFECT_LEDGER_SANDBOX; off in production, issue 33 item 6).
+# the tests start (console/settings_ledger.py EFFECT_LEDGER_SANDBOX; off in production, issue 33 item 6).
 os.environ.setdefault("EFFECT_LEDGER_SANDBOX", "1")
 
 import pytest

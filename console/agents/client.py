@@ -11,7 +11,7 @@ machine with an agent's bearer token::
 Every call is safe to send again: ``submit`` with the same idempotency key and request answers
 the intent the first call created (the API's ``Idempotent-Replayed``), reads change nothing.
 An API error (an RFC 9457 problem) is raised as ``ProblemError``; a server that cannot be reached
-as ``LedgerUnreachable``.
+as ``LedgerUnreachable`` (both ``console.agents.errors``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 import rfc8785
+
+from console.agents.errors import LedgerUnreachable, ProblemError
 
 #: States an intent does not leave (``operations.models.TERMINAL_STATUSES``).
 TERMINAL_STATUSES = frozenset({"FAILED", "COMPENSATED", "REJECTED", "EXPIRED", "CANCELLED"})
@@ -45,71 +47,6 @@ DEFAULT_TIMEOUT_SECONDS = 10.0
 DERIVED_KEY_PREFIX = "derived-v1-"
 #: Prefix of the references ``derive_reference`` makes; the version names the derivation.
 DERIVED_REFERENCE_PREFIX = "derived-ref-v1-"
-
-
-class EffectLedgerError(Exception):
-    """Base of the errors this client raises."""
-
-
-class LedgerUnreachable(EffectLedgerError):
-    """The API could not be reached or did not answer in time (a transport error). Sending the
-    same call again is safe: a submission with the same idempotency key makes no second intent."""
-
-
-class ProblemError(EffectLedgerError):
-    """The API refused the request with an RFC 9457 problem (``application/problem+json``).
-
-    ``status`` (HTTP status), ``type`` (tag URI), ``title``, ``detail`` and ``code`` (the last
-    segment of ``type``) are the problem's members (RFC 9457 section 3.1); ``errors`` the failing
-    fields of a 422 (``[{"field": "arguments.amount", "message": ...}]``); ``body`` the whole
-    problem with its extension members (``allowed_actions``, ``intent_id``, ...).
-    """
-
-    def __init__(
-        self,
-        *,
-        status: int,
-        type: str,
-        title: str,
-        detail: str,
-        code: str = "",
-        errors: list[dict[str, str]] | None = None,
-        body: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(f"{status} {title}: {detail}")
-        self.status = status
-        self.type = type
-        self.title = title
-        self.detail = detail
-        self.code = code
-        self.errors = errors or []
-        self.body = body or {}
-
-    @classmethod
-    def from_response(cls, response: httpx.Response) -> ProblemError:
-        """The problem an error response carries; a body that is not a problem (a proxy's HTML
-        page) still gives a ``ProblemError`` with the status and the start of the text."""
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            return cls(
-                status=response.status_code,
-                type="about:blank",
-                title=response.reason_phrase or "HTTP error",
-                detail=response.text[:500],
-            )
-        errors = body.get("errors")
-        return cls(
-            status=int(body.get("status") or response.status_code),
-            type=str(body.get("type") or "about:blank"),
-            title=str(body.get("title") or response.reason_phrase),
-            detail=str(body.get("detail") or ""),
-            code=str(body.get("code") or ""),
-            errors=errors if isinstance(errors, list) else None,
-            body=body,
-        )
 
 
 @dataclass(frozen=True)

@@ -57,15 +57,8 @@ from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from console.agents.cli import add_arguments
-from console.agents.client import (
-    EffectLedgerClient,
-    EffectLedgerError,
-    Intent,
-    LedgerUnreachable,
-    ProblemError,
-    derive_idempotency_key,
-    derive_reference,
-)
+from console.agents.client import EffectLedgerClient, Intent, derive_idempotency_key, derive_reference
+from console.agents.errors import EffectLedgerError, LedgerUnreachable, ProblemError
 
 DEFAULT_WAIT_SECONDS = 60.0
 #: The longest ``wait_for_intent`` (seconds): under the read timeouts MCP clients commonly use.

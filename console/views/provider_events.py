@@ -1,7 +1,7 @@
 """Provider events: the inbox a provider POSTs its signed events to
 (``POST /providers/<source>/events``), and the console's list of what arrived.
 
-The inbox is thin: ``reconciliation.events.receive_provider_event`` verifies the signature on
+The inbox is thin: ``reconciliation.event_inbox.receive_provider_event`` verifies the signature on
 the raw body, reads and stores the event; errors are RFC 9457 problem details, as in the API.
 """
 
@@ -16,7 +16,7 @@ from console.permissions import console_role_required, reader_scope
 from console.views.common import HtmxHttpRequest, capped, page_or_partial
 from operations.adapters.events import EventInvalid, EventSignatureInvalid
 from operations.api.support import PROBLEM_CONTENT_TYPE, problem
-from reconciliation.events import UnknownEventSource, receive_provider_event
+from reconciliation.event_inbox import UnknownEventSource, receive_provider_event
 from reconciliation.models import ProviderEvent
 from reconciliation.selectors import provider_events
 
@@ -41,7 +41,7 @@ def provider_event_inbox(request: HttpRequest, source: str) -> HttpResponse:
     send, a negative amount, ``created`` outside 2000..2100 UTC, a NUL or non-UTF-8 text, ...);
     413 past the body limit; 405 with ``Allow: POST`` for any other method. All refusals are
     RFC 9457 problem details and store nothing. No session or CSRF token: the signature is the
-    only authentication (``reconciliation.events``).
+    only authentication (``reconciliation.event_inbox``).
     """
     if request.method != "POST":
         refused = _problem(

@@ -18,10 +18,11 @@ from console.views.common import HtmxHttpRequest, page_or_partial
 from operations.access.tenants import role_scope
 from operations.adapters.registry import evidence_sources
 from operations.exceptions import ResolutionRefused
-from reconciliation.findings import VERBS, can_work, compensation_action_for, resolve_provider_finding
+from reconciliation.decision_checks import RESOLVER_GROUPS
+from reconciliation.finding_compensation import compensation_action_for
+from reconciliation.findings import VERBS, can_work, resolve_provider_finding
 from reconciliation.models import ProviderFinding
 from reconciliation.provider_selectors import provider_finding, provider_findings, statement_runs
-from reconciliation.resolution import RESOLVER_GROUPS
 from reconciliation.statement_csv import (
     FIELDS,
     MAX_UPLOAD_BYTES,
@@ -30,7 +31,7 @@ from reconciliation.statement_csv import (
     save_mapping,
     upload_statement,
 )
-from reconciliation.statements import StatementRefused, api_sources, statement_day
+from reconciliation.statement_sources import StatementRefused, api_sources, statement_day
 
 DETAIL = "console/provider_finding.html"
 STATEMENTS = "console/statements.html"

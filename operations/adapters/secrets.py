@@ -19,7 +19,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 #: The sandbox provider's event secret, published in this repository (the sandbox is a test
-#: double): never a secret. ``console/settings.py`` defaults ``SANDBOX_EVENTS_SECRET`` to it.
+#: double): never a secret. ``console/settings_ledger.py`` defaults ``SANDBOX_EVENTS_SECRET`` to it.
 PUBLISHED_SANDBOX_EVENTS_SECRET = "whsec_ZWZmZWN0LWxlZGdlci1zYW5kYm94LWV2ZW50cy1zZWNyZXQ="
 #: Secrets anyone can read in this repository or its documentation: refused for every real
 #: provider's source (issue 33 item 6), as a published ``SECRET_KEY`` is refused.

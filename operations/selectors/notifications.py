@@ -10,7 +10,7 @@ from operations.models import ENDED_WITHOUT_EFFECT, AuditEvent, Intent, Notifica
 from operations.policies.rules import Policy
 
 #: Who handles an escalated intent: the roles that may resolve it
-#: (``reconciliation.resolution.RESOLVER_GROUPS``; the ledger cannot import it, a test keeps
+#: (``reconciliation.decision_checks.RESOLVER_GROUPS``; the ledger cannot import it, a test keeps
 #: the two equal).
 OPERATOR_ROLES = ("operator", "admin")
 

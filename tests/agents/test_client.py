@@ -12,13 +12,8 @@ import httpx
 import pytest
 import rfc8785
 
-from console.agents.client import (
-    DERIVED_KEY_PREFIX,
-    EffectLedgerClient,
-    LedgerUnreachable,
-    ProblemError,
-    derive_idempotency_key,
-)
+from console.agents.client import DERIVED_KEY_PREFIX, EffectLedgerClient, derive_idempotency_key
+from console.agents.errors import LedgerUnreachable, ProblemError
 
 INTENT_ID = "2f7a4c1e-0000-4000-8000-000000000001"
 ARGS = {"amount": 4990, "currency": "EUR", "customer": "cus_42"}

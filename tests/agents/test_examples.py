@@ -37,7 +37,7 @@ from scripted_models import ScriptedChatModel, ScriptedModel  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
-#: Above ``payments.charge``'s approval threshold for EUR (10,000 cents, console/settings.py).
+#: Above ``payments.charge``'s approval threshold for EUR (10,000 cents, console/settings_ledger.py).
 NEEDS_APPROVAL_CENTS = 25_000
 
 

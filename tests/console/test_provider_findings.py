@@ -325,7 +325,7 @@ def test_c21_a_nul_in_a_mapping_or_the_pages_source_is_no_500(operator_client: C
 def test_c21_a_findings_compensation_is_followed_to_its_end(
     operator_client: Client, findings: dict[str, Any], ended: str, state: str
 ) -> None:
-    from reconciliation.findings import follow_up
+    from reconciliation.finding_follow_up import follow_up
 
     mismatch = findings["amount_mismatch"]
     assert (

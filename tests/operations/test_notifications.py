@@ -35,7 +35,8 @@ from operations.services.notifications import (
     notifications_send,
 )
 from operations.tasks import send_notifications
-from reconciliation.resolution import RESOLVER_GROUPS, resolve_confirmed
+from reconciliation.decision_checks import RESOLVER_GROUPS
+from reconciliation.resolution import resolve_confirmed
 from tests.factories import UserFactory, charge_arguments, submit
 
 pytestmark = pytest.mark.django_db

@@ -145,7 +145,7 @@ def test_start_up_refuses_a_policy_for_an_action_nobody_serves(settings: Any) ->
 
 
 def test_start_up_accepts_the_shipped_policies() -> None:
-    apps.get_app_config("operations").ready()  # console/settings.py as shipped
+    apps.get_app_config("operations").ready()  # console/settings_ledger.py as shipped
 
 
 def test_from_snapshot_fills_what_an_old_snapshot_misses() -> None:

@@ -9,7 +9,7 @@ import pytest
 from django.core.cache import caches
 from rest_framework.test import APIClient
 
-from console.settings import _rate
+from console.settings_ledger import _rate
 from operations.api.rates import rate_parse
 from operations.api.throttling import THROTTLE_CACHE
 from tests.factories import make_agent

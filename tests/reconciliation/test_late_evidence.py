@@ -458,7 +458,7 @@ def test_c31_a_re_submission_that_ran_before_the_late_evidence_is_named_on_the_f
 def test_c34_a_stray_finding_whose_effect_a_lookup_attributed_since_is_closed_by_the_reconciler(
     sandbox: Any,
 ) -> None:
-    from reconciliation.findings import follow_up
+    from reconciliation.finding_follow_up import follow_up
 
     # given: trip-7's event came while two tenants shared the reference (an orphan finding);
     # since then acme's lookup recorded the reservation as acme's effect

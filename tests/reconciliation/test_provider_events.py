@@ -25,7 +25,8 @@ from operations.adapters.events import EventFacts
 from operations.exceptions import ResolutionRefused
 from operations.models import Intent, OutboxMessage, Outcome
 from operations.services import intent_claim, intent_mark_unknown, intent_record_success
-from reconciliation.events import match_intent, process_provider_event
+from reconciliation.event_matching import match_intent
+from reconciliation.events import process_provider_event
 from reconciliation.models import DuplicateFinding, Evidence, ProviderEvent, ProviderFinding
 from reconciliation.resolution import resolve_absent
 from reconciliation.services import reconcile_pass

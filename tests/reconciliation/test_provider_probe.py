@@ -20,7 +20,7 @@ from django.core.management import CommandError, call_command
 from operations.adapters.base import LookupResult, LookupStatus
 from operations.models import Intent
 from reconciliation.models import ProviderEvent
-from reconciliation.provider_probe import Sent, key_verdict
+from reconciliation.probe_report import Sent, key_verdict
 from tests.support.fake_provider import FakeProvider
 from tests.support.smtp_server import running_mail_server
 from tests.support.stripe_server import LocalStripe, stripe_declaration

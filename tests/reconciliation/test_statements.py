@@ -13,7 +13,8 @@ from django.utils import timezone
 from operations.adapters.base import StatementEntry
 from operations.models import Intent, Outcome
 from reconciliation.models import ProviderFinding, StatementLine, StatementRun
-from reconciliation.statements import StatementRefused, run, source_actions
+from reconciliation.statement_sources import StatementRefused, source_actions
+from reconciliation.statements import run
 from tests.factories import charge_arguments, submit
 
 pytestmark = pytest.mark.django_db
@@ -138,7 +139,7 @@ def test_c21_a_failing_run_stores_nothing_but_its_error(monkeypatch: pytest.Monk
     def broken(*args: Any) -> int:
         raise RuntimeError("database went away")
 
-    monkeypatch.setattr(statements, "_record_missing", broken)
+    monkeypatch.setattr(statements, "record_missing", broken)
     result = run(
         source=SOURCE, day=timezone.now().date(), entries=[line(omitted, "ch_9", amount=1)], origin="api"
     )
@@ -186,7 +187,7 @@ def test_c21_reconcile_statement_refuses_a_source_without_an_api(settings: Any) 
 
 
 def test_c21_a_reservation_cancellation_is_no_statement_line() -> None:
-    from reconciliation.statements import statement_actions
+    from reconciliation.statement_sources import statement_actions
 
     assert statement_actions("sandbox-reservations") == ["reservations.create"]
     assert statement_actions(SOURCE) == ["payments.charge", "payments.refund"]

@@ -47,7 +47,7 @@ def stripe_declaration(base_url: str, **changes: dict[str, Any]) -> dict[str, di
     entry updated with ``changes[action]`` (top-level keys replaced, e.g.
     ``{"keys": {"header": "Idempotency-Key", "deduplicates": False}}``).
 
-    The settings file is read verbatim (``EFFECT_LEDGER_GENERIC_HTTP_FILE``, console/settings.py),
+    The settings file is read verbatim (``EFFECT_LEDGER_GENERIC_HTTP_FILE``, console/settings_ledger.py),
     so the base URL cannot be a parameter of the file: the tests rewrite it here, never the
     product.
     """

@@ -9,7 +9,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from reconciliation.statements import StatementRefused, fetch_and_run, statement_day
+from reconciliation.statement_sources import StatementRefused, statement_day
+from reconciliation.statements import fetch_and_run
 
 
 class Command(BaseCommand):

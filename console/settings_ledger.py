@@ -1,0 +1,221 @@
+"""Effect Ledger's own settings: the sandbox provider, provider event secrets, declared providers,
+the ``EFFECT_LEDGER`` tuning (leases, beats, health thresholds, webhooks, notifications) and the
+policies per action. Part of ``console.settings`` (which imports every name), the module
+``DJANGO_SETTINGS_MODULE`` names.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from console.env import env_bool, env_float, env_int, env_json_file, env_list, env_str
+from console.settings_core import DATA_DIR, DEBUG
+from operations.adapters.secrets import PUBLISHED_SANDBOX_EVENTS_SECRET
+from operations.api.rates import rate_parse
+
+
+def _rate(name: str, default: str) -> str | None:
+    """A rate variable (``"600/min"``; ``off``: no limit), refused at start-up when malformed."""
+    raw = env_str(name, default)
+    try:
+        return raw if rate_parse(raw) is not None else None
+    except ValueError as exc:
+        raise ValueError(f"environment variable {name}: {exc}") from exc
+
+
+# The sandbox provider (the project's own test double): its actions (payments.charge, email.send,
+# reservations.*) and its event inboxes exist only with this on. Quick start, the tests and the
+# lab turn it on (console.lab.enable_sandbox); a production configuration leaves it off, so its
+# published event secret opens nothing (issue 33 item 6).
+EFFECT_LEDGER_SANDBOX = env_bool("EFFECT_LEDGER_SANDBOX", DEBUG)
+SANDBOX_PROVIDER_URL = env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8765")
+# Where ``manage.py sandbox_provider`` keeps its data (a libpq URL); empty: a database of its own
+# on the ledger's server, ``<ledger database>_sandbox``, created when missing. Never the ledger's
+# database by default, so restoring the ledger does not roll the provider back.
+SANDBOX_DATABASE_URL = env_str("SANDBOX_DATABASE_URL")
+# Seconds the sandbox's read paths may miss an effect that exists (its capabilities' consistency
+# windows): duplicate checks keep looking this long after an intent ends.
+SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS = env_float("SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS", 120.0)
+SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS = env_float(
+    "SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS", 60.0
+)
+
+# The Standard Webhooks secret the sandbox provider signs its events with (``whsec_`` and
+# base64), for all three sandbox event sources. The sandbox is a test double: its default secret
+# is public; a real provider's secret goes in EFFECT_LEDGER_PROVIDER_EVENT_SECRETS.
+SANDBOX_EVENTS_SECRET = env_str("SANDBOX_EVENTS_SECRET", PUBLISHED_SANDBOX_EVENTS_SECRET)
+# Where the sandbox provider POSTs its events (``manage.py sandbox_provider --events-url``):
+# the ledger's ``/providers/`` prefix, e.g. http://127.0.0.1:8000/providers/; empty: no events.
+SANDBOX_EVENTS_URL = env_str("SANDBOX_EVENTS_URL")
+# Event secrets of other sources, by source name: {"acme-pay": "whsec_..."} (JSON).
+EFFECT_LEDGER_PROVIDER_EVENT_SECRETS: dict[str, str] = json.loads(
+    env_str("EFFECT_LEDGER_PROVIDER_EVENT_SECRETS") or "{}"
+)
+
+# Real providers, declared not coded (docs/how-to/connect-a-provider.md): a JSON file mapping each HTTP action
+# to its contract (operations/adapters/contract.py), and one mapping each mail action to its
+# SMTP relay (operations/adapters/smtp/). A file that cannot be read stops the process, naming it.
+EFFECT_LEDGER_GENERIC_HTTP: dict[str, Any] = env_json_file("EFFECT_LEDGER_GENERIC_HTTP_FILE")
+EFFECT_LEDGER_SMTP: dict[str, Any] = env_json_file("EFFECT_LEDGER_SMTP_FILE")
+
+EFFECT_LEDGER: dict[str, Any] = {
+    # Seconds a worker's claim on an intent lasts; the provider deadline is shorter (see engine).
+    "LEASE_SECONDS": env_int("EFFECT_LEDGER_LEASE_SECONDS", 30),
+    "PROVIDER_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_PROVIDER_TIMEOUT_SECONDS", 10.0),
+    # Seconds the provider deadline stays below the lease at least (operations.engine.protocol
+    # .provider_deadline_seconds): time to re-check before the call and record after it.
+    "PROVIDER_DEADLINE_MARGIN_SECONDS": env_float("EFFECT_LEDGER_PROVIDER_DEADLINE_MARGIN_SECONDS", 1.0),
+    # Bytes of a provider's answer that are read at most; past it the answer is ambiguous and
+    # only its digest is kept (operations/adapters/http_support.py).
+    "PROVIDER_RESPONSE_MAX_BYTES": env_int("EFFECT_LEDGER_PROVIDER_RESPONSE_MAX_BYTES", 1024 * 1024),
+    "OUTBOX_BATCH": env_int("EFFECT_LEDGER_OUTBOX_BATCH", 100),
+    # When set, /metrics answers only requests with "Authorization: Bearer <this token>" (a
+    # Prometheus scrape config's `authorization: {credentials_file: ...}`); empty: open.
+    "METRICS_TOKEN": env_str("EFFECT_LEDGER_METRICS_TOKEN"),
+    # Seconds a web process keeps an agent token it verified (operations/api/authentication.py): a
+    # revoked, deactivated or deleted agent is refused, and a change to it (its tenant) seen, by
+    # every process within this bound. 0 = no cache.
+    "TOKEN_CACHE_SECONDS": env_float("EFFECT_LEDGER_TOKEN_CACHE_SECONDS", 5.0),
+    # API requests per agent and per tenant (all its agents together), across every web process
+    # (operations/api/throttling.py): "<n>/<s|min|hour|day>", or "off"; past either, 429 with
+    # Retry-After. The tenant's limit is what keeps one tenant from starving the others.
+    "RATE_AGENT": _rate("EFFECT_LEDGER_RATE_AGENT", "600/min"),
+    "RATE_TENANT": _rate("EFFECT_LEDGER_RATE_TENANT", "3000/min"),
+    # Beat periods in seconds (console/celery.py): the outbox relay's safety net and the reconciler.
+    "RELAY_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RELAY_PERIOD_SECONDS", 2.0),
+    "RECONCILE_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RECONCILE_PERIOD_SECONDS", 5.0),
+    # The statement reconciliation runs daily (beat: 02:00 UTC, yesterday's statements); the
+    # health page judges its age by this period (issue 19).
+    "STATEMENT_PERIOD_SECONDS": 86400.0,
+    # Days a reconciliation run (a pass that did or found something) is kept.
+    "RECONCILIATION_RUN_RETENTION_DAYS": env_float("EFFECT_LEDGER_RECONCILIATION_RUN_RETENTION_DAYS", 7),
+    "RECONCILE_BATCH": env_int("EFFECT_LEDGER_RECONCILE_BATCH", 500),
+    "OUTBOX_LAG_WARNING_SECONDS": env_int("EFFECT_LEDGER_OUTBOX_LAG_WARNING_SECONDS", 60),
+    # Signed audit checkpoints (operations/audit/checkpoints.py). The Ed25519 private key (PEM, PKCS#8)
+    # lives in a file, never in the database; it is created on first use (mode 0600) only where
+    # AUDIT_SIGNING_KEY_CREATE is on: by default in embedded mode (no DATABASE_URL), as quickstart
+    # runs. An auditor's copy may verify with the public key alone (AUDIT_PUBLIC_KEY_FILE).
+    "AUDIT_SIGNING_KEY_FILE": env_str(
+        "EFFECT_LEDGER_AUDIT_SIGNING_KEY_FILE", str(DATA_DIR / "audit-signing-key.pem")
+    ),
+    "AUDIT_SIGNING_KEY_CREATE": env_bool(
+        "EFFECT_LEDGER_AUDIT_SIGNING_KEY_CREATE", not env_str("DATABASE_URL")
+    ),
+    "AUDIT_PUBLIC_KEY_FILE": env_str("EFFECT_LEDGER_AUDIT_PUBLIC_KEY_FILE"),
+    # Every checkpoint is also appended to this file (one JSON line) and logged; ship both away.
+    "AUDIT_CHECKPOINT_FILE": env_str(
+        "EFFECT_LEDGER_AUDIT_CHECKPOINT_FILE", str(DATA_DIR / "audit-checkpoints.jsonl")
+    ),
+    "AUDIT_CHECKPOINT_PERIOD_SECONDS": env_float("EFFECT_LEDGER_AUDIT_CHECKPOINT_PERIOD_SECONDS", 300.0),
+    # When the database goes back in time (issue 22, README "Failover and restore"): workers on
+    # start and the beat every RESTORE_CHECK_PERIOD_SECONDS compare it with the checkpoint file;
+    # behind, execution pauses and (RECOVER_AUTOMATICALLY) recovery runs. For RESTORE_GUARD_SECONDS
+    # after a recovery, sends to providers without keys are looked up first.
+    "RESTORE_CHECK_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RESTORE_CHECK_PERIOD_SECONDS", 30.0),
+    "RECOVER_AUTOMATICALLY": env_bool("EFFECT_LEDGER_RECOVER_AUTOMATICALLY", True),
+    "RECOVERY_MARGIN_SECONDS": env_float("EFFECT_LEDGER_RECOVERY_MARGIN_SECONDS", 60.0),
+    "RESTORE_GUARD_SECONDS": env_float("EFFECT_LEDGER_RESTORE_GUARD_SECONDS", 86400.0),
+    # Beat period of the status rollup (operations.services.status_rollup_refresh): the counts
+    # of SUCCEEDED and the terminal states the dashboard and /metrics show are at most about
+    # this old; the open states are counted exactly on every request.
+    "STATUS_ROLLUP_PERIOD_SECONDS": env_float("EFFECT_LEDGER_STATUS_ROLLUP_PERIOD_SECONDS", 60.0),
+    # The health page (/health/, README "Console": signal, amber when, red when). Every worker
+    # upserts its heartbeat this often (operations.workers.heartbeat); it is late past HEALTH_WORKER_LATE
+    # and gone past HEALTH_WORKER_GONE seconds without a beat.
+    "WORKER_HEARTBEAT_SECONDS": env_float("EFFECT_LEDGER_WORKER_HEARTBEAT_SECONDS", 10.0),
+    "HEALTH_WORKER_LATE_SECONDS": env_float("EFFECT_LEDGER_HEALTH_WORKER_LATE_SECONDS", 30.0),
+    "HEALTH_WORKER_GONE_SECONDS": env_float("EFFECT_LEDGER_HEALTH_WORKER_GONE_SECONDS", 120.0),
+    # Messages waiting in a broker queue.
+    "HEALTH_QUEUE_DEPTH_AMBER": env_int("EFFECT_LEDGER_HEALTH_QUEUE_DEPTH_AMBER", 100),
+    "HEALTH_QUEUE_DEPTH_RED": env_int("EFFECT_LEDGER_HEALTH_QUEUE_DEPTH_RED", 1000),
+    # Seconds to wait for the broker when measuring queue depth: a web request never waits longer.
+    "HEALTH_BROKER_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_HEALTH_BROKER_TIMEOUT_SECONDS", 2.0),
+    # Seconds the oldest due, unsent outbox row has waited (amber from OUTBOX_LAG_WARNING_SECONDS).
+    "HEALTH_OUTBOX_RED_SECONDS": env_float("EFFECT_LEDGER_HEALTH_OUTBOX_RED_SECONDS", 300.0),
+    # A periodic job (relay, reconciler) is late after this many of its periods without a run.
+    "HEALTH_JOB_AMBER_PERIODS": env_float("EFFECT_LEDGER_HEALTH_JOB_AMBER_PERIODS", 5.0),
+    "HEALTH_JOB_RED_PERIODS": env_float("EFFECT_LEDGER_HEALTH_JOB_RED_PERIODS", 30.0),
+    # Provider calls of the last hour, per action: the share with no definite answer (unknown,
+    # retry, abandoned; a definite refusal is not one), and the p95 from claim to record, in seconds.
+    "HEALTH_PROVIDER_FAILURE_AMBER": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_FAILURE_AMBER", 0.05),
+    "HEALTH_PROVIDER_FAILURE_RED": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_FAILURE_RED", 0.25),
+    "HEALTH_PROVIDER_P95_AMBER_SECONDS": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_P95_AMBER_SECONDS", 2.0),
+    "HEALTH_PROVIDER_P95_RED_SECONDS": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_P95_RED_SECONDS", 8.0),
+    # How long an operator's "I'm on it" on an item of the operators' queue lasts
+    # (operations.services.assignment); after it, anyone may take the item without taking over.
+    "ASSIGNMENT_SECONDS": env_int("EFFECT_LEDGER_ASSIGNMENT_SECONDS", 1800, minimum=1),
+    # Requests a web process lets wait at once (GET /api/v1/intents/{id}?wait=, operations.api.waiting):
+    # half its gunicorn threads by default, so the console, the API and /healthz always find a
+    # thread; a wait beyond them is answered at once with Effect-Ledger-Wait: busy.
+    "WAIT_SLOTS": env_int(
+        "EFFECT_LEDGER_WAIT_SLOTS", max(1, env_int("EFFECT_LEDGER_WEB_THREADS", 8, minimum=1) // 2), minimum=1
+    ),
+    # Signed webhooks to agents (operations.services.webhooks, README "Webhooks to agents"): the
+    # beat's period and batch, the wait before attempt n (backoff: BASE * 2**(n-2), at most CAP,
+    # equal jitter; with these, the 14th and last attempt comes about 13-26 h after the first),
+    # and the request's timeouts (seconds).
+    "WEBHOOK_PERIOD_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_PERIOD_SECONDS", 5.0),
+    # One delivery pass runs at a time (an advisory lock); it claims WEBHOOK_BATCH due rows per
+    # round and POSTs them concurrently, rounds repeated for at most WEBHOOK_PASS_SECONDS.
+    "WEBHOOK_BATCH": env_int("EFFECT_LEDGER_WEBHOOK_BATCH", 8, minimum=1),
+    "WEBHOOK_PASS_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_PASS_SECONDS", 20.0),
+    "WEBHOOK_BACKOFF_BASE_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_BACKOFF_BASE_SECONDS", 30.0),
+    "WEBHOOK_BACKOFF_CAP_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_BACKOFF_CAP_SECONDS", 21600.0),
+    "WEBHOOK_MAX_ATTEMPTS": env_int("EFFECT_LEDGER_WEBHOOK_MAX_ATTEMPTS", 14, minimum=1),
+    "WEBHOOK_CONNECT_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_CONNECT_TIMEOUT_SECONDS", 3.0),
+    "WEBHOOK_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_TIMEOUT_SECONDS", 10.0),
+    # The SSRF guard (operations/notifications/callback_urls.py): callbacks may reach public addresses, and
+    # these networks (CIDR, comma-separated) besides. Loopback by default in embedded mode (the
+    # quick start, no DATABASE_URL); name your agents' internal networks here.
+    "WEBHOOK_ALLOWED_NETWORKS": env_list(
+        "EFFECT_LEDGER_WEBHOOK_ALLOWED_NETWORKS",
+        [] if env_str("DATABASE_URL") else ["127.0.0.0/8", "::1/128"],
+    ),
+    # Notifications to approvers and operators (operations.services.notifications; README
+    # "Notifications to approvers and operators"). The console's address for deep links.
+    "PUBLIC_URL": env_str("EFFECT_LEDGER_PUBLIC_URL", "http://127.0.0.1:8000"),
+    # A Slack-compatible incoming webhook that receives every notice too (POST {"text": ...});
+    # empty: email only.
+    "SLACK_WEBHOOK_URL": env_str("EFFECT_LEDGER_SLACK_WEBHOOK_URL"),
+    # Beat period of the sender; at most one message per recipient per NOTIFY_INTERVAL_SECONDS
+    # (the notices of the meantime wait for the next message, a digest).
+    "NOTIFY_PERIOD_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_PERIOD_SECONDS", 15.0),
+    "NOTIFY_INTERVAL_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_INTERVAL_SECONDS", 300.0),
+    # Approvers are warned once per approval round when the request expires within this. It
+    # must be shorter than the approval TTL (600 s by default, policies' approval_ttl_seconds):
+    # a request sent inside the window gets no warning. Longer than NOTIFY_INTERVAL_SECONDS +
+    # NOTIFY_PERIOD_SECONDS (315 s), so a recipient held by the rate limit still gets the
+    # warning before the request expires.
+    "NOTIFY_EXPIRY_WARNING_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_EXPIRY_WARNING_SECONDS", 360.0),
+    "NOTIFY_BATCH": env_int("EFFECT_LEDGER_NOTIFY_BATCH", 200, minimum=1),
+    # Seconds a Slack POST may take (an SMTP server's are EMAIL_TIMEOUT); a failed send is
+    # retried with backoff from NOTIFY_RETRY_BASE_SECONDS up to NOTIFY_RETRY_CAP_SECONDS.
+    "NOTIFY_SEND_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_SEND_TIMEOUT_SECONDS", 10.0),
+    "NOTIFY_RETRY_BASE_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_RETRY_BASE_SECONDS", 30.0),
+    "NOTIFY_RETRY_CAP_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_RETRY_CAP_SECONDS", 3600.0),
+    # Days a notice is kept once nothing is pending for it (sent, dropped, or nobody to tell).
+    "NOTIFY_RETENTION_DAYS": env_float("EFFECT_LEDGER_NOTIFY_RETENTION_DAYS", 30.0),
+}
+
+# Policies per action (risk decision table in shared/seeds/004). The policy in force is
+# snapshotted onto each intent at submission. See operations/policies/rules.py for every field.
+EFFECT_LEDGER_POLICIES: dict[str, dict[str, Any]] = {
+    "payments.charge": {
+        "risk_tier": "high",
+        "approval": "above_amount",
+        # Per ISO 4217 currency in its minor units; a charge in a currency not named here
+        # always needs approval (issue 18).
+        "approval_threshold_minor": {
+            "EUR": 10_000,
+            "USD": 10_000,
+            "GBP": 10_000,
+            "CHF": 10_000,
+            "JPY": 15_000,  # JPY has no minor unit (ISO 4217 exponent 0): 15,000 yen, about 100 EUR
+        },
+    },
+    "payments.refund": {"risk_tier": "high", "approval": "always"},
+    "email.send": {"risk_tier": "low", "approval": "never"},
+    "reservations.create": {"risk_tier": "medium", "approval": "never"},
+    "reservations.cancel": {"risk_tier": "medium", "approval": "never"},
+}
