@@ -35,9 +35,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from operations.audit.chain_checks import audit_verify
 from operations.audit.checkpoints import CheckpointError, checkpoint_file_path, printable, restored_gap
 from operations.audit.keys import AuditKeyError, public_key_load
-from operations.audit.trail import audit_verify
 from operations.audit.verification import CheckpointReport, checkpoint_verify
 from operations.models import AuditCheckpoint, AuditEvent
 
