@@ -14,7 +14,7 @@ from django.conf import settings
 
 from operations import metrics
 from operations.audit.chain_checks import audit_verify
-from operations.audit.checkpoints import checkpoint_file_newest, checkpoint_file_path
+from operations.audit.checkpoint_file import checkpoint_file_newest, checkpoint_file_path
 from operations.audit.keys import public_key_load
 from operations.audit.signing import CheckpointUnpublishedError, audit_checkpoint_create
 from operations.audit.verification import checkpoint_verify

@@ -27,7 +27,8 @@ from django.urls import reverse
 from console.celery import app as celery_app
 from operations import metrics, tasks
 from operations.audit.chain_checks import audit_verify
-from operations.audit.checkpoints import SignedCheckpoint, checkpoint_from_file, leaf_input
+from operations.audit.checkpoint_file import checkpoint_from_file
+from operations.audit.checkpoints import SignedCheckpoint, leaf_input
 from operations.audit.keys import public_key_load, public_key_pem, signing_key_create
 from operations.audit.merkle import leaf_hash, merkle_root, node_hash
 from operations.audit.signing import CheckpointRefusedError, audit_checkpoint_create

@@ -690,7 +690,8 @@ def test_i22_a_file_of_another_ledger_is_not_written_into(
 
 
 def test_i22_a_torn_last_line_does_not_swallow_the_next_checkpoint(signing: Path) -> None:
-    from operations.audit.checkpoints import CheckpointError, checkpoint_file_read
+    from operations.audit.checkpoint_file import checkpoint_file_read
+    from operations.audit.checkpoints import CheckpointError
     from operations.restore.check import restore_detection
 
     audit_checkpoint_create()
