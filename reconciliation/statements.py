@@ -66,7 +66,8 @@ from django.db.models import Min, OuterRef, Subquery
 from django.utils import timezone
 
 from operations import services
-from operations.adapters.base import AdapterError, StatementEntry, StatementsUnsupported
+from operations.adapters.base import StatementEntry
+from operations.adapters.errors import AdapterError, StatementsUnsupported
 from operations.adapters.events import key_from_message_id
 from operations.adapters.registry import evidence_source_actions, evidence_sources, get_adapter
 from operations.audit.trail import audit_append_unattached

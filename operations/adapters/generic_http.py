@@ -71,11 +71,10 @@ from operations.adapters.base import (
     LookupResult,
     LookupStatus,
     Preview,
-    RetryableError,
-    TerminalError,
 )
 from operations.adapters.contract import STANDARD_WEBHOOKS, Contract, parse_contract
 from operations.adapters.declared_lookup import body_reference, read_lookup
+from operations.adapters.errors import RetryableError, TerminalError
 from operations.adapters.events import EventFacts, EventInvalid, parse_event_body
 from operations.adapters.templates import TemplateValueMissing, form_pairs, render, render_url
 

@@ -81,11 +81,11 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from operations.adapters.base import (
+from operations.adapters.base import ExecutionResult
+from operations.adapters.errors import (
     IN_PROGRESS_CODE,
     AdapterError,
     AmbiguousOutcome,
-    ExecutionResult,
     NewerAttemptExists,
     RetryableError,
     TerminalError,

@@ -35,15 +35,9 @@ from __future__ import annotations
 
 import logging
 
-from operations.adapters.base import (
-    Adapter,
-    AmbiguousOutcome,
-    ExecutionResult,
-    NewerAttemptExists,
-    RetryableError,
-    TerminalError,
-)
+from operations.adapters.base import Adapter, ExecutionResult
 from operations.adapters.bounds import reference_problem
+from operations.adapters.errors import AmbiguousOutcome, NewerAttemptExists, RetryableError, TerminalError
 from operations.engine.backoff import after_timeout_floor_seconds
 from operations.engine.errors import answer_evidence, describe
 from operations.services import execution as svc

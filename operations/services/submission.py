@@ -14,7 +14,8 @@ from django.db.models import Q
 from django.db.models.functions import Now
 
 from operations import metrics
-from operations.adapters.base import ArgumentsInvalid, Preview
+from operations.adapters.base import Preview
+from operations.adapters.errors import ArgumentsInvalid
 from operations.adapters.registry import ActionUnavailable, UnknownAction, get_adapter
 from operations.audit.request_integrity import submission_seal
 from operations.audit.trail import GENESIS, ChainHead, audit_event
