@@ -38,15 +38,9 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from operations.adapters.base import (
-    Adapter,
-    AdapterError,
-    AmbiguousOutcome,
-    ArgumentsInvalid,
-    ExecutionCall,
-    LookupKind,
-)
+from operations.adapters.base import Adapter, ExecutionCall, LookupKind
 from operations.adapters.contract import DEFAULT_LAG_SECONDS
+from operations.adapters.errors import AdapterError, AmbiguousOutcome, ArgumentsInvalid
 from operations.adapters.events import EventInvalid
 from operations.adapters.generic_http import GenericHttpAdapter
 from operations.adapters.registry import ActionUnavailable, adapter_label, get_adapter

@@ -65,7 +65,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from operations.adapters.base import AdapterError, StatementEntry, StatementsUnsupported
+from operations.adapters.base import StatementEntry
+from operations.adapters.errors import AdapterError, StatementsUnsupported
 from operations.adapters.registry import get_adapter
 from operations.audit.trail import audit_append_unattached
 from operations.models import Intent, Outcome

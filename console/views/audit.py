@@ -18,8 +18,8 @@ from console.permissions import console_role_required, every_tenant_only, on_eve
 from console.views.common import HtmxHttpRequest, keyset_page, page_or_partial
 from operations import selectors
 from operations.api.support import PROBLEM_CONTENT_TYPE, problem
+from operations.audit.chain_checks import audit_verify, export_line
 from operations.audit.keys import AuditKeyError, public_key_load
-from operations.audit.trail import audit_verify, export_line
 from operations.audit.verification import checkpoint_verify
 from operations.models import AuditCheckpoint, AuditEvent
 
@@ -162,7 +162,7 @@ def audit_export(request: HtmxHttpRequest) -> HttpResponseBase:
 @require_GET
 @console_role_required
 def audit_export_jsonl(request: HtmxHttpRequest) -> HttpResponseBase:
-    """The filtered audit log as JSON Lines (one ``operations.audit.trail.export_line`` record per
+    """The filtered audit log as JSON Lines (one ``operations.audit.chain_checks.export_line`` record per
     event, newest first): the raw values exactly as hashed, which ``manage.py
     verify_audit_export`` re-checks away from the database (shared/cases C12). An invalid
     filter answers 400 (``_export``)."""
@@ -201,7 +201,7 @@ def _checkpoint_status() -> dict[str, Any]:
 
 
 def verification_status(*, refresh: bool = False) -> dict[str, Any]:
-    """Walk every chain with ``operations.audit.trail.audit_verify`` and check the log against the
+    """Walk every chain with ``operations.audit.chain_checks.audit_verify`` and check the log against the
     latest signed checkpoint (cached for a minute, since it reads the whole table):
     ``{"ok", "breaks", "events", "checked_at", "checkpoint"}`` (see ``_checkpoint_status``)."""
     result: dict[str, Any] | None = None if refresh else cache.get(VERIFY_CACHE_KEY)

@@ -23,8 +23,9 @@ from typing import Any, cast
 
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
-from operations.adapters.base import AdapterError, ExecutionCall, LookupResult, LookupStatus
+from operations.adapters.base import ExecutionCall, LookupResult, LookupStatus
 from operations.adapters.contract import Lookup
+from operations.adapters.errors import AdapterError
 from operations.adapters.json_pointer import resolve_pointer
 from operations.adapters.templates import TemplateValueMissing, render_url
 from operations.strict_json import loads_strict

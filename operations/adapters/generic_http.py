@@ -22,7 +22,8 @@ Configured per action in ``settings.EFFECT_LEDGER_GENERIC_HTTP`` (or the JSON fi
         "schema": {...}, "timeout_seconds": 10, "test_mode": false
     }
 
-Every configured action is registered to this adapter (``registry.py``). Outcomes follow the
+Every configured action is registered to this adapter (``registry.py``), each with a subclass of
+its own built from its contract (``operations.adapters.declared_actions``). Outcomes follow the
 classification table in ``http_classifier``; whether the engine may resend under the same key
 after an ambiguous answer is the contract's ``keys.deduplicates`` (``Capabilities``), so a
 provider without keys goes to a lookup or a person, never a second request.
@@ -46,15 +47,10 @@ nothing is stored; without it any type is accepted, but only the proving types p
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Mapping
 from dataclasses import replace
-from functools import cache
 from typing import Any, ClassVar, cast
 from urllib.parse import urlsplit
-
-from django.conf import settings
-from django.core.exceptions import ImproperlyConfigured
 
 from operations.adapters import contract_checks as checks
 from operations.adapters import event_bodies as bodies
@@ -71,30 +67,12 @@ from operations.adapters.base import (
     LookupResult,
     LookupStatus,
     Preview,
-    RetryableError,
-    TerminalError,
 )
-from operations.adapters.contract import STANDARD_WEBHOOKS, Contract, parse_contract
+from operations.adapters.contract import STANDARD_WEBHOOKS, Contract
 from operations.adapters.declared_lookup import body_reference, read_lookup
+from operations.adapters.errors import RetryableError, TerminalError
 from operations.adapters.events import EventFacts, EventInvalid, parse_event_body
 from operations.adapters.templates import TemplateValueMissing, form_pairs, render, render_url
-
-#: An action without a ``schema`` accepts any JSON object.
-ANY_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
-
-
-def generic_http_config() -> dict[str, dict[str, Any]]:
-    """Return ``settings.EFFECT_LEDGER_GENERIC_HTTP`` (``{}`` when unset).
-
-    Raises:
-        ImproperlyConfigured: the setting is not a mapping of action → ``{"url": ..., ...}``.
-    """
-    config = getattr(settings, "EFFECT_LEDGER_GENERIC_HTTP", None) or {}
-    if not isinstance(config, dict):
-        raise ImproperlyConfigured("EFFECT_LEDGER_GENERIC_HTTP must be a dict of action -> config")
-    for action, entry in config.items():
-        parse_contract(str(action), entry)
-    return config
 
 
 class GenericHttpAdapter(Adapter):
@@ -102,8 +80,8 @@ class GenericHttpAdapter(Adapter):
     (``operations.adapters.contract``): keys or none, JSON or form body, named credentials,
     a lookup read through JSON pointers, a compensation built from the original's arguments.
 
-    Use ``generic_http_adapter(action)`` to get the instance for an action: each action gets
-    its own subclass so its capabilities and schema reflect its configuration.
+    Use ``declared_actions.generic_http_adapter(action)`` to get the instance for an action:
+    each action gets its own subclass so its capabilities and schema reflect its configuration.
     """
 
     action_name: ClassVar[str] = ""
@@ -338,65 +316,3 @@ def _values(call: ExecutionCall) -> dict[str, Any]:
         "intent_id": call.intent_id,
         "fence": call.fence,
     }
-
-
-def _capabilities(contract: Contract, *, fences: bool) -> Capabilities:
-    """What the engine and the reconciler read of a declared contract (``Capabilities``): keys
-    honoured only where the provider deduplicates them; the lookup's kind and lag; listing by
-    reference; the compensation's action."""
-    lookup = contract.lookup
-    if lookup is None:
-        kind, window = LookupKind.NONE, 0.0
-    else:
-        kind = LookupKind.AUTHORITATIVE if lookup.authoritative else LookupKind.EVENTUAL
-        window = lookup.consistency_window_seconds
-    return Capabilities(
-        idempotency_keys=contract.keys.deduplicates,
-        lookup=kind,
-        consistency_window_seconds=window,
-        list_by_reference=lookup is not None and lookup.by == "reference",
-        compensation_action=contract.compensation.action if contract.compensation else None,
-        fences=fences,
-    )
-
-
-@cache
-def _adapter_for(action: str, config_json: str) -> GenericHttpAdapter:
-    config = json.loads(config_json)
-    contract = parse_contract(action, config)
-    cls = type(
-        f"GenericHttpAdapter[{action}]",
-        (GenericHttpAdapter,),
-        {
-            "__doc__": f"Generic HTTP adapter for {action} ({config['url']}).",
-            "action_name": action,
-            "actions": (action,),
-            "config": config,
-            "contract": contract,
-            "capabilities": _capabilities(contract, fences=bool(config.get("fence_header"))),
-            "argument_schemas": {action: config.get("schema") or ANY_OBJECT_SCHEMA},
-            "versions": {action: tuple(config.get("versions", [1]))},
-            # The evidence source it declares (issue 19): ``events.source`` or ``statements.source``.
-            "evidence_source": str(
-                (config.get("events") or {}).get("source")
-                or (config.get("statements") or {}).get("source")
-                or ""
-            ),
-        },
-    )
-    adapter: GenericHttpAdapter = cls()
-    return adapter
-
-
-def generic_http_adapter(action: str) -> GenericHttpAdapter | None:
-    """Return the adapter instance for ``action`` from ``EFFECT_LEDGER_GENERIC_HTTP``, or
-    ``None`` when the action is not configured there. Instances are cached per configuration,
-    so a changed setting (e.g. in a test) yields a new instance.
-
-    Raises:
-        ImproperlyConfigured: the setting is malformed.
-    """
-    config = generic_http_config().get(action)
-    if config is None:
-        return None
-    return _adapter_for(action, json.dumps(config, sort_keys=True, default=str))

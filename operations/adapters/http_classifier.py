@@ -1,7 +1,7 @@
 """The one classifier of HTTP answers, shared by every HTTP adapter (generic and sandbox).
 
 ``execute`` raises what this table says; the engine then decides from the provider's
-capabilities (``operations/engine/protocol.py``): ``RetryableError`` → READY with the same key after a
+capabilities (``operations/engine/classification.py``): ``RetryableError`` → READY with the same key after a
 delay, FAILED once the budget is spent; ``AmbiguousOutcome`` → READY with the same key where the
 provider deduplicates on it and the budget allows, else UNKNOWN (never FAILED; an in-progress
 answer, code ``request_in_progress``, waits without spending the budget, within the policy's
@@ -81,11 +81,11 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from operations.adapters.base import (
+from operations.adapters.base import ExecutionResult
+from operations.adapters.errors import (
     IN_PROGRESS_CODE,
     AdapterError,
     AmbiguousOutcome,
-    ExecutionResult,
     NewerAttemptExists,
     RetryableError,
     TerminalError,

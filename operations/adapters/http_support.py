@@ -43,7 +43,7 @@ from urllib.parse import urlencode
 import httpx
 from django.conf import settings
 
-from operations.adapters.base import DEADLINE_EXCEEDED_CODE, AdapterError, AmbiguousOutcome, RetryableError
+from operations.adapters.errors import DEADLINE_EXCEEDED_CODE, AdapterError, AmbiguousOutcome, RetryableError
 
 #: Default of ``EFFECT_LEDGER["PROVIDER_RESPONSE_MAX_BYTES"]``: 1 MiB.
 DEFAULT_RESPONSE_MAX_BYTES = 1024 * 1024

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from operations.adapters.base import Adapter, Capabilities
-from operations.adapters.generic_http import generic_http_adapter, generic_http_config
+from operations.adapters.declared_actions import generic_http_adapter, generic_http_config
 from operations.adapters.smtp import smtp_adapter, smtp_config
 
 #: The sandbox provider's products, served only with ``settings.EFFECT_LEDGER_SANDBOX`` on (issue

@@ -11,7 +11,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, ValidationError, validators
 from jsonschema.protocols import Validator
 
-from operations.adapters.base import ArgumentsInvalid
+from operations.adapters.errors import ArgumentsInvalid
 from operations.money import currency_problem
 
 

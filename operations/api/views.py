@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from operations import selectors, services
 from operations.access.scopes import action_allowed, agent_sees_principal
 from operations.api import waiting
+from operations.api.intent_representation import IntentDetailSerializer, IntentSerializer
 from operations.api.schema import RETRY_AFTER, WWW_AUTHENTICATE, problem_responses
 from operations.api.serializers import (
     ActionListSerializer,
@@ -23,10 +24,8 @@ from operations.api.serializers import (
     CallbackSetSerializer,
     IntentCancelSerializer,
     IntentCreateSerializer,
-    IntentDetailSerializer,
     IntentListQuerySerializer,
     IntentPreviewSerializer,
-    IntentSerializer,
     PreviewResponseSerializer,
 )
 from operations.api.throttling import FirstRefusalThrottling

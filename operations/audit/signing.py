@@ -4,7 +4,7 @@ that the log still holds what the previous checkpoint saw.
 A checkpoint signed over a log someone altered past the triggers would make the alteration
 invisible: ``verify_audit`` compares the live table with the newest checkpoint only. So before
 signing, the heads about to be signed are compared with the previous checkpoint's, and the
-previous checkpoint's signature and root are checked (``checkpoint_verification.
+previous checkpoint's signature and root are checked (``checkpoint_heads.
 CheckpointSuccessor``); on any fault nothing is signed and ``CheckpointRefusedError`` names the
 faults (issue 11, review item 1). The one way past is an operator's explicit re-baseline,
 ``accept_faults_reason``: the faults and the reason then go into the signed statement
@@ -22,16 +22,12 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from operations.audit.checkpoints import (
-    CheckpointError,
-    SignedCheckpoint,
-    checkpoint_file_path,
-    checkpoint_statement,
-    heads_read,
-)
+from operations.audit.checkpoint_faults import CheckpointFault
+from operations.audit.checkpoint_file import checkpoint_file_path
+from operations.audit.checkpoint_heads import CheckpointSuccessor
+from operations.audit.checkpoints import CheckpointError, SignedCheckpoint, checkpoint_statement, heads_read
 from operations.audit.keys import AuditKeyError, key_id, signing_key_load, signing_key_path
 from operations.audit.trail import GENESIS
-from operations.audit.verification import CheckpointFault, CheckpointSuccessor
 from operations.idempotency import canonical_json
 from operations.models import AuditCheckpoint
 from operations.restore.check import restore_detection

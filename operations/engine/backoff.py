@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from operations.adapters.base import AmbiguousOutcome
+from operations.adapters.errors import AmbiguousOutcome
 
 
 def backoff_seconds(*, attempt_no: int, base: float, cap: float) -> float:

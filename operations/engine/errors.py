@@ -8,8 +8,9 @@ from typing import Any
 from django.db import DataError, IntegrityError, NotSupportedError, ProgrammingError
 from django.db.utils import DatabaseError
 
-from operations.adapters.base import AdapterError, ExecutionResult
+from operations.adapters.base import ExecutionResult
 from operations.adapters.bounds import clean_detail, clean_text, reference_problem, unstorable_evidence
+from operations.adapters.errors import AdapterError
 
 #: Database errors that a retry cannot fix: the statement itself is wrong.
 _STATEMENT_ERRORS = (DataError, IntegrityError, ProgrammingError, NotSupportedError)

@@ -24,13 +24,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from operations.audit.checkpoints import (
-    CheckpointError,
-    FileEnds,
-    checkpoint_file_ends,
-    checkpoint_file_path,
-    checkpoint_statement,
-)
+from operations.audit.checkpoint_file import FileEnds, checkpoint_file_ends, checkpoint_file_path
+from operations.audit.checkpoints import CheckpointError, checkpoint_statement
 from operations.audit.keys import AuditKeyError, key_id, public_key_load, signature_valid
 from operations.idempotency import canonical_json
 from operations.models import AuditCheckpoint
@@ -76,7 +71,7 @@ class Detection:
 
 def restore_detection() -> Detection:
     """Compare the database's audit checkpoints with the checkpoint file's ends (a few
-    kilobytes read, whatever the file's size: ``checkpoints.checkpoint_file_ends``).
+    kilobytes read, whatever the file's size: ``checkpoint_file.checkpoint_file_ends``).
 
     The file is this ledger's when the database holds the file's first checkpoint, unchanged
     (a file started afresh after it was lost begins at a later number, which works too). It

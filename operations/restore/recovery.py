@@ -13,10 +13,10 @@ from itertools import islice
 from django.conf import settings
 
 from operations import metrics
-from operations.audit.checkpoints import checkpoint_file_newest, checkpoint_file_path
+from operations.audit.chain_checks import audit_verify
+from operations.audit.checkpoint_file import checkpoint_file_newest, checkpoint_file_path
 from operations.audit.keys import public_key_load
 from operations.audit.signing import CheckpointUnpublishedError, audit_checkpoint_create
-from operations.audit.trail import audit_verify
 from operations.audit.verification import checkpoint_verify
 from operations.models import AuditCheckpoint, RecoveryRun
 from operations.restore.check import Behind, database_behind

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operations.adapters.base import ArgumentsInvalid
+from operations.adapters.errors import ArgumentsInvalid
 from operations.adapters.registry import ActionUnavailable, UnknownAction, get_adapter
 from operations.exceptions import ValidationFailed
 from operations.idempotency import storage_problems

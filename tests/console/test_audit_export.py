@@ -12,7 +12,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.urls import reverse
 
-from operations.audit.trail import EXPORT_FIELDS
+from operations.audit.chain_checks import EXPORT_FIELDS
 from operations.services import intent_cancel
 from tests.factories import submit
 

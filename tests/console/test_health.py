@@ -24,17 +24,10 @@ from kombu import Connection, Queue
 from operations.access.tenants import EVERY_TENANT
 from operations.adapters.base import ExecutionResult
 from operations.models import Attempt, Intent, OutboxMessage, PeriodicJobRun, WorkerHeartbeat
-from operations.selectors.health import (
-    AMBER,
-    GREEN,
-    RED,
-    broker_queue_depths,
-    periodic_jobs,
-    provider_call_stats,
-    system_health,
-    worker_heartbeats,
-    workers_signal,
-)
+from operations.selectors.broker_queues import broker_queue_depths
+from operations.selectors.health import periodic_jobs, system_health, worker_heartbeats, workers_signal
+from operations.selectors.health_levels import AMBER, GREEN, RED
+from operations.selectors.provider_calls import provider_call_stats
 from operations.services import (
     intent_claim,
     intent_mark_unknown,

@@ -13,8 +13,8 @@ from django.test import Client
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
+from operations.adapters.declared_actions import generic_http_config
 from operations.adapters.events import EventInvalid, EventSignatureInvalid, key_from_message_id
-from operations.adapters.generic_http import generic_http_config
 from operations.adapters.registry import evidence_sources, get_adapter
 
 ACME_SECRET = "whsec_" + "YWNtZS1wYXktZXZlbnRzLXNlY3JldA=="

@@ -17,7 +17,8 @@ from rest_framework.test import APIClient
 
 from operations.api import authentication
 from operations.api.authentication import agent_for_token, agent_token_rotate
-from operations.audit.trail import REFUSAL_EVENT, audit_verify
+from operations.audit.chain_checks import audit_verify
+from operations.audit.trail import REFUSAL_EVENT
 from operations.idempotency import sha256_hex
 from operations.models import Agent, AgentToken, AuditEvent, Intent
 from tests.factories import charge_arguments, make_agent

@@ -26,11 +26,13 @@ from django.urls import reverse
 
 from console.celery import app as celery_app
 from operations import metrics, tasks
-from operations.audit.checkpoints import SignedCheckpoint, checkpoint_from_file, leaf_input
+from operations.audit.chain_checks import audit_verify
+from operations.audit.checkpoint_file import checkpoint_from_file
+from operations.audit.checkpoints import SignedCheckpoint, leaf_input
 from operations.audit.keys import public_key_load, public_key_pem, signing_key_create
 from operations.audit.merkle import leaf_hash, merkle_root, node_hash
 from operations.audit.signing import CheckpointRefusedError, audit_checkpoint_create
-from operations.audit.trail import GENESIS, audit_append, audit_verify, event_hash
+from operations.audit.trail import GENESIS, audit_append, event_hash
 from operations.checks import audit_signing_key_check
 from operations.models import AuditCheckpoint, AuditEvent, Intent
 from operations.services import intent_cancel, intent_record_refusal

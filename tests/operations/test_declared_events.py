@@ -14,7 +14,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 
-from operations.adapters.generic_http import generic_http_config
+from operations.adapters.declared_actions import generic_http_config
 from reconciliation.models import ProviderEvent
 
 STRIPE_SECRET = "whsec_test_stripe_endpoint_secret"

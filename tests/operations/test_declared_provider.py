@@ -18,14 +18,10 @@ from django.core.exceptions import ImproperlyConfigured
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operations.adapters.base import (
-    ExecutionCall,
-    LookupStatus,
-    RetryableError,
-    TerminalError,
-)
+from operations.adapters.base import ExecutionCall, LookupStatus
 from operations.adapters.contract import parse_contract
-from operations.adapters.generic_http import generic_http_adapter, generic_http_config
+from operations.adapters.declared_actions import generic_http_adapter, generic_http_config
+from operations.adapters.errors import RetryableError, TerminalError
 from operations.adapters.json_pointer import resolve_pointer
 from operations.adapters.templates import form_pairs, render, render_url
 

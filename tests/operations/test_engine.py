@@ -1,5 +1,5 @@
 """The engine's classification table against the real sandbox provider process: each fault
-maps to its documented next state (operations/engine/protocol.py), and a stale worker is fenced.
+maps to its documented next state (operations/engine/classification.py), and a stale worker is fenced.
 ``test_i22_2_*``: a provider's stale-fence answer means "a newer attempt exists" (issue 22, item 2)."""
 
 from __future__ import annotations

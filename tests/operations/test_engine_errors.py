@@ -12,13 +12,8 @@ from typing import Any
 import pytest
 from django.db import OperationalError
 
-from operations.adapters.base import (
-    ExecutionCall,
-    ExecutionResult,
-    LookupResult,
-    LookupStatus,
-    TerminalError,
-)
+from operations.adapters.base import ExecutionCall, ExecutionResult, LookupResult, LookupStatus
+from operations.adapters.errors import TerminalError
 from operations.adapters.sandbox import SandboxPaymentsAdapter
 from operations.engine.protocol import execute_intent
 from operations.models import Attempt, AuditEvent, Intent, Outcome

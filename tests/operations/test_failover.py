@@ -191,7 +191,7 @@ def test_i22_1_an_inconclusive_look_up_under_the_guard_ends_unknown(sandbox: Any
         from operations.adapters.base import LookupResult, LookupStatus
 
         patch.setattr(
-            "operations.engine.protocol.provider_lookup",
+            "operations.engine.restore_guard.provider_lookup",
             lambda intent: LookupResult(status=LookupStatus.INCONCLUSIVE, detail={"error": "timeout"}),
         )
         assert execute_intent(intent.id) == "unknown"
@@ -462,7 +462,7 @@ def test_i22_1_without_keys_or_a_look_up_the_guard_holds_for_a_person_who_may_re
 
     # given: a provider with neither keys nor a look-up (the sandbox's email, declared so)
     blind = Capabilities(idempotency_keys=False, lookup=LookupKind.NONE)
-    monkeypatch.setattr("operations.engine.protocol.capabilities_for", lambda action: blind)
+    monkeypatch.setattr("operations.engine.restore_guard.capabilities_for", lambda action: blind)
     intent = submit(action="email.send", arguments=EMAIL, reference="order-17")
     recover_now()
     # when / then: held, nothing sent, the reason says why
@@ -690,7 +690,8 @@ def test_i22_a_file_of_another_ledger_is_not_written_into(
 
 
 def test_i22_a_torn_last_line_does_not_swallow_the_next_checkpoint(signing: Path) -> None:
-    from operations.audit.checkpoints import CheckpointError, checkpoint_file_read
+    from operations.audit.checkpoint_file import checkpoint_file_read
+    from operations.audit.checkpoints import CheckpointError
     from operations.restore.check import restore_detection
 
     audit_checkpoint_create()

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from django.core.checks import run_checks
 
-from operations.adapters.base import AmbiguousOutcome, RetryableError, TerminalError
+from operations.adapters.errors import AmbiguousOutcome, RetryableError, TerminalError
 from operations.adapters.http_classifier import error_for, retry_after_seconds
 from operations.adapters.http_support import HttpAnswer
 from operations.engine.protocol import provider_deadline_seconds

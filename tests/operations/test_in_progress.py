@@ -16,14 +16,8 @@ from typing import Any, ClassVar
 import pytest
 from django.db.models.functions import Now
 
-from operations.adapters.base import (
-    AmbiguousOutcome,
-    Capabilities,
-    ExecutionCall,
-    ExecutionResult,
-    LookupKind,
-    RetryableError,
-)
+from operations.adapters.base import Capabilities, ExecutionCall, ExecutionResult, LookupKind
+from operations.adapters.errors import AmbiguousOutcome, RetryableError
 from operations.adapters.sandbox import SandboxPaymentsAdapter
 from operations.engine.protocol import execute_intent
 from operations.models import Attempt, AuditEvent, Intent

@@ -92,7 +92,7 @@ def test_i13_a_transition_that_waited_for_the_row_lock_appends_after_the_event_i
     from django.db import transaction
 
     from operations.adapters.base import ExecutionResult
-    from operations.audit.trail import audit_verify
+    from operations.audit.chain_checks import audit_verify
     from operations.models import AuditEvent
     from operations.services import intent_cancel, intent_record_success
     from operations.services.refusals import intent_record_refusal

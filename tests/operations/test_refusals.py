@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from django.db.models.functions import Now
 
-from operations.audit.trail import REFUSAL_EVENT, audit_verify
+from operations.audit.chain_checks import audit_verify
+from operations.audit.trail import REFUSAL_EVENT
 from operations.exceptions import ApprovalRefused, IntentMoved, ResolutionRefused
 from operations.models import Approval, AuditEvent, Intent, OutboxMessage
 from operations.selectors import last_audit_seq

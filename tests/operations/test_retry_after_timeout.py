@@ -13,7 +13,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from operations.adapters.base import AmbiguousOutcome, ExecutionCall, ExecutionResult
+from operations.adapters.base import ExecutionCall, ExecutionResult
+from operations.adapters.errors import AmbiguousOutcome
 from operations.adapters.sandbox import SandboxPaymentsAdapter
 from operations.engine.backoff import after_timeout_floor_seconds
 from operations.engine.protocol import execute_intent, provider_deadline_seconds

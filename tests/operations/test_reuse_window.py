@@ -23,7 +23,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from operations.adapters.base import ExecutionResult
-from operations.audit.trail import audit_verify
+from operations.audit.chain_checks import audit_verify
 from operations.models import AuditEvent, Intent, OutboxMessage, Outcome
 from operations.policies.rules import (
     DEFAULT_REUSE_WINDOW_MONEY_SECONDS,

@@ -10,15 +10,8 @@ from typing import Any
 
 import pytest
 
-from operations.adapters.base import (
-    AdapterError,
-    AmbiguousOutcome,
-    ExecutionCall,
-    LookupKind,
-    LookupStatus,
-    RetryableError,
-    TerminalError,
-)
+from operations.adapters.base import ExecutionCall, LookupKind, LookupStatus
+from operations.adapters.errors import AdapterError, AmbiguousOutcome, RetryableError, TerminalError
 from operations.adapters.generic_http import GenericHttpAdapter
 from operations.adapters.registry import get_adapter, known_actions
 from operations.adapters.sandbox import (
@@ -515,7 +508,7 @@ def test_generic_adapter_uses_the_same_classification_table(
 
 def test_generic_adapter_validates_with_the_configured_schema(acme_transfer: GenericHttpAdapter) -> None:
     # when
-    from operations.adapters.base import ArgumentsInvalid
+    from operations.adapters.errors import ArgumentsInvalid
 
     with pytest.raises(ArgumentsInvalid) as caught:
         acme_transfer.validate("acme.transfer", {"amount": 10.5})

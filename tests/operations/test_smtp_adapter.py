@@ -17,14 +17,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.models.functions import Now
 
 from operations.access.tenants import EVERY_TENANT
-from operations.adapters.base import (
+from operations.adapters.base import ExecutionCall, LookupKind, LookupStatus
+from operations.adapters.errors import (
     DEADLINE_EXCEEDED_CODE,
     AdapterError,
     AmbiguousOutcome,
     ArgumentsInvalid,
-    ExecutionCall,
-    LookupKind,
-    LookupStatus,
     RetryableError,
     TerminalError,
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from operations.adapters.base import LookupKind
-from operations.adapters.generic_http import generic_http_adapter, generic_http_config
+from operations.adapters.declared_actions import generic_http_adapter, generic_http_config
 from operations.adapters.sandbox.common import CHARGE_SCHEMA, REFUND_SCHEMA
 from operations.adapters.templates import form_pairs, render
 from tests.support.stripe_server import STRIPE_DECLARATION, stripe_declaration

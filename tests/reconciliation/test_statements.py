@@ -341,7 +341,7 @@ def test_c21_reconcile_statement_refuses_a_day_after_today() -> None:
 
 
 def test_c21_a_run_is_audited_on_the_chain_without_an_intent() -> None:
-    from operations.audit.trail import audit_verify
+    from operations.audit.chain_checks import audit_verify
     from operations.models import AuditEvent
 
     kept = succeeded("order-1", "ch_1")

@@ -10,15 +10,8 @@ from django.conf import settings
 
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
-from operations.adapters.base import (
-    Adapter,
-    AdapterError,
-    AmbiguousOutcome,
-    ExecutionCall,
-    LookupResult,
-    LookupStatus,
-    StatementEntry,
-)
+from operations.adapters.base import Adapter, ExecutionCall, LookupResult, LookupStatus, StatementEntry
+from operations.adapters.errors import AdapterError, AmbiguousOutcome
 from operations.money import format_money
 
 CURRENCY = {"type": "string", "pattern": "^[A-Z]{3}$", "description": "ISO 4217 code, upper case"}

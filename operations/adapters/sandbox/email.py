@@ -11,7 +11,6 @@ from django.conf import settings
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
-    AdapterError,
     Capabilities,
     ExecutionCall,
     ExecutionResult,
@@ -21,6 +20,7 @@ from operations.adapters.base import (
     Preview,
     StatementEntry,
 )
+from operations.adapters.errors import AdapterError
 from operations.adapters.events import message_id_for
 from operations.adapters.sandbox.common import (
     EMAIL_SCHEMA,

@@ -9,7 +9,6 @@ from typing import Any, ClassVar
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
-    AdapterError,
     Capabilities,
     ExecutionCall,
     ExecutionResult,
@@ -19,6 +18,7 @@ from operations.adapters.base import (
     Preview,
     StatementEntry,
 )
+from operations.adapters.errors import AdapterError
 from operations.adapters.sandbox.common import (
     CHARGE_SCHEMA,
     REFUND_SCHEMA,

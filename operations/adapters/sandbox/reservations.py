@@ -12,7 +12,6 @@ from django.conf import settings
 from operations.adapters import http_classifier as answers
 from operations.adapters import http_support as http
 from operations.adapters.base import (
-    AdapterError,
     Capabilities,
     ExecutionCall,
     ExecutionResult,
@@ -20,9 +19,9 @@ from operations.adapters.base import (
     LookupResult,
     LookupStatus,
     Preview,
-    RetryableError,
     StatementEntry,
 )
+from operations.adapters.errors import AdapterError, RetryableError
 from operations.adapters.sandbox.common import (
     CANCEL_RESERVATION_SCHEMA,
     READ_TIMEOUT_SECONDS,

@@ -58,7 +58,7 @@ MAIL, RCPT, DATA (before 354) refused      5yz (535 on AUTH too): ``TerminalErro
 STARTTLS or AUTH not offered by the        ``RetryableError`` (``not_offered``), nothing
 server                                     sent in the clear
 after 354, while sending the message or    ``AmbiguousOutcome``: ``deadline_exceeded``
-waiting for the final reply: the           (``base.DEADLINE_EXCEEDED_CODE``) when the
+waiting for the final reply: the           (``errors.DEADLINE_EXCEEDED_CODE``) when the
 deadline passed, the connection dropped,   deadline passed, else ``connection_dropped``
 the reply was unreadable                   (``unreadable_reply`` for a garbled reply)
 final reply 2yz                            ``ExecutionResult`` (below)

@@ -19,10 +19,7 @@ from django.utils import timezone
 
 from operations.adapters import secrets
 from operations.adapters.base import (
-    DEADLINE_EXCEEDED_CODE,
     Adapter,
-    AdapterError,
-    AmbiguousOutcome,
     Capabilities,
     ExecutionCall,
     ExecutionResult,
@@ -30,6 +27,11 @@ from operations.adapters.base import (
     LookupResult,
     LookupStatus,
     Preview,
+)
+from operations.adapters.errors import (
+    DEADLINE_EXCEEDED_CODE,
+    AdapterError,
+    AmbiguousOutcome,
     RetryableError,
     TerminalError,
 )

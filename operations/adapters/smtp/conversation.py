@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from functools import cache
 
-from operations.adapters.base import AdapterError, RetryableError, TerminalError
+from operations.adapters.errors import AdapterError, RetryableError, TerminalError
 
 #: Queue ids in a 250 reply's text: Postfix, Exim, Sendmail.
 _QUEUE_IDS = (

@@ -24,7 +24,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from operations.audit.checkpoints import CheckpointError, checkpoint_file_path, printable
+from operations.audit.checkpoint_file import checkpoint_file_path
+from operations.audit.checkpoints import CheckpointError, printable
 from operations.audit.keys import AuditKeyError, key_id, public_key_load, public_key_pem
 from operations.audit.signing import CheckpointRefusedError, audit_checkpoint_create
 

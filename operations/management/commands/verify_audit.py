@@ -35,10 +35,12 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from operations.audit.checkpoints import CheckpointError, checkpoint_file_path, printable, restored_gap
+from operations.audit.chain_checks import audit_verify
+from operations.audit.checkpoint_faults import CheckpointReport
+from operations.audit.checkpoint_file import checkpoint_file_path
+from operations.audit.checkpoints import CheckpointError, printable, restored_gap
 from operations.audit.keys import AuditKeyError, public_key_load
-from operations.audit.trail import audit_verify
-from operations.audit.verification import CheckpointReport, checkpoint_verify
+from operations.audit.verification import checkpoint_verify
 from operations.models import AuditCheckpoint, AuditEvent
 
 MAX_BREAKS_SHOWN = 50

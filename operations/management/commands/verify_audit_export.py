@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from operations.audit.trail import verify_export
+from operations.audit.chain_checks import verify_export
 
 MAX_REPORTED = 50
 

@@ -1,0 +1,219 @@
+"""The intent as every endpoint of the API returns it (``IntentSerializer``), and read by itself
+with the newest decision a person made on it (``IntentDetailSerializer``): its outcome, its
+links into the API and the console, why it is held or a likely duplicate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import NoReverseMatch, reverse
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from operations.access.scopes import agent_sees_principal
+from operations.models import AuditEvent, Intent, Outcome
+from operations.selectors import intent_latest_decision, intent_latest_outcome, intent_likely_duplicate
+
+
+class OutcomeSerializer(serializers.ModelSerializer[Outcome]):
+    """The newest evidence of the effect."""
+
+    class Meta:
+        model = Outcome
+        fields = ["source", "provider_reference", "response_digest", "created_at"]
+        read_only_fields = fields
+
+
+OUTCOME_STATUSES = frozenset({"SUCCEEDED", "COMPENSATING", "COMPENSATED"})
+
+#: The console page a person opens for an intent, by status (URL names of ``console.urls``):
+#: the approval page while it waits for one, the operators' pages while it waits for them.
+CONSOLE_PAGES = {
+    "AWAITING_APPROVAL": "approval-detail",
+    "UNKNOWN": "unknown-detail",
+    "HELD": "held-detail",
+}
+CONSOLE_DEFAULT_PAGE = "intent-detail"
+
+
+class IntentLinksSerializer(serializers.Serializer[Any]):
+    """``links`` of an intent: absolute URLs (RFC 3986), present when the request is known."""
+
+    self = serializers.URLField(help_text="this intent in the API")
+    console = serializers.URLField(
+        allow_null=True,
+        help_text="the console page a person opens for it: the approval page (/approvals/<id>/) "
+        "while AWAITING_APPROVAL, the operators' page while UNKNOWN or HELD, its detail page "
+        "otherwise; null when this deployment serves no console",
+    )
+
+
+class ResolutionSerializer(serializers.ModelSerializer[AuditEvent]):
+    """The newest decision a person made that moved the intent (its audit event)."""
+
+    at = serializers.DateTimeField(source="created_at", read_only=True)
+
+    class Meta:
+        model = AuditEvent
+        fields = ["event", "actor", "from_status", "to_status", "reason", "at"]
+        read_only_fields = fields
+
+
+class LikelyDuplicateSerializer(serializers.Serializer[Any]):
+    """``likely_duplicate`` of an intent held (or rejected) because an earlier intent for the same
+    business action already made its effect."""
+
+    earlier_intent = serializers.UUIDField(
+        allow_null=True,
+        help_text="the earlier intent whose effect stands (null when this agent may not read it)",
+    )
+    reason = serializers.CharField(help_text="what the earlier intent already did, and when")
+    at = serializers.DateTimeField(help_text="when it was found to be a likely duplicate")
+
+
+#: ``likely_duplicate.reason`` for an agent that may not read the earlier intent (scope ``own``).
+OTHERS_DUPLICATE = (
+    "likely duplicate: an intent of another principal for the same business action already made its effect"
+)
+
+
+class IntentSerializer(serializers.ModelSerializer[Intent]):
+    """The representation of an intent returned by every endpoint."""
+
+    intent_id = serializers.UUIDField(source="id", read_only=True)
+    outcome = serializers.SerializerMethodField()
+    held_behind = serializers.UUIDField(
+        source="held_behind_id",
+        read_only=True,
+        allow_null=True,
+        help_text=(
+            "status HELD: the earlier intent for the same business action this one waits for. "
+            "Do not submit again: this intent proceeds if that one ends without effect, and goes to "
+            "a person if it succeeded."
+        ),
+    )
+    hold_reason = serializers.CharField(
+        read_only=True,
+        help_text=(
+            "status HELD for a person rather than behind an earlier intent: why this deployment cannot "
+            "run it (its action or version is not served here); empty otherwise. Nothing was sent."
+        ),
+    )
+    likely_duplicate = serializers.SerializerMethodField(
+        help_text=(
+            "set when this intent was held for a person (status HELD) or refused by policy (status "
+            "REJECTED) as a likely duplicate: an earlier intent for the same business action (its "
+            "reference) already made its effect, while it was open or within the policy's "
+            "reuse_window_seconds. Do not submit it again; to do the action a second time on purpose, "
+            "use a new reference. Null otherwise."
+        )
+    )
+    links = serializers.SerializerMethodField()
+
+    def to_representation(self, instance: Intent) -> dict[str, Any]:
+        """The intent as JSON. With an ``agent`` in the context, ``held_behind`` (and the
+        earlier intent ``likely_duplicate`` names) is shown only when that agent may read it: an
+        agent of scope ``own`` is not told the id of a colleague's intent (issue 18; the hold
+        itself stays, since one business action per tenant is the safety rule)."""
+        data: dict[str, Any] = super().to_representation(instance)
+        agent = self.context.get("agent")
+        if agent is not None and data.get("held_behind") is not None:
+            principal = agent_sees_principal(agent)
+            if (
+                principal is not None
+                and instance.held_behind is not None
+                and instance.held_behind.principal != principal
+            ):
+                data["held_behind"] = None
+                if data.get("likely_duplicate"):
+                    data["likely_duplicate"] = {
+                        **data["likely_duplicate"],
+                        "earlier_intent": None,
+                        "reason": OTHERS_DUPLICATE,
+                    }
+        return data
+
+    class Meta:
+        model = Intent
+        fields = [
+            "intent_id",
+            "tenant",
+            "principal",
+            "action",
+            "action_version",
+            "arguments",
+            "request_hash",
+            "reference",
+            "metadata",
+            "status",
+            "held_behind",
+            "hold_reason",
+            "likely_duplicate",
+            "attempt_count",
+            "approval_expires_at",
+            "last_error",
+            "outcome",
+            "links",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    def get_outcome(self, intent: Intent) -> dict[str, Any] | None:
+        if intent.status not in OUTCOME_STATUSES:  # outcomes are written only with these
+            return None
+        outcome = intent_latest_outcome(intent)
+        return OutcomeSerializer(outcome).data if outcome else None
+
+    @extend_schema_field(LikelyDuplicateSerializer(allow_null=True))
+    def get_likely_duplicate(self, intent: Intent) -> dict[str, Any] | None:
+        """The reason of its ``likely_duplicate`` audit event (``intent_likely_duplicate``)."""
+        event = intent_likely_duplicate(intent)
+        if event is None:
+            return None
+        earlier = event.data.get("earlier") if isinstance(event.data, dict) else None
+        return LikelyDuplicateSerializer(
+            {
+                "earlier_intent": earlier or intent.held_behind_id,
+                "reason": event.reason,
+                "at": event.created_at,
+            }
+        ).data
+
+    @extend_schema_field(IntentLinksSerializer)
+    def get_links(self, intent: Intent) -> dict[str, str | None]:
+        """Absolute URLs of the intent in the API and in the console (``CONSOLE_PAGES``), built
+        from the request (its scheme and ``Host``, checked against ``ALLOWED_HOSTS``)."""
+        request = self.context.get("request")
+        api_path = f"/api/v1/intents/{intent.id}"
+        try:
+            console_path: str | None = reverse(
+                CONSOLE_PAGES.get(intent.status, CONSOLE_DEFAULT_PAGE), args=[intent.id]
+            )
+        except NoReverseMatch:
+            console_path = None
+        if request is None:
+            return {"self": api_path, "console": console_path}
+        return {
+            "self": request.build_absolute_uri(api_path),
+            "console": request.build_absolute_uri(console_path) if console_path else None,
+        }
+
+
+class IntentDetailSerializer(IntentSerializer):
+    """One intent read by itself (``GET /api/v1/intents/{id}``): the representation of every
+    endpoint plus ``resolution``, the newest decision a person made that moved it."""
+
+    resolution = serializers.SerializerMethodField()
+
+    class Meta(IntentSerializer.Meta):
+        fields = [*IntentSerializer.Meta.fields, "resolution"]
+        read_only_fields = fields
+
+    @extend_schema_field(ResolutionSerializer(allow_null=True))
+    def get_resolution(self, intent: Intent) -> dict[str, Any] | None:
+        """The newest approval, rejection, operator resolution, release or cancel by a person
+        (``intent_latest_decision``); null when no person decided anything on it."""
+        event = intent_latest_decision(intent)
+        return ResolutionSerializer(event).data if event else None
