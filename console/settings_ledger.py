@@ -25,10 +25,13 @@ def _rate(name: str, default: str) -> str | None:
 
 
 # The sandbox provider (the project's own test double): its actions (payments.charge, email.send,
-# reservations.*) and its event inboxes exist only with this on. Quick start, the tests and the
-# lab turn it on (console.lab.enable_sandbox); a production configuration leaves it off, so its
-# published event secret opens nothing (issue 33 item 6).
-EFFECT_LEDGER_SANDBOX = env_bool("EFFECT_LEDGER_SANDBOX", DEBUG)
+# reservations.*) and its event inboxes exist only with this on. On by default with DJANGO_DEBUG
+# and in embedded mode (no DATABASE_URL: the quick start's own database), so a manage.py command
+# run beside the quick start (resolve, reconcile_statement) serves what its workers serve; the
+# lab turns it on for the processes it starts (console.lab.enable_sandbox). A production
+# configuration (DATABASE_URL set) leaves it off, so its published event secret opens nothing
+# (issue 33 item 6).
+EFFECT_LEDGER_SANDBOX = env_bool("EFFECT_LEDGER_SANDBOX", DEBUG or not env_str("DATABASE_URL"))
 SANDBOX_PROVIDER_URL = env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8765")
 # Where ``manage.py sandbox_provider`` keeps its data (a libpq URL); empty: a database of its own
 # on the ledger's server, ``<ledger database>_sandbox``, created when missing. Never the ledger's

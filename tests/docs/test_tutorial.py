@@ -16,9 +16,10 @@ What differs on a test machine, and only that (``Tutorial.substitute``):
 - ``export TOKEN=...`` gets the token that quick start printed;
 - the database is a throwaway one on ``DATABASE_URL``'s server (or, without ``DATABASE_URL``, the
   embedded PostgreSQL in a temporary data directory, as on a fresh clone), the broker kombu's
-  filesystem transport in that directory (as on a fresh clone), and ``EFFECT_LEDGER_SANDBOX`` is
+  filesystem transport in that directory (as on a fresh clone). ``EFFECT_LEDGER_SANDBOX`` is
   removed from the environment the commands see (the tests' conftest sets it; a reader's shell
-  does not have it).
+  does not have it), except that on a server database it is set to 1: the reader's embedded mode
+  has the sandbox on by default, a ``DATABASE_URL`` has it off.
 
 The browser step ("Approve it in the browser") is done with Playwright and the machine's
 Chromium when there is one, else by posting the approval page's own form. The test also
@@ -245,6 +246,9 @@ def instance_env(tmp_path: Path) -> Iterator[dict[str, str]]:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{database}"')
         env["DATABASE_URL"] = server.rsplit("/", 1)[0] + f"/{database}" + (f"?{query}" if query else "")
+        # The reader runs in embedded mode (no DATABASE_URL), where the sandbox is on by default
+        # (console/settings_ledger.py); a server database turns that default off, so say it.
+        env["EFFECT_LEDGER_SANDBOX"] = "1"
     yield env
     if base:
         with psycopg.connect(admin, autocommit=True) as conn:

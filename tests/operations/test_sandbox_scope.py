@@ -170,3 +170,30 @@ def test_check_deploy_names_a_declared_secret_that_cannot_be_read(settings: Any,
     with pytest.raises(SystemCheckError) as raised:  # the test settings' HTTPS warnings remain
         call_command("check", "--deploy", "--fail-level", "WARNING")
     assert "operations.W006" not in str(raised.value) and "sk_test_x" not in str(raised.value)
+
+
+def test_i34_the_quick_starts_embedded_mode_serves_the_sandbox_to_every_command() -> None:
+    # given: the tutorial's second terminal: no DATABASE_URL (the quick start's embedded
+    # database), nothing said about the sandbox. ``manage.py resolve`` there must serve what the
+    # quick start's workers serve, or an "absent" on a sandbox email ends it FAILED as unserved.
+    removed = ("EFFECT_LEDGER_SANDBOX", "DJANGO_DEBUG", "DATABASE_URL")
+    env = {k: v for k, v in os.environ.items() if k not in removed}
+    script = (
+        "import django; django.setup(); from django.conf import settings;"
+        "from operations.adapters.registry import known_actions;"
+        "print(settings.EFFECT_LEDGER_SANDBOX, 'email.send' in known_actions())"
+    )
+
+    # when: settings are read (nothing connects, so no embedded PostgreSQL starts)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=BASE_DIR,
+        env={**env, "DJANGO_SETTINGS_MODULE": "console.settings"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+
+    # then
+    assert out.stdout.split() == ["True", "True"]
