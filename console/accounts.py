@@ -69,7 +69,7 @@ def console_user_create(
     the login form can send (no NUL, at most ``MAX_PASSWORD_LENGTH`` characters) and pass
     ``AUTH_PASSWORD_VALIDATORS``; without one, a random 20-character password is generated
     (the caller shows it once). ``email`` (stripped; empty for none) must pass Django's
-    ``validate_email``: it is where the account's notices go (README "Notifications"); an
+    ``validate_email``: it is where the account's notices go (docs/reference/console.md, "Notifications to approvers and operators"); an
     account without one is told nothing. Raises ``AccountError``; on error nothing is stored.
     """
     users = get_user_model()

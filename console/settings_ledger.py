@@ -111,7 +111,7 @@ EFFECT_LEDGER: dict[str, Any] = {
         "EFFECT_LEDGER_AUDIT_CHECKPOINT_FILE", str(DATA_DIR / "audit-checkpoints.jsonl")
     ),
     "AUDIT_CHECKPOINT_PERIOD_SECONDS": env_float("EFFECT_LEDGER_AUDIT_CHECKPOINT_PERIOD_SECONDS", 300.0),
-    # When the database goes back in time (issue 22, README "Failover and restore"): workers on
+    # When the database goes back in time (issue 22, docs/explanation/failover.md): workers on
     # start and the beat every RESTORE_CHECK_PERIOD_SECONDS compare it with the checkpoint file;
     # behind, execution pauses and (RECOVER_AUTOMATICALLY) recovery runs. For RESTORE_GUARD_SECONDS
     # after a recovery, sends to providers without keys are looked up first.
@@ -123,7 +123,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     # of SUCCEEDED and the terminal states the dashboard and /metrics show are at most about
     # this old; the open states are counted exactly on every request.
     "STATUS_ROLLUP_PERIOD_SECONDS": env_float("EFFECT_LEDGER_STATUS_ROLLUP_PERIOD_SECONDS", 60.0),
-    # The health page (/health/, README "Console": signal, amber when, red when). Every worker
+    # The health page (/health/, docs/reference/console.md: signal, amber when, red when). Every worker
     # upserts its heartbeat this often (operations.workers.heartbeat); it is late past HEALTH_WORKER_LATE
     # and gone past HEALTH_WORKER_GONE seconds without a beat.
     "WORKER_HEARTBEAT_SECONDS": env_float("EFFECT_LEDGER_WORKER_HEARTBEAT_SECONDS", 10.0),
@@ -154,7 +154,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     "WAIT_SLOTS": env_int(
         "EFFECT_LEDGER_WAIT_SLOTS", max(1, env_int("EFFECT_LEDGER_WEB_THREADS", 8, minimum=1) // 2), minimum=1
     ),
-    # Signed webhooks to agents (operations.services.webhooks, README "Webhooks to agents"): the
+    # Signed webhooks to agents (operations.services.webhooks, docs/reference/webhooks.md): the
     # beat's period and batch, the wait before attempt n (backoff: BASE * 2**(n-2), at most CAP,
     # equal jitter; with these, the 14th and last attempt comes about 13-26 h after the first),
     # and the request's timeouts (seconds).
@@ -175,8 +175,8 @@ EFFECT_LEDGER: dict[str, Any] = {
         "EFFECT_LEDGER_WEBHOOK_ALLOWED_NETWORKS",
         [] if env_str("DATABASE_URL") else ["127.0.0.0/8", "::1/128"],
     ),
-    # Notifications to approvers and operators (operations.services.notifications; README
-    # "Notifications to approvers and operators"). The console's address for deep links.
+    # Notifications to approvers and operators (operations.services.notifications;
+    # docs/reference/console.md). The console's address for deep links.
     "PUBLIC_URL": env_str("EFFECT_LEDGER_PUBLIC_URL", "http://127.0.0.1:8000"),
     # A Slack-compatible incoming webhook that receives every notice too (POST {"text": ...});
     # empty: email only.

@@ -83,7 +83,7 @@ def audit_checkpoint() -> int | None:
     period tries again, and ``manage.py check`` warns about the key (``operations.W003``). A
     log altered since the previous checkpoint is never signed over: the refusal is logged as an
     error naming the faults and counted (``effect_ledger_audit_checkpoint_refused_total``), and
-    every later period refuses again until an operator acts (README, "Signed audit checkpoints").
+    every later period refuses again until an operator acts (docs/explanation/audit-threat-model.md).
     """
     try:
         row = signing.audit_checkpoint_create(only_if_changed=True)

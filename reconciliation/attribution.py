@@ -94,7 +94,7 @@ def attribute(intent: Intent, references: Sequence[str], *, by_key: bool | None 
     if not found:
         return Attribution(own=())
     # The words name no other intent and no tenant: they are shown to operators who may read
-    # this intent's tenant only (README "Accounts and roles": another tenant reveals nothing).
+    # this intent's tenant only (docs/how-to/add-approvers.md: another tenant reveals nothing).
     others = {
         ref: "the recorded effect of another intent"
         for ref in Outcome.objects.filter(provider_reference__in=found, intent__action=intent.action)

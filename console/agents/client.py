@@ -138,7 +138,7 @@ class Intent:
 
 def idempotency_key_problem(key: str) -> str:
     """What is wrong with ``key`` as an ``Idempotency-Key`` ("" when nothing): the API takes 1-255
-    printable ASCII characters (README, "Submitting an intent"); checked here so that a key an
+    printable ASCII characters (docs/how-to/connect-an-agent.md); checked here so that a key an
     HTTP header cannot carry is a clear refusal, not an encoding error."""
     if not isinstance(key, str) or not 1 <= len(key) <= 255 or not all(" " <= c <= "~" for c in key):
         return f"idempotency_key must be 1-255 printable ASCII characters; got {key!r}"

@@ -97,7 +97,7 @@ def may_act(user: Any, roles: Iterable[str], tenant: str) -> bool:
 
 def console_scope(user: Any) -> TenantScope:
     """The tenants whose intents, findings and audit events ``user`` may read: those on which
-    it holds any console role (every role reads, README "Accounts and roles")."""
+    it holds any console role (every role reads, docs/how-to/add-approvers.md)."""
     return role_scope(user, ROLES)
 
 

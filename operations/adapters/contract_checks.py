@@ -5,8 +5,8 @@ Each check raises ``ImproperlyConfigured`` naming the configuration path; a valu
 be a secret is never echoed. What they keep out:
 
 * a URL whose scheme, user, host or port an agent's arguments could choose (placeholders are
-  allowed in the path and the query only; the README's "the URL never comes from the
-  arguments"), a URL that is not absolute ``http``/``https``, and braces that are not a
+  allowed in the path and the query only; docs/reference/provider-contract.md: "the host never comes
+  from the arguments"), a URL that is not absolute ``http``/``https``, and braces that are not a
   placeholder (``{tickets``, ``{title|title}``) that would otherwise be sent literally;
 * header names that are not RFC 9110 tokens (§5.1), values holding CR, LF or NUL (§5.5) or
   text other than visible ASCII, the headers the transport owns (``Host``, ``Content-Length``,

@@ -211,7 +211,7 @@ class CallbackSetSerializer(StrictSerializer):
     url = JsonStringField(
         max_length=2000,
         trim_whitespace=False,
-        help_text="absolute http(s) URL with a host; no credentials, no fragment (README, 'Webhooks to agents')",
+        help_text="absolute http(s) URL with a host; no credentials, no fragment (docs/reference/webhooks.md)",
     )
     rotate_secret = JsonBooleanField(
         required=False, default=False, help_text="make a new signing secret (the old one stops signing now)"

@@ -1,6 +1,6 @@
 """The checkpoint file (``AUDIT_CHECKPOINT_FILE``): the append-only copy of the signed
-checkpoints meant to be shipped away from the database (``operations.audit.checkpoints``; README,
-"Threat model of the audit trail").
+checkpoints meant to be shipped away from the database (``operations.audit.checkpoints``;
+docs/explanation/audit-threat-model.md).
 
 Read whole and checked line by line (``checkpoint_file_read``: an auditor's copy may hold
 anything), or only at its ends without reading the rest: the newest line with its heads

@@ -20,7 +20,7 @@ Transparency log's signed tree head does (RFC 9162 §4.10) and ledger databases'
 
 Each checkpoint is stored (``AuditCheckpoint``, append-only like the events, with the heads
 zlib-compressed), logged as one JSON line and appended to a file (``AUDIT_CHECKPOINT_FILE``)
-meant to be shipped away from the database (README, "Threat model of the audit trail").
+meant to be shipped away from the database (docs/explanation/audit-threat-model.md).
 
 This module is the format: the statement, the heads, the file's lines (written and read back,
 every field checked, since an auditor's copy may hold anything). Reading the checkpoint file is

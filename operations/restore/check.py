@@ -15,7 +15,7 @@ before the first checkpoint (a database without checkpoints looks like a new one
 or unreadable file makes the check ``blind``, and a file of another ledger ``foreign``: both
 are logged on every check, shown on the dashboard, and the beat signs no checkpoint into a
 foreign file. ``manage.py recover
---since`` is the operator's tool for that case (README, "Failover and restore").
+--since`` is the operator's tool for that case (docs/explanation/failover.md).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def restore_check(*, actor: str) -> str:
         return "paused"
     refused = RecoveryRun.objects.order_by("-started_at", "-id").values_list("error", flat=True).first()
     if refused and refused.startswith(AuditFaultsRefused.__name__):
-        # Not retried by itself: the faults need a person (README, "Failover runbook").
+        # Not retried by itself: the faults need a person (docs/how-to/failover-runbook.md).
         return "refused"
     kept = AuditCheckpoint.objects.order_by("-number").values_list("created_at", flat=True).first()
     plan = RecoveryPlan(

@@ -3,7 +3,7 @@ periodic jobs and the provider calls of the last hour, each judged green, amber 
 
 Every figure comes from the database except the queue depths, which ask the broker with a
 bounded wait (``HEALTH_BROKER_TIMEOUT_SECONDS``) and say "unknown" with the reason rather than
-fail. Thresholds are settings (``EFFECT_LEDGER["HEALTH_*"]``; README, "Console", the health
+fail. Thresholds are settings (``EFFECT_LEDGER["HEALTH_*"]``; docs/reference/console.md, the health
 signals table).
 
 The workers, the outbox and the periodic jobs are read here; the broker's queues in

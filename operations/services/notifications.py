@@ -1,5 +1,5 @@
 """Notifications to approvers and operators: written with the event, sent by the beat, digested
-and rate-limited per recipient (README "Notifications to approvers and operators").
+and rate-limited per recipient (docs/reference/console.md, "Notifications to approvers and operators").
 
 Three steps, each its own transaction, so nothing is lost and no network call holds a lock:
 

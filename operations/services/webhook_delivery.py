@@ -1,5 +1,5 @@
 """Delivering the signed webhooks to agents that ``operations.services.webhooks`` wrote: the
-frozen body, claims, POSTs, results and re-sends (README "Webhooks to agents").
+frozen body, claims, POSTs, results and re-sends (docs/reference/webhooks.md).
 
 * ``webhooks_deliver_due`` (the task's) claims due rows with ``FOR UPDATE SKIP LOCKED`` in a
   bounded batch, pushing ``next_attempt_at`` forward as a lease, and commits; POSTs each row

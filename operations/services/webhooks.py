@@ -1,4 +1,4 @@
-"""Signed webhooks to agents (README "Webhooks to agents"): registration and the outbox rows
+"""Signed webhooks to agents (docs/reference/webhooks.md): registration and the outbox rows
 written with each terminal transition. Their body, delivery with retries, and re-sends are in
 ``operations.services.webhook_delivery``.
 

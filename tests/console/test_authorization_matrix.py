@@ -2,7 +2,7 @@
 role, held on one tenant or on every tenant) x every console page and action x its own tenant
 and another tenant.
 
-Rules under test (README, "Accounts and roles"):
+Rules under test (docs/how-to/add-approvers.md):
 
 * a page lists, counts and exports the reader's tenants only; another tenant's intent, finding or
   audit event is a 404, the answer for one that does not exist;

@@ -143,7 +143,7 @@ def test_i18_6_rotation_keeps_both_tokens_valid_during_the_overlap_then_refuses_
     settings: Any,
 ) -> None:
     # given: a verified token; processes keep verified tokens 0.5 s (shorter than the overlap, as
-    # the README asks: a change to a cached token reaches a process within that bound)
+    # docs/how-to/connect-an-agent.md asks: a change to a cached token reaches a process within that bound)
     settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "TOKEN_CACHE_SECONDS": 0.5}
     make_agent("rotator")
     _, old = make_agent("rotator", tenant="globex")

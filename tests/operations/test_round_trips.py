@@ -159,7 +159,7 @@ def test_throttle_cost_on_the_database_cache_per_request(settings: Any) -> None:
     with tallying(tally):
         tally.step = "list"
         assert client.get("/api/v1/intents").status_code == 200
-    # then: the figure the README's "Rate limits" gives. Each of the two windows (agent, tenant)
+    # then: the figure docs/how-to/connect-an-agent.md's "Rate limits" gives. Each of the two windows (agent, tenant)
     # costs Django's database cache a read, a COUNT(*) (its cull check) and a write transaction:
     # six commits of the throttle's besides the list's own read. Redis takes them off PostgreSQL.
     cache_statements = [sql for _, sql in tally.sql if "effect_ledger_cache" in sql]

@@ -1,4 +1,4 @@
-"""Render the benchmark's results as Markdown (the README's Performance table)."""
+"""Render the benchmark's results as Markdown (the table of docs/explanation/performance.md)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 --all-tenants)``: a console account holding its roles on those tenants or on every tenant.
 
 Prints a generated password once, or reads one line from stdin with ``--password-stdin``.
-``--email`` gives the account the address its notices go to (README "Notifications").
+``--email`` gives the account the address its notices go to (docs/reference/console.md, "Notifications to approvers and operators").
 ``--django-admin`` makes a separate account for the Django admin site (staff and superuser).
 """
 

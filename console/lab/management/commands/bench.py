@@ -21,7 +21,7 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", tempfile.mkdtemp(prefix="el-be
 class Command(BaseCommand):
     """Run every phase against scratch databases (created and dropped on the same server)."""
 
-    help = "Benchmark Effect Ledger (see README, Performance)."
+    help = "Benchmark Effect Ledger (see docs/explanation/performance.md)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         """Declare the options; defaults are issue 7's figures."""
@@ -32,12 +32,12 @@ class Command(BaseCommand):
             "--api-workers",
             type=int,
             default=4,
-            help="gunicorn worker processes (default 4: two per core here, measured, see README)",
+            help="gunicorn worker processes (default 4: two per core here, measured, see docs/explanation/performance.md)",
         )
         parser.add_argument(
             "--api-worker-class",
             default="sync",
-            help="gunicorn worker class: sync or gthread:THREADS (default sync, see README)",
+            help="gunicorn worker class: sync or gthread:THREADS (default sync, see docs/explanation/performance.md)",
         )
         parser.add_argument(
             "--api-compare",
@@ -54,7 +54,7 @@ class Command(BaseCommand):
             "--ledger-pool",
             default="threads:4",
             help="Celery pool of the ledger's workers, pool:concurrency[:prefetch] (default threads:4,"
-            " measured, see README)",
+            " measured, see docs/explanation/performance.md)",
         )
         parser.add_argument(
             "--flame",

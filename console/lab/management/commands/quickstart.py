@@ -139,11 +139,11 @@ class Command(BaseCommand):
             "SANDBOX_PROVIDER_URL": f"http://127.0.0.1:{options['sandbox_port']}",
             "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
             "PYTHONUNBUFFERED": "1",
-            # The console's address in the notices' deep links (README "Notifications"): the
+            # The console's address in the notices' deep links (docs/reference/console.md, "Notifications to approvers and operators"): the
             # port it runs on here, unless the user named the address people reach it by.
             "EFFECT_LEDGER_PUBLIC_URL": os.environ.get("EFFECT_LEDGER_PUBLIC_URL")
             or f"http://127.0.0.1:{options['port']}",
-            # Agents' webhook receivers on this machine (README "Webhooks to agents"): the
+            # Agents' webhook receivers on this machine (docs/reference/webhooks.md): the
             # processes get DATABASE_URL, so they would not take the embedded default themselves.
             "EFFECT_LEDGER_WEBHOOK_ALLOWED_NETWORKS": ",".join(
                 settings.EFFECT_LEDGER["WEBHOOK_ALLOWED_NETWORKS"]
@@ -202,7 +202,7 @@ class Command(BaseCommand):
             f" -n worker@%%h --include {','.join(LAB_TASK_MODULES)}",
             "beat": f"{python} -m celery -A console beat -l INFO -s {data_dir / 'celerybeat-schedule'}",
             # The sandbox tells the ledger it runs beside about every effect (signed events to
-            # the web process's /providers/<source>/events, README "Provider evidence").
+            # the web process's /providers/<source>/events, docs/explanation/evidence.md).
             "sandbox": f"{python} {manage} sandbox_provider --port {options['sandbox_port']}"
             f" --events-url {events_base_url(options['port'])}",
             # The MCP server for agents, on the public API like an agent's machine; it holds no
