@@ -32,7 +32,7 @@ class PayloadTooLarge(exceptions.APIException):
 class StrictJSONParser(BaseParser):
     """Parse ``application/json`` strictly: UTF-8 only, no NaN/Infinity, no member name twice in
     one object, a size limit, and any malformed input answered with 400 (never 500)
-    (``operations.api.json_io.loads_strict``)."""
+    (``operations.strict_json.loads_strict``)."""
 
     media_type = "application/json"
 

@@ -285,7 +285,7 @@ class Attempt(models.Model):
         ]
         indexes = [
             # The health page's provider call statistics read the last hour of attempts as a
-            # range scan of this index (operations.selectors.health.provider_call_stats).
+            # range scan of this index (operations.selectors.provider_calls.provider_call_stats).
             models.Index(fields=["started_at"], name="attempt_started"),
         ]
 

@@ -21,7 +21,7 @@ class ExecutionControl(models.Model):
       checkpoint file, and by ``recover`` while it runs.
     * ``guard_started_at`` .. ``guard_until``: the restore guard. A claim in this interval at a
       provider that cannot deduplicate on our key looks the effect up before sending
-      (``operations.restore_guard``).
+      (``operations.engine.restore_guard``).
     """
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)

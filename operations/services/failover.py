@@ -12,7 +12,7 @@ keeps "at most one effect per intent" true across that:
   restored database never knew (so a keyed provider answers a replay, not ``stale_fence``).
 * **the restore guard**: for ``RESTORE_GUARD_SECONDS`` after a recovery, a send to a provider
   that cannot deduplicate on our key is preceded by a look-up
-  (``operations.engine.protocol``, ``_restore_guard``): an effect the forgotten timeline made — for this
+  (``operations.engine.restore_guard.restore_guard``): an effect the forgotten timeline made — for this
   intent, or for the intent an agent re-submitted after the restore lost it — is found and
   recorded instead of sent again.
 * **the outbox re-check**: every READY intent gets a fresh message at once (the old one may

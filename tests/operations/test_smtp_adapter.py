@@ -1,6 +1,6 @@
 """The SMTP email adapter against a real SMTP server (aiosmtpd on loopback, tests/support/
 smtp_server.py): one message per call, our key in its Message-ID, each side of the commit point
-classified (operations/adapters/smtp.py), its configuration refused with the field named; and
+classified (operations/adapters/smtp/), its configuration refused with the field named; and
 case C25 through the ledger: a relay that takes the message and drops the connection before its
 final reply leaves the intent UNKNOWN for a person, never sent again on its own."""
 
