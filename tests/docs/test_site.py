@@ -125,3 +125,20 @@ def test_the_metrics_page_names_every_metric(site: Path) -> None:
     text = _text(site, "reference/metrics")
     for name in names:
         assert re.search(rf"\b{name}(_total)?\b", text), name
+
+
+def test_the_layout_page_names_every_room_and_module_of_the_ledger(site: Path) -> None:
+    # Written independently of docs/hooks/rooms.py: every package and module under operations/
+    # (migrations and management commands aside) appears on the explanation of the layout.
+    page = _text(site, "explanation/layout")
+    operations = ROOT / "operations"
+    expected = [
+        path.relative_to(ROOT).as_posix()
+        for path in operations.rglob("*.py")
+        if path.name != "__init__.py"
+        and not {"migrations", "management"} & set(path.parts)
+        and len(path.relative_to(operations).parts) <= 2
+    ]
+    assert len(expected) > 50
+    missing = [name for name in expected if name not in page]
+    assert missing == []
