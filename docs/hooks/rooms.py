@@ -53,10 +53,16 @@ def render_rooms(package: str) -> str:
         rows.append(f"| `{package}/{module.name}` | {_cell(_first_sentence(_docstring(module)))} |")
     rooms = sorted(p for p in base.iterdir() if (p / "__init__.py").is_file() and p.name not in SKIPPED)
     for room in rooms:
-        rows.append(f"| **`{package}/{room.name}/`** | **{_cell(_first_paragraph(_docstring(room / '__init__.py')))}** |")
+        rows.append(
+            f"| **`{package}/{room.name}/`** | **{_cell(_first_paragraph(_docstring(room / '__init__.py')))}** |"
+        )
         for module in _modules(room):
-            rows.append(f"| `{package}/{room.name}/{module.name}` | {_cell(_first_sentence(_docstring(module)))} |")
-        for inner in sorted(p for p in room.iterdir() if (p / "__init__.py").is_file() and p.name not in SKIPPED):
+            rows.append(
+                f"| `{package}/{room.name}/{module.name}` | {_cell(_first_sentence(_docstring(module)))} |"
+            )
+        for inner in sorted(
+            p for p in room.iterdir() if (p / "__init__.py").is_file() and p.name not in SKIPPED
+        ):
             rows.append(
                 f"| `{package}/{room.name}/{inner.name}/` | "
                 f"{_cell(_first_sentence(_docstring(inner / '__init__.py')))} |"
