@@ -49,16 +49,17 @@ CHARGE_EVENT = {
 }
 
 
-def test_a_production_configuration_serves_no_sandbox_action() -> None:
-    # given: a process started as a deployment would be, nothing said about the sandbox
-    env = {k: v for k, v in os.environ.items() if k not in ("EFFECT_LEDGER_SANDBOX", "DJANGO_DEBUG")}
+def sandbox_served_in_a_fresh_process(
+    *, without: tuple[str, ...], action: str, extra: dict[str, str] | None = None
+) -> list[str]:
+    """``[EFFECT_LEDGER_SANDBOX, whether action is served]`` as a new process reads its settings
+    with the variables ``without`` names unset and ``extra`` set (nothing connects to a database)."""
+    env = {k: v for k, v in os.environ.items() if k not in without} | (extra or {})
     script = (
         "import django; django.setup(); from django.conf import settings;"
         "from operations.adapters.registry import known_actions;"
-        "print(settings.EFFECT_LEDGER_SANDBOX, 'payments.charge' in known_actions())"
+        f"print(settings.EFFECT_LEDGER_SANDBOX, {action!r} in known_actions())"
     )
-
-    # when
     out = subprocess.run(
         [sys.executable, "-c", script],
         cwd=BASE_DIR,
@@ -68,9 +69,18 @@ def test_a_production_configuration_serves_no_sandbox_action() -> None:
         timeout=60,
         check=True,
     )
+    return out.stdout.split()
 
-    # then
-    assert out.stdout.split() == ["False", "False"]
+
+def test_a_production_configuration_serves_no_sandbox_action() -> None:
+    # given: a process started as a deployment would be (a DATABASE_URL), nothing said about
+    # the sandbox; when: it reads its settings; then
+    served = sandbox_served_in_a_fresh_process(
+        without=("EFFECT_LEDGER_SANDBOX", "DJANGO_DEBUG"),
+        action="payments.charge",
+        extra={"DATABASE_URL": "postgres://ledger@db.internal:5432/ledger"},
+    )
+    assert served == ["False", "False"]
 
 
 @pytest.mark.django_db
@@ -176,24 +186,8 @@ def test_i34_the_quick_starts_embedded_mode_serves_the_sandbox_to_every_command(
     # given: the tutorial's second terminal: no DATABASE_URL (the quick start's embedded
     # database), nothing said about the sandbox. ``manage.py resolve`` there must serve what the
     # quick start's workers serve, or an "absent" on a sandbox email ends it FAILED as unserved.
-    removed = ("EFFECT_LEDGER_SANDBOX", "DJANGO_DEBUG", "DATABASE_URL")
-    env = {k: v for k, v in os.environ.items() if k not in removed}
-    script = (
-        "import django; django.setup(); from django.conf import settings;"
-        "from operations.adapters.registry import known_actions;"
-        "print(settings.EFFECT_LEDGER_SANDBOX, 'email.send' in known_actions())"
+    # when: it reads its settings (nothing connects, so no embedded PostgreSQL starts); then
+    served = sandbox_served_in_a_fresh_process(
+        without=("EFFECT_LEDGER_SANDBOX", "DJANGO_DEBUG", "DATABASE_URL"), action="email.send"
     )
-
-    # when: settings are read (nothing connects, so no embedded PostgreSQL starts)
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=BASE_DIR,
-        env={**env, "DJANGO_SETTINGS_MODULE": "console.settings"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-
-    # then
-    assert out.stdout.split() == ["True", "True"]
+    assert served == ["True", "True"]
