@@ -13,6 +13,7 @@ from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 
 from operations.workers.heartbeat import WorkerHeartbeatStep
 
+# The settings module Django loads, unless the environment names another.
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
 # Product tasks only: autodiscovery finds ``<app>.tasks`` of the installed apps (operations,

@@ -62,12 +62,15 @@ from console.settings_ledger import (  # noqa: F401 (settings: Django reads them
     SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS,
 )
 
-# DJANGO_SECRET_KEY, or one generated once in the data directory; a weak key refuses to start
-# (console/secret_key.py).
+# DJANGO_SECRET_KEY, or one generated once into <data dir>/secret_key. While DJANGO_DEBUG is off an
+# empty, published, django-insecure- or weak key refuses to start (console/secret_key.py).
 SECRET_KEY = resolve_secret_key(
     configured=os.environ.get("DJANGO_SECRET_KEY"), data_dir=DATA_DIR, debug=DEBUG
 )
+# Host names the site answers to (comma-separated): in production, the names people and agents use.
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+# Origins (https://host, comma-separated) trusted by the CSRF check besides the request's own host:
+# the public origin, when a proxy changes the host.
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
@@ -164,6 +167,8 @@ TEMPLATES = [
 
 
 def _database_url() -> str:
+    # The PostgreSQL 15+ database (a libpq URL). Unset: an embedded PostgreSQL under <data dir>/pg,
+    # started by the process that needs it (quickstart's mode, one machine only).
     url = env_str("DATABASE_URL")
     if url:
         return url
@@ -171,14 +176,15 @@ def _database_url() -> str:
 
 
 DATABASE_URL = _database_url()
-# Persistent connections (seconds; 0 closes after each request or task). A web process checks a
-# connection before reusing it in a request (DATABASE_CONN_HEALTH_CHECKS, a ``SELECT 1``: one round
-# trip and one commit per request; off, the first request on a connection a database restart
-# broke answers 503 with Retry-After instead); workers never do (console/celery.py).
 DATABASES = {
     "default": dj_database_url.parse(
         DATABASE_URL,
+        # Seconds a database connection is kept for reuse (0: closed after each request or task).
         conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60),
+        # A web process checks a kept connection before a request reuses it (a ``SELECT 1``: one
+        # round trip and one commit per request); off, the first request on a connection a database
+        # restart broke answers 503 with Retry-After (safe to retry with the same key). Workers never
+        # check: a task that finds its connection broken closes it and is delivered again.
         conn_health_checks=env_bool("DATABASE_CONN_HEALTH_CHECKS", True),
     )
 }
@@ -186,6 +192,7 @@ DATABASES["default"].setdefault("OPTIONS", {})
 # Seconds to wait for a connection (libpq connect_timeout): an unreachable database answers
 # the API's 503 and a worker's re-delivery this fast, instead of after the TCP timeout.
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 5))
+# Tests only: the database the test runner creates and drops on the server of DATABASE_URL.
 DATABASES["default"]["TEST"] = {"NAME": env_str("EFFECT_LEDGER_TEST_DATABASE", "test_effect_ledger")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -200,12 +207,16 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_HANDLER = "console.signin.SignInLockHandler"
+# Failed sign-ins that lock one (username, address) pair (at least 1).
 AXES_FAILURE_LIMIT = env_int("EFFECT_LEDGER_SIGNIN_FAILURES", 5, minimum=1)
+# Seconds a sign-in lock lasts after the last failure (at least 1; default 900, 15 minutes).
 AXES_COOLOFF_TIME = timedelta(seconds=env_int("EFFECT_LEDGER_SIGNIN_LOCK_SECONDS", 15 * 60, minimum=1))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# Failed sign-ins from one address, over any usernames, that lock the address (at least 1).
 EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES = env_int("EFFECT_LEDGER_SIGNIN_ADDRESS_FAILURES", 20, minimum=1)
 # Reverse proxies in front of the web server that each append the address they received from
-# to X-Forwarded-For (0: clients connect directly; console.signin.client_ip).
+# to X-Forwarded-For: the sign-in address is that many entries from the right (0: the
+# connection's address, X-Forwarded-For ignored; console.signin.client_ip).
 EFFECT_LEDGER_PROXY_COUNT = env_int("EFFECT_LEDGER_PROXY_COUNT", 0, minimum=0)
 AXES_USERNAME_CALLABLE = "console.signin.lockout_username"
 AXES_CLIENT_IP_CALLABLE = "console.signin.client_ip"
@@ -234,7 +245,8 @@ STORAGES = {
 # Caches. "default" stays in each process's memory (the audit page's verification result, the
 # sign-in tests). "throttle" holds the API's rate-limit windows (operations/api/throttling.py) and must
 # be shared by every web process: Redis when EFFECT_LEDGER_CACHE_URL names one (redis:// or
-# rediss://), else the database's table effect_ledger_cache (created by migration 0021).
+# rediss://; any other scheme refuses to start), else the database's table effect_ledger_cache
+# (created by migration 0021).
 EFFECT_LEDGER_CACHE_URL = env_str("EFFECT_LEDGER_CACHE_URL")
 if EFFECT_LEDGER_CACHE_URL and not EFFECT_LEDGER_CACHE_URL.startswith(("redis://", "rediss://")):
     raise ValueError(
@@ -260,7 +272,8 @@ REST_FRAMEWORK: dict[str, Any] = {
     "EXCEPTION_HANDLER": "operations.api.support.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
-    # Per agent and per tenant, on the shared "throttle" cache; rates in EFFECT_LEDGER (console/settings_ledger.py).
+    # Per agent and per tenant, on the shared "throttle" cache; rates in EFFECT_LEDGER
+    # (console/settings_ledger.py).
     "DEFAULT_THROTTLE_CLASSES": [
         "operations.api.throttling.AgentRateThrottle",
         "operations.api.throttling.TenantRateThrottle",
@@ -290,12 +303,19 @@ SPECTACULAR_SETTINGS = {
 # e.g. EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend with EMAIL_HOST and friends.
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+# The SMTP server's port.
 EMAIL_PORT = env_int("EMAIL_PORT", 25)
+# The SMTP login's user name (empty: no login).
 EMAIL_HOST_USER = env_str("EMAIL_HOST_USER")
+# The SMTP login's password (used with EMAIL_HOST_USER).
 EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD")
+# STARTTLS on the SMTP connection (usually port 587); not together with EMAIL_USE_SSL.
 EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+# Implicit TLS on the SMTP connection (usually port 465); not together with EMAIL_USE_TLS.
 EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL", False)
+# Seconds an SMTP connection or command may block (a Slack POST's: EFFECT_LEDGER_NOTIFY_SEND_TIMEOUT_SECONDS).
 EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)
+# The From address of the notification emails.
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "Effect Ledger <effect-ledger@localhost>")
 
 LOGGING: dict[str, Any] = {
@@ -308,6 +328,7 @@ LOGGING: dict[str, Any] = {
         },
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    # The root logger's level (DEBUG, INFO, WARNING, ERROR): JSON lines on stderr.
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},

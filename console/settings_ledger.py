@@ -32,6 +32,7 @@ def _rate(name: str, default: str) -> str | None:
 # configuration (DATABASE_URL set) leaves it off, so its published event secret opens nothing
 # (issue 33 item 6).
 EFFECT_LEDGER_SANDBOX = env_bool("EFFECT_LEDGER_SANDBOX", DEBUG or not env_str("DATABASE_URL"))
+# The sandbox provider's base URL (manage.py sandbox_provider; quickstart sets it from --sandbox-port).
 SANDBOX_PROVIDER_URL = env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8765")
 # Where ``manage.py sandbox_provider`` keeps its data (a libpq URL); empty: a database of its own
 # on the ledger's server, ``<ledger database>_sandbox``, created when missing. Never the ledger's
@@ -40,6 +41,7 @@ SANDBOX_DATABASE_URL = env_str("SANDBOX_DATABASE_URL")
 # Seconds the sandbox's read paths may miss an effect that exists (its capabilities' consistency
 # windows): duplicate checks keep looking this long after an intent ends.
 SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS = env_float("SANDBOX_EMAIL_CONSISTENCY_WINDOW_SECONDS", 120.0)
+# The same for the sandbox's reservations.create: seconds a late second booking may stay unlisted.
 SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS = env_float(
     "SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS", 60.0
 )
@@ -49,7 +51,8 @@ SANDBOX_RESERVATIONS_CONSISTENCY_WINDOW_SECONDS = env_float(
 # is public; a real provider's secret goes in EFFECT_LEDGER_PROVIDER_EVENT_SECRETS.
 SANDBOX_EVENTS_SECRET = env_str("SANDBOX_EVENTS_SECRET", PUBLISHED_SANDBOX_EVENTS_SECRET)
 # Where the sandbox provider POSTs its events (``manage.py sandbox_provider --events-url``):
-# the ledger's ``/providers/`` prefix, e.g. http://127.0.0.1:8000/providers/; empty: no events.
+# the ledger's ``/providers/`` prefix, e.g. http://127.0.0.1:8000/providers/; empty: no events
+# (quickstart sets it).
 SANDBOX_EVENTS_URL = env_str("SANDBOX_EVENTS_URL")
 # Event secrets of other sources, by source name: {"acme-pay": "whsec_..."} (JSON).
 EFFECT_LEDGER_PROVIDER_EVENT_SECRETS: dict[str, str] = json.loads(
@@ -60,64 +63,88 @@ EFFECT_LEDGER_PROVIDER_EVENT_SECRETS: dict[str, str] = json.loads(
 # to its contract (operations/adapters/contract.py), and one mapping each mail action to its
 # SMTP relay (operations/adapters/smtp/). A file that cannot be read stops the process, naming it.
 EFFECT_LEDGER_GENERIC_HTTP: dict[str, Any] = env_json_file("EFFECT_LEDGER_GENERIC_HTTP_FILE")
+# Real mail relays for the SMTP adapter (operations/adapters/smtp/): a JSON file mapping each mail
+# action to its relay; secrets named as env:NAME or file:PATH, never written in it.
 EFFECT_LEDGER_SMTP: dict[str, Any] = env_json_file("EFFECT_LEDGER_SMTP_FILE")
 
 EFFECT_LEDGER: dict[str, Any] = {
-    # Seconds a worker's claim on an intent lasts; the provider deadline is shorter (see engine).
+    # Seconds a worker's claim on an intent lasts; the provider deadline is at most half of it
+    # (operations.engine.protocol.provider_deadline_seconds).
     "LEASE_SECONDS": env_int("EFFECT_LEDGER_LEASE_SECONDS", 30),
+    # Seconds a provider call may take in all (connect, send, headers, body: one wall-clock deadline),
+    # but at most half the lease and PROVIDER_DEADLINE_MARGIN_SECONDS below it; a lookup's deadline.
     "PROVIDER_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_PROVIDER_TIMEOUT_SECONDS", 10.0),
     # Seconds the provider deadline stays below the lease at least (operations.engine.protocol
     # .provider_deadline_seconds): time to re-check before the call and record after it.
+    # ``manage.py check`` refuses a margin not shorter than the lease (operations.E002).
     "PROVIDER_DEADLINE_MARGIN_SECONDS": env_float("EFFECT_LEDGER_PROVIDER_DEADLINE_MARGIN_SECONDS", 1.0),
     # Bytes of a provider's answer that are read at most; past it the answer is ambiguous and
-    # only its digest is kept (operations/adapters/http_support.py).
+    # only its digest is kept (operations/adapters/http_support.py). ``manage.py check`` refuses a
+    # cap that is not a positive number (operations.E002).
     "PROVIDER_RESPONSE_MAX_BYTES": env_int("EFFECT_LEDGER_PROVIDER_RESPONSE_MAX_BYTES", 1024 * 1024),
+    # Outbox rows the relay publishes per pass and kind at most.
     "OUTBOX_BATCH": env_int("EFFECT_LEDGER_OUTBOX_BATCH", 100),
     # When set, /metrics answers only requests with "Authorization: Bearer <this token>" (a
     # Prometheus scrape config's `authorization: {credentials_file: ...}`); empty: open.
     "METRICS_TOKEN": env_str("EFFECT_LEDGER_METRICS_TOKEN"),
     # Seconds a web process keeps an agent token it verified (operations/api/authentication.py): a
     # revoked, deactivated or deleted agent is refused, and a change to it (its tenant) seen, by
-    # every process within this bound. 0 = no cache.
+    # every process within this bound (never past the token's expiry). 0 = no cache.
     "TOKEN_CACHE_SECONDS": env_float("EFFECT_LEDGER_TOKEN_CACHE_SECONDS", 5.0),
     # API requests per agent and per tenant (all its agents together), across every web process
     # (operations/api/throttling.py): "<n>/<s|min|hour|day>", or "off"; past either, 429 with
-    # Retry-After. The tenant's limit is what keeps one tenant from starving the others.
+    # Retry-After; a malformed rate refuses to start. The tenant's limit is what keeps one tenant from
+    # starving the others.
     "RATE_AGENT": _rate("EFFECT_LEDGER_RATE_AGENT", "600/min"),
+    # API requests of all one tenant's agents together, across every web process (same format).
     "RATE_TENANT": _rate("EFFECT_LEDGER_RATE_TENANT", "3000/min"),
-    # Beat periods in seconds (console/celery.py): the outbox relay's safety net and the reconciler.
+    # Beat period in seconds of the outbox relay's safety net (console/celery.py); the threshold for a
+    # stalled READY intent follows it (operations.workers.delivery.stalled_ready_seconds).
     "RELAY_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RELAY_PERIOD_SECONDS", 2.0),
+    # Beat period in seconds of the reconciler (UNKNOWN lookups, duplicates, HELD decisions, ...).
     "RECONCILE_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RECONCILE_PERIOD_SECONDS", 5.0),
     # The statement reconciliation runs daily (beat: 02:00 UTC, yesterday's statements); the
     # health page judges its age by this period (issue 19).
     "STATEMENT_PERIOD_SECONDS": 86400.0,
     # Days a reconciliation run (a pass that did or found something) is kept.
     "RECONCILIATION_RUN_RETENTION_DAYS": env_float("EFFECT_LEDGER_RECONCILIATION_RUN_RETENTION_DAYS", 7),
+    # Intents a reconciler pass takes at most, per kind of work (UNKNOWN, HELD, duplicates).
     "RECONCILE_BATCH": env_int("EFFECT_LEDGER_RECONCILE_BATCH", 500),
+    # Seconds the oldest due, unsent outbox row may wait before the health page shows the outbox
+    # amber (and a reconciler pass reports outbox_lag_warning).
     "OUTBOX_LAG_WARNING_SECONDS": env_int("EFFECT_LEDGER_OUTBOX_LAG_WARNING_SECONDS", 60),
-    # Signed audit checkpoints (operations/audit/checkpoints.py). The Ed25519 private key (PEM, PKCS#8)
-    # lives in a file, never in the database; it is created on first use (mode 0600) only where
-    # AUDIT_SIGNING_KEY_CREATE is on: by default in embedded mode (no DATABASE_URL), as quickstart
-    # runs. An auditor's copy may verify with the public key alone (AUDIT_PUBLIC_KEY_FILE).
+    # Signed audit checkpoints (operations/audit/checkpoints.py): the Ed25519 private key (PEM,
+    # PKCS#8) that signs them, in a file, never in the database; keep it off the database host and
+    # out of its backups.
     "AUDIT_SIGNING_KEY_FILE": env_str(
         "EFFECT_LEDGER_AUDIT_SIGNING_KEY_FILE", str(DATA_DIR / "audit-signing-key.pem")
     ),
+    # Create that key file (mode 0600) on first use when it is missing; on by default in embedded
+    # mode only (no DATABASE_URL), as quickstart runs.
     "AUDIT_SIGNING_KEY_CREATE": env_bool(
         "EFFECT_LEDGER_AUDIT_SIGNING_KEY_CREATE", not env_str("DATABASE_URL")
     ),
+    # A public key (PEM) to verify checkpoints with, for an auditor's copy without the private key;
+    # empty: derived from the private key.
     "AUDIT_PUBLIC_KEY_FILE": env_str("EFFECT_LEDGER_AUDIT_PUBLIC_KEY_FILE"),
     # Every checkpoint is also appended to this file (one JSON line) and logged; ship both away.
     "AUDIT_CHECKPOINT_FILE": env_str(
         "EFFECT_LEDGER_AUDIT_CHECKPOINT_FILE", str(DATA_DIR / "audit-checkpoints.jsonl")
     ),
+    # Beat period in seconds of audit checkpoints; one is signed only when the chains' heads changed.
     "AUDIT_CHECKPOINT_PERIOD_SECONDS": env_float("EFFECT_LEDGER_AUDIT_CHECKPOINT_PERIOD_SECONDS", 300.0),
     # When the database goes back in time (issue 22, docs/explanation/failover.md): workers on
     # start and the beat every RESTORE_CHECK_PERIOD_SECONDS compare it with the checkpoint file;
     # behind, execution pauses and (RECOVER_AUTOMATICALLY) recovery runs. For RESTORE_GUARD_SECONDS
     # after a recovery, sends to providers without keys are looked up first.
     "RESTORE_CHECK_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RESTORE_CHECK_PERIOD_SECONDS", 30.0),
+    # When the check finds the database behind, recover at once; off: execution stays paused until
+    # ``manage.py recover``.
     "RECOVER_AUTOMATICALLY": env_bool("EFFECT_LEDGER_RECOVER_AUTOMATICALLY", True),
+    # Seconds before the newest kept checkpoint (``recover``'s --since) that recovery looks at as well.
     "RECOVERY_MARGIN_SECONDS": env_float("EFFECT_LEDGER_RECOVERY_MARGIN_SECONDS", 60.0),
+    # Seconds after a recovery during which sends to providers without keys are looked up first;
+    # ``manage.py check`` warns (operations.W004) when it ends before a lease plus a consistency window.
     "RESTORE_GUARD_SECONDS": env_float("EFFECT_LEDGER_RESTORE_GUARD_SECONDS", 86400.0),
     # Beat period of the status rollup (operations.services.status_rollup_refresh): the counts
     # of SUCCEEDED and the terminal states the dashboard and /metrics show are at most about
@@ -127,23 +154,30 @@ EFFECT_LEDGER: dict[str, Any] = {
     # upserts its heartbeat this often (operations.workers.heartbeat); it is late past HEALTH_WORKER_LATE
     # and gone past HEALTH_WORKER_GONE seconds without a beat.
     "WORKER_HEARTBEAT_SECONDS": env_float("EFFECT_LEDGER_WORKER_HEARTBEAT_SECONDS", 10.0),
+    # Seconds without a heartbeat after which a worker counts as late (the workers signal turns amber).
     "HEALTH_WORKER_LATE_SECONDS": env_float("EFFECT_LEDGER_HEALTH_WORKER_LATE_SECONDS", 30.0),
+    # Seconds without a heartbeat after which a worker counts as gone (red when no worker is alive).
     "HEALTH_WORKER_GONE_SECONDS": env_float("EFFECT_LEDGER_HEALTH_WORKER_GONE_SECONDS", 120.0),
-    # Messages waiting in a broker queue.
+    # Messages waiting in a broker queue from which the health page shows the queue amber.
     "HEALTH_QUEUE_DEPTH_AMBER": env_int("EFFECT_LEDGER_HEALTH_QUEUE_DEPTH_AMBER", 100),
+    # Messages waiting in a broker queue from which the health page shows the queue red.
     "HEALTH_QUEUE_DEPTH_RED": env_int("EFFECT_LEDGER_HEALTH_QUEUE_DEPTH_RED", 1000),
     # Seconds to wait for the broker when measuring queue depth: a web request never waits longer.
     "HEALTH_BROKER_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_HEALTH_BROKER_TIMEOUT_SECONDS", 2.0),
     # Seconds the oldest due, unsent outbox row has waited (amber from OUTBOX_LAG_WARNING_SECONDS).
     "HEALTH_OUTBOX_RED_SECONDS": env_float("EFFECT_LEDGER_HEALTH_OUTBOX_RED_SECONDS", 300.0),
-    # A periodic job (relay, reconciler) is late after this many of its periods without a run.
+    # A periodic job (relay, reconciler, ...) shows amber after this many of its periods without a run.
     "HEALTH_JOB_AMBER_PERIODS": env_float("EFFECT_LEDGER_HEALTH_JOB_AMBER_PERIODS", 5.0),
+    # A periodic job shows red after this many of its periods without a run, or when it never ran.
     "HEALTH_JOB_RED_PERIODS": env_float("EFFECT_LEDGER_HEALTH_JOB_RED_PERIODS", 30.0),
-    # Provider calls of the last hour, per action: the share with no definite answer (unknown,
-    # retry, abandoned; a definite refusal is not one), and the p95 from claim to record, in seconds.
+    # Provider calls of the last hour, per action: the share (0-1) with no definite answer (unknown,
+    # retry, abandoned; a definite refusal is not one) from which the action shows amber.
     "HEALTH_PROVIDER_FAILURE_AMBER": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_FAILURE_AMBER", 0.05),
+    # The share of an action's calls of the last hour with no definite answer from which it shows red.
     "HEALTH_PROVIDER_FAILURE_RED": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_FAILURE_RED", 0.25),
+    # Seconds past which the p95 of an action's calls of the last hour (claim to record) shows amber.
     "HEALTH_PROVIDER_P95_AMBER_SECONDS": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_P95_AMBER_SECONDS", 2.0),
+    # Seconds past which that p95 shows red.
     "HEALTH_PROVIDER_P95_RED_SECONDS": env_float("EFFECT_LEDGER_HEALTH_PROVIDER_P95_RED_SECONDS", 8.0),
     # How long an operator's "I'm on it" on an item of the operators' queue lasts
     # (operations.services.assignment); after it, anyone may take the item without taking over.
@@ -152,7 +186,11 @@ EFFECT_LEDGER: dict[str, Any] = {
     # half its gunicorn threads by default, so the console, the API and /healthz always find a
     # thread; a wait beyond them is answered at once with Effect-Ledger-Wait: busy.
     "WAIT_SLOTS": env_int(
-        "EFFECT_LEDGER_WAIT_SLOTS", max(1, env_int("EFFECT_LEDGER_WEB_THREADS", 8, minimum=1) // 2), minimum=1
+        "EFFECT_LEDGER_WAIT_SLOTS",
+        # Threads of each gunicorn gthread worker (EFFECT_LEDGER_WEB_THREADS, console/gunicorn_conf.py):
+        # the requests a web process serves at once; a ?wait= request holds one for up to 30 s.
+        max(1, env_int("EFFECT_LEDGER_WEB_THREADS", 8, minimum=1) // 2),
+        minimum=1,
     ),
     # Signed webhooks to agents (operations.services.webhooks, docs/reference/webhooks.md): the
     # beat's period and batch, the wait before attempt n (backoff: BASE * 2**(n-2), at most CAP,
@@ -162,11 +200,18 @@ EFFECT_LEDGER: dict[str, Any] = {
     # One delivery pass runs at a time (an advisory lock); it claims WEBHOOK_BATCH due rows per
     # round and POSTs them concurrently, rounds repeated for at most WEBHOOK_PASS_SECONDS.
     "WEBHOOK_BATCH": env_int("EFFECT_LEDGER_WEBHOOK_BATCH", 8, minimum=1),
+    # Seconds a delivery pass repeats its rounds at most.
     "WEBHOOK_PASS_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_PASS_SECONDS", 20.0),
+    # Seconds before a webhook's second attempt (a pick between half and all of it, equal jitter);
+    # each later wait doubles, up to WEBHOOK_BACKOFF_CAP_SECONDS.
     "WEBHOOK_BACKOFF_BASE_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_BACKOFF_BASE_SECONDS", 30.0),
+    # The longest wait in seconds between two attempts of a webhook (21600: 6 h).
     "WEBHOOK_BACKOFF_CAP_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_BACKOFF_CAP_SECONDS", 21600.0),
+    # Attempts after which a webhook not answered 2xx is failed (``webhook_resend`` sends it again).
     "WEBHOOK_MAX_ATTEMPTS": env_int("EFFECT_LEDGER_WEBHOOK_MAX_ATTEMPTS", 14, minimum=1),
+    # Seconds a webhook POST may take to connect.
     "WEBHOOK_CONNECT_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_CONNECT_TIMEOUT_SECONDS", 3.0),
+    # Seconds a webhook POST may wait for each read and write once connected.
     "WEBHOOK_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_TIMEOUT_SECONDS", 10.0),
     # The SSRF guard (operations/notifications/callback_urls.py): callbacks may reach public addresses, and
     # these networks (CIDR, comma-separated) besides. Loopback by default in embedded mode (the
@@ -184,6 +229,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     # Beat period of the sender; at most one message per recipient per NOTIFY_INTERVAL_SECONDS
     # (the notices of the meantime wait for the next message, a digest).
     "NOTIFY_PERIOD_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_PERIOD_SECONDS", 15.0),
+    # Seconds a recipient waits between two messages at least; what arrives meanwhile goes as a digest.
     "NOTIFY_INTERVAL_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_INTERVAL_SECONDS", 300.0),
     # Approvers are warned once per approval round when the request expires within this. It
     # must be shorter than the approval TTL (600 s by default, policies' approval_ttl_seconds):
@@ -191,11 +237,14 @@ EFFECT_LEDGER: dict[str, Any] = {
     # NOTIFY_PERIOD_SECONDS (315 s), so a recipient held by the rate limit still gets the
     # warning before the request expires.
     "NOTIFY_EXPIRY_WARNING_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_EXPIRY_WARNING_SECONDS", 360.0),
+    # Notices a sender pass fans out, delivers and prunes at most, each (at least 1).
     "NOTIFY_BATCH": env_int("EFFECT_LEDGER_NOTIFY_BATCH", 200, minimum=1),
     # Seconds a Slack POST may take (an SMTP server's are EMAIL_TIMEOUT); a failed send is
     # retried with backoff from NOTIFY_RETRY_BASE_SECONDS up to NOTIFY_RETRY_CAP_SECONDS.
     "NOTIFY_SEND_TIMEOUT_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_SEND_TIMEOUT_SECONDS", 10.0),
+    # Seconds before a failed send is retried; the wait doubles per failure (never dropped for failing).
     "NOTIFY_RETRY_BASE_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_RETRY_BASE_SECONDS", 30.0),
+    # The longest wait in seconds between retries of a failed send.
     "NOTIFY_RETRY_CAP_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_RETRY_CAP_SECONDS", 3600.0),
     # Days a notice is kept once nothing is pending for it (sent, dropped, or nobody to tell).
     "NOTIFY_RETENTION_DAYS": env_float("EFFECT_LEDGER_NOTIFY_RETENTION_DAYS", 30.0),

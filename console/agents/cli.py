@@ -16,11 +16,13 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     parser.add_argument(
         "--url",
+        # The ledger's base URL the MCP server calls the API at (--url).
         default=os.environ.get("EFFECT_LEDGER_URL", DEFAULT_URL),
         help=f"the ledger's base URL (EFFECT_LEDGER_URL; default {DEFAULT_URL})",
     )
     parser.add_argument(
         "--token",
+        # The agent token the MCP server sends with stdio (--token); over http each request's own.
         default=os.environ.get("EFFECT_LEDGER_TOKEN"),
         help="stdio: the agent's token (EFFECT_LEDGER_TOKEN). http: not used; each request's "
         "Authorization header is forwarded to the API",

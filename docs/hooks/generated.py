@@ -8,10 +8,12 @@ A page asks for a section with a marker comment on a line of its own:
   ``os.environ["NAME"]`` / ``os.getenv("NAME")``, each call of a local wrapper that passes its
   argument to an ``env_*`` helper (``_rate``), and the ``env_*`` calls inside a function the
   settings hand ``os.environ`` to (``security_settings``). The default is the source text; the
-  meaning is the comment block directly above the statement or dictionary entry (else the
-  nearest group comment above it that names it, else the paragraph of the function's or
-  module's docstring that names it). A second table lists the variables the rest of the product
-  reads (the same scan over ``console``, ``operations`` and ``reconciliation``).
+  meaning is the comment block directly above the read's own line when the read starts a line
+  inside its statement (a keyword or other argument), else directly above the statement or
+  dictionary entry (else the nearest group comment above it that names the variable or the
+  entry's key, else the paragraph of the function's or module's docstring that names it). A
+  second table lists the variables the rest of the product reads (the same scan over
+  ``console``, ``operations`` and ``reconciliation``).
 - ``<!-- generated: commands -->``: every ``manage.py`` command of our apps (each
   ``*/management/commands/*.py``) with its ``--help``, as Django formats it.
 - ``<!-- generated: api -->``: the OpenAPI document drf-spectacular serves at ``/api/schema/``,
@@ -201,9 +203,15 @@ def _enclosing_function(module: _Module, node: ast.AST) -> ast.FunctionDef | Non
 def _meaning(module: _Module, node: ast.AST, name: str, target: str) -> str:
     owner, _ = _statement_of(module, node)
     lineno = getattr(owner, "lineno", getattr(node, "lineno", 1))
-    block = _comment_block_above(module.lines, lineno)
+    own = getattr(node, "lineno", lineno)
+    # A read on a line of its own inside a statement (a keyword argument such as
+    # ``conn_max_age=env_int(...)``, an argument of a wrapping call) may carry its own comment.
+    block = _comment_block_above(module.lines, own) if own != lineno else []
     if not block:
-        keys = [name, *re.findall(r"\"([A-Z0-9_]+)\"", target)]
+        block = _comment_block_above(module.lines, lineno)
+    if not block:
+        # The dictionary keys of the target (``EFFECT_LEDGER['WEBHOOK_BATCH']``) count as names.
+        keys = [name, *re.findall(r"\[['\"]([A-Z0-9_]+)['\"]\]", target)]
         block = _group_comment_above(module.lines, lineno, keys)
     if block:
         return " ".join(block)

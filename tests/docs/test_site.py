@@ -90,6 +90,20 @@ def test_the_settings_page_lists_every_variable_the_settings_read(site: Path) ->
     assert not missing, f"not on the settings page: {missing}"
 
 
+def test_every_variable_on_the_settings_page_has_a_meaning(site: Path) -> None:
+    # given: the page's tables (the settings' variables, and those read outside the settings)
+    page = (site / "reference" / "settings" / "index.html").read_text(encoding="utf-8")
+    rows = re.findall(r"<tr>(.*?)</tr>", page, re.DOTALL)
+    assert len(rows) > 50
+    # then: every row's last cell (the comment above the read in the source) says something
+    empty = []
+    for row in rows:
+        cells = re.findall(r"<td[^>]*>(.*?)</td>", row, re.DOTALL)
+        if cells and not re.sub(r"<[^>]+>", "", cells[-1]).strip():
+            empty.append(re.sub(r"<[^>]+>", "", cells[0]).strip())
+    assert not empty, f"no meaning (add a comment above the read in console/settings*.py): {empty}"
+
+
 def test_the_commands_page_names_every_command(site: Path) -> None:
     # given: every command file of our apps
     commands = sorted(
