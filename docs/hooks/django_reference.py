@@ -201,10 +201,6 @@ def _ref_name(schema: dict[str, Any] | None) -> str:
     return f"{kind}" + (f" ({schema['format']})" if "format" in schema else "")
 
 
-def _anchor(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
-
-
 def render_api(data: dict[str, Any]) -> str:
     document = data["openapi"]
     info = document.get("info", {})
