@@ -43,6 +43,26 @@ def _database_time_in(delta: timedelta) -> ExpressionWrapper[Any]:
     return ExpressionWrapper(Now() + Value(delta, output_field=DurationField()), output_field=DateTimeField())
 
 
+#: The longest a token may live, and an old token be kept after a rotation: ten years of 366
+#: days. A duration is added to the database clock and the timestamp read back by Python, whose
+#: dates end at year 9999; a longer one was written, then could not be read (the token never
+#: printed, the agent's admin page a 500).
+TOKEN_LIFETIME_MAX = timedelta(days=10 * 366)
+
+
+def duration_problem(name: str, value: timedelta | None, *, zero_allowed: bool = False) -> str | None:
+    """Why ``value`` cannot be a token duration named ``name``, or None when it can: positive
+    (or zero when ``zero_allowed``: a rotation that revokes the old tokens now) and at most
+    ``TOKEN_LIFETIME_MAX``. None (never expires) is always allowed."""
+    if value is None:
+        return None
+    if value < timedelta(0) or (value == timedelta(0) and not zero_allowed):
+        return f"{name} must be {'zero or more' if zero_allowed else 'positive'}"
+    if value > TOKEN_LIFETIME_MAX:
+        return f"{name} must be at most {TOKEN_LIFETIME_MAX.days} days"
+    return None
+
+
 def _token_add(agent: Agent, token: str, expires_in: timedelta | None) -> AgentToken:
     return AgentToken.objects.create(
         agent=agent,
@@ -68,11 +88,14 @@ def agent_create(
 
     Raises:
         ValueError: ``tenant`` is blank, over 100 characters or ``*`` (which means "every tenant"
-            in console role grants, ``operations.access.tenants``).
+            in console role grants, ``operations.access.tenants``); ``expires_in`` is not
+            positive or longer than ``TOKEN_LIFETIME_MAX``. Nothing is written.
         django.db.IntegrityError: an agent with that name already exists in the tenant.
     """
     if not tenant.strip() or tenant == "*" or len(tenant) > 100:
         raise ValueError(f"tenant {tenant!r}: a tenant name is 1 to 100 characters and not '*'")
+    if problem := duration_problem("a token's lifetime", expires_in):
+        raise ValueError(problem)
     token = _new_token()
     with transaction.atomic():
         agent = Agent.objects.create(name=name, tenant=tenant, actions=list(actions), scope=scope)
@@ -92,9 +115,17 @@ def agent_token_rotate(
         expires_in: the new token's lifetime; None: it never expires.
 
     Returns the new token's row and the token itself (shown once, never stored).
+
+    Raises:
+        ValueError: ``keep_old_for`` negative, or either duration longer than
+            ``TOKEN_LIFETIME_MAX`` (``expires_in`` also when not positive). Nothing is written.
     """
-    if keep_old_for < timedelta(0):
-        raise ValueError("keep_old_for must not be negative")
+    for problem in (
+        duration_problem("keep_old_for", keep_old_for, zero_allowed=True),
+        duration_problem("a token's lifetime", expires_in),
+    ):
+        if problem:
+            raise ValueError(problem)
     token = _new_token()
     with transaction.atomic():
         valid = AgentToken.objects.select_for_update().filter(agent=agent, revoked_at__isnull=True)
@@ -105,7 +136,7 @@ def agent_token_rotate(
             until = _database_time_in(keep_old_for)
             valid.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=until)).update(expires_at=until)
         row = _token_add(agent, token, expires_in)
-    row.refresh_from_db(fields=["expires_at", "created_at"])
+        row.refresh_from_db(fields=["expires_at", "created_at"])
     return row, token
 
 

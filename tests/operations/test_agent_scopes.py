@@ -225,3 +225,56 @@ def test_i18_6_create_agent_refuses_a_malformed_pattern(text: str) -> None:
     with pytest.raises(CommandError, match="not an action pattern"):
         call_command("create_agent", "x", tenant="acme", actions=text, stdout=StringIO())
     assert not Agent.objects.filter(name="x").exists()
+
+
+@pytest.mark.parametrize(
+    "lifetime",
+    [
+        {"expires_in_days": 99_999_999},  # year 275817: written, then unreadable by Python
+        {"expires_in_days": 99_999_999_999},  # beyond what a timedelta holds
+        {"expires_in": float("nan")},
+        {"expires_in": float("inf")},
+        {"expires_in_days": 3661},  # one day past ten years of 366 days
+        {"expires_in": 0},
+    ],
+    ids=["year-275817", "overflow", "nan", "inf", "over-ten-years", "zero"],
+)
+def test_create_agent_refuses_a_token_lifetime_it_cannot_keep_and_writes_nothing(lifetime: Any) -> None:
+    # A newcomer's report: the agent was created, its token never shown, a rerun "already exists".
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="lifetime must|at most 3660 days"):
+        call_command("create_agent", "ybot", tenant="acme", stdout=StringIO(), **lifetime)
+    assert not Agent.objects.filter(name="ybot").exists()
+    assert not AgentToken.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"expires_in_days": 99_999_999},
+        {"keep_old_for": float("inf")},
+        {"keep_old_for": float("nan")},
+        {"keep_old_for": -1},
+        {"keep_old_for": 10 * 366 * 86_400 + 1},
+    ],
+    ids=["new-token-year-275817", "keep-inf", "keep-nan", "keep-negative", "keep-over-ten-years"],
+)
+def test_rotation_refuses_a_duration_it_cannot_keep_and_changes_nothing(options: Any) -> None:
+    # A newcomer's report: the new token was written but never printed, and the old ones were
+    # already cut to an hour (or revoked) when the command failed; the agent's admin page a 500.
+    from django.core.management.base import CommandError
+
+    agent, old = make_agent("billing-bot")
+    with pytest.raises(CommandError, match="at most 3660 days|zero or more"):
+        call_command("rotate_agent_token", "billing-bot", tenant=agent.tenant, stdout=StringIO(), **options)
+    assert list(agent.tokens.values_list("expires_at", "revoked_at")) == [(None, None)]
+    assert agent_for_token(old) == agent
+
+
+def test_the_longest_token_lifetime_is_kept_and_read_back() -> None:
+    out = StringIO()
+    call_command("create_agent", "longlived", tenant="acme", expires_in_days=3660, stdout=out)
+    token = Agent.objects.get(name="longlived").tokens.get()
+    assert token.expires_at is not None and token.expires_at.year >= token.created_at.year + 10
+    assert "token: elk_" in out.getvalue()

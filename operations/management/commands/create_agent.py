@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -10,24 +11,40 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import IntegrityError
 
 from operations.access.scopes import action_patterns_parse
-from operations.api.authentication import agent_create
+from operations.api.authentication import TOKEN_LIFETIME_MAX, agent_create, duration_problem
 from operations.models import Agent
+
+
+def duration_of(flag: str, value: float, unit_seconds: float = 1.0) -> timedelta:
+    """``value`` units of ``unit_seconds`` seconds given as ``flag``, as a duration.
+
+    Raises:
+        CommandError: not a finite number, or longer than ``TOKEN_LIFETIME_MAX`` (checked before
+            any ``timedelta`` is built, which would overflow).
+    """
+    seconds = value * unit_seconds
+    if not math.isfinite(seconds) or abs(seconds) > TOKEN_LIFETIME_MAX.total_seconds():
+        raise CommandError(f"{flag} must be a number of at most {TOKEN_LIFETIME_MAX.days} days")
+    return timedelta(seconds=seconds)
 
 
 def token_lifetime(options: dict[str, Any]) -> timedelta | None:
     """``--expires-in`` seconds or ``--expires-in-days`` days as a duration; None: never.
 
     Raises:
-        CommandError: both given, or one that is not positive.
+        CommandError: both given, or one that is not positive, not finite or longer than
+            ``TOKEN_LIFETIME_MAX`` (the rule is ``authentication.duration_problem``).
     """
     seconds, days = options.get("expires_in"), options.get("expires_in_days")
     if seconds is not None and days is not None:
         raise CommandError("give --expires-in or --expires-in-days, not both")
-    lifetime = timedelta(seconds=seconds) if seconds is not None else None
+    lifetime = None
+    if seconds is not None:
+        lifetime = duration_of("--expires-in", seconds)
     if days is not None:
-        lifetime = timedelta(days=days)
-    if lifetime is not None and lifetime <= timedelta(0):
-        raise CommandError("a token's lifetime must be positive")
+        lifetime = duration_of("--expires-in-days", days, 86_400)
+    if problem := duration_problem("a token's lifetime", lifetime):
+        raise CommandError(problem)
     return lifetime
 
 

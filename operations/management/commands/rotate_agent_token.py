@@ -3,14 +3,13 @@ mint a new token for an agent, print it once, and let the old ones run out after
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from operations.api.authentication import agent_token_rotate
-from operations.management.commands.create_agent import add_lifetime_arguments, token_lifetime
+from operations.management.commands.create_agent import add_lifetime_arguments, duration_of, token_lifetime
 from operations.models import Agent
 
 #: Default overlap: both tokens are valid this long, time to roll the new one out.
@@ -33,13 +32,13 @@ class Command(BaseCommand):
         agent = Agent.objects.filter(name=options["name"], tenant=options["tenant"]).first()
         if agent is None:
             raise CommandError(f"no agent {options['name']!r} in tenant {options['tenant']!r}")
-        if options["keep_old_for"] < 0:
-            raise CommandError("--keep-old-for must not be negative")
-        row, token = agent_token_rotate(
-            agent=agent,
-            keep_old_for=timedelta(seconds=options["keep_old_for"]),
-            expires_in=token_lifetime(options),
-        )
+        keep_old_for = duration_of("--keep-old-for", options["keep_old_for"])
+        try:
+            row, token = agent_token_rotate(
+                agent=agent, keep_old_for=keep_old_for, expires_in=token_lifetime(options)
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc).replace("keep_old_for", "--keep-old-for")) from exc
         kept = options["keep_old_for"]
         cached = float(settings.EFFECT_LEDGER["TOKEN_CACHE_SECONDS"])
         if 0 < kept < cached or (kept == 0 and cached > 0):
