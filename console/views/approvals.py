@@ -124,7 +124,9 @@ def _decide(request: HtmxHttpRequest, intent_id: uuid.UUID, *, approve: bool) ->
     form = (ApproveForm if approve else RejectForm)(request.POST)
     if not form.is_valid():
         record_refusal(request, intent.id, "approve" if approve else "reject", first_error(form))
-        stale = request.POST.get("request_hash", "") != intent.request_hash
+        # "The payload changed" only for a well-formed hash that is not the current one; a
+        # missing or malformed hash is the form's own error.
+        stale = "request_hash" not in form.errors and request.POST.get("request_hash") != intent.request_hash
         context = detail_context(request, intent, policy, error=first_error(form), stale=stale)
         return page_or_partial(request, DETAIL, "decision", context, status=422)
     try:

@@ -217,6 +217,35 @@ def test_malformed_hash_is_a_visible_422(approver_client: Client) -> None:
     assert response.status_code == 422 and b"Refused" in response.content
 
 
+@pytest.mark.parametrize("posted", [{}, {"request_hash": "short"}], ids=["missing", "malformed"])
+def test_a_missing_or_malformed_hash_is_not_called_a_changed_payload(
+    approver_client: Client, posted: dict[str, str]
+) -> None:
+    # A newcomer's report: a 422 for a missing hash also said "The payload changed after this
+    # page loaded", which was not true.
+    intent = gated()
+    response = approver_client.post(
+        reverse("approval-approve", args=[intent.id]), {"reason": "checked", **posted}, **HTMX
+    )
+    body = response.content.decode()
+    assert response.status_code == 422 and "request_hash" in body
+    assert "The payload changed" not in body
+    intent.refresh_from_db()
+    assert intent.status == Intent.Status.AWAITING_APPROVAL
+
+
+def test_a_well_formed_hash_of_another_payload_with_a_bad_reason_is_still_called_stale(
+    approver_client: Client,
+) -> None:
+    intent = gated()
+    response = approver_client.post(
+        reverse("approval-approve", args=[intent.id]),
+        {"request_hash": "0" * 64, "reason": "x" * 5000},
+        **HTMX,
+    )
+    assert response.status_code == 422 and "The payload changed" in response.content.decode()
+
+
 def test_get_on_an_action_is_not_allowed(approver_client: Client) -> None:
     intent = gated()
     assert approver_client.get(reverse("approval-approve", args=[intent.id])).status_code == 405
