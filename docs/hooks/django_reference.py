@@ -142,26 +142,34 @@ def render_commands(data: dict[str, Any]) -> str:
 
 
 def scrape_gauges() -> list[dict[str, Any]]:
-    """The gauges ``operations/metrics.py`` computes at scrape time (``GaugeMetricFamily`` calls)."""
-    module = SourceModule.parse(ROOT / "operations" / "metrics.py")
+    """The gauges computed at scrape time: every ``GaugeMetricFamily("name", "help", labels=...)``
+    call in the product (``operations/metrics.py``'s collector, and those ``/metrics`` appends in
+    the console, such as the provider findings), read with ``ast``."""
     gauges = []
-    for call in ast.walk(module.tree):
-        if isinstance(call, ast.Call) and call_name(call) == "GaugeMetricFamily" and len(call.args) >= 2:
-            name, help_text = const_str(call.args[0]), call.args[1]
-            labels = next((kw.value for kw in call.keywords if kw.arg == "labels"), None)
-            if name is None:
+    for package in PRODUCT_PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "GaugeMetricFamily" not in path.read_text(encoding="utf-8"):
                 continue
-            gauges.append(
-                {
-                    "name": name,
-                    "type": "gauge",
-                    "help": ast.literal_eval(help_text)
-                    if isinstance(help_text, ast.Constant)
-                    else module.segment(help_text),
-                    "labels": ast.literal_eval(labels) if labels is not None else [],
-                    "when": "read from PostgreSQL at each scrape",
-                }
-            )
+            module = SourceModule.parse(path)
+            for call in ast.walk(module.tree):
+                if not (isinstance(call, ast.Call) and call_name(call) == "GaugeMetricFamily"):
+                    continue
+                name = const_str(call.args[0]) if call.args else None
+                if name is None or len(call.args) < 2:
+                    continue
+                help_text = call.args[1]
+                labels = next((kw.value for kw in call.keywords if kw.arg == "labels"), None)
+                gauges.append(
+                    {
+                        "name": name,
+                        "type": "gauge",
+                        "help": ast.literal_eval(help_text)
+                        if isinstance(help_text, ast.Constant)
+                        else module.segment(help_text),
+                        "labels": ast.literal_eval(labels) if labels is not None else [],
+                        "when": f"read from PostgreSQL at each scrape (`{path.relative_to(ROOT).as_posix()}`)",
+                    }
+                )
     return gauges
 
 

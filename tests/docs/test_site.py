@@ -131,11 +131,17 @@ def test_the_api_page_names_every_path_of_the_openapi_document(site: Path) -> No
 
 
 def test_the_metrics_page_names_every_metric(site: Path) -> None:
-    source = (ROOT / "operations" / "metrics.py").read_text(encoding="utf-8")
+    # Every metric /metrics serves, wherever it is defined: operations/metrics.py, and the gauges
+    # the console appends (the provider findings, console/views/dashboard.py).
+    source = "\n".join(
+        path.read_text(encoding="utf-8")
+        for package in ("console", "operations", "reconciliation")
+        for path in (ROOT / package).rglob("*.py")
+    )
     names = set(
         re.findall(r"(?:Counter|Histogram|Gauge|GaugeMetricFamily)\(\s*\"(effect_ledger_\w+)\"", source)
     )
-    assert len(names) > 20
+    assert len(names) > 20 and "effect_ledger_provider_findings_open" in names
     text = _text(site, "reference/metrics")
     for name in names:
         assert re.search(rf"\b{name}(_total)?\b", text), name

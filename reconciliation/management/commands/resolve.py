@@ -31,8 +31,9 @@ HELD_VERBS = ("release", "reject")
 
 class Command(BaseCommand):
     help = (
-        "Resolve an UNKNOWN intent as an operator (confirmed, absent or compensate), or a "
-        "COMPENSATING intent whose compensation failed (reopen, compensated or kept)."
+        "Resolve an UNKNOWN intent as an operator (confirmed, absent or compensate), a "
+        "COMPENSATING intent whose compensation failed (reopen, compensated or kept), or a HELD "
+        "intent (release or reject)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

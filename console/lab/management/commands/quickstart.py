@@ -61,7 +61,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--port", type=int, default=8000, help="console and API port (default 8000)")
-        parser.add_argument("--sandbox-port", type=int, default=8765)
+        parser.add_argument(
+            "--sandbox-port", type=int, default=8765, help="the sandbox provider's port (default 8765)"
+        )
         parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
         parser.add_argument(
             "--mcp-port",
