@@ -81,6 +81,13 @@ class ApprovalRefused(LedgerError):
     title = "Approval refused"
 
 
+class ApprovalRequestLapsed(ApprovalRefused):
+    """A decision was refused because the intent's approval request had expired (database
+    clock). The refusing transaction expires the intent before this is raised to the caller
+    (``operations.services.approvals``), so the answer and the intent's state agree (issue 35
+    item 5)."""
+
+
 class ResolutionRefused(LedgerError):
     """An operator's resolution was refused (missing reference, duplicate risk not accepted...)."""
 

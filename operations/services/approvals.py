@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 from django.contrib.auth.models import User
@@ -15,7 +16,7 @@ from operations import metrics
 from operations.access.tenants import console_scope
 from operations.audit.request_integrity import stored_request_problem
 from operations.audit.trail import audit_append
-from operations.exceptions import ApprovalRefused, IntentMoved
+from operations.exceptions import ApprovalRefused, ApprovalRequestLapsed, IntentMoved
 from operations.models import Approval, Intent
 from operations.policies.approval_validity import (
     Verdict,
@@ -42,12 +43,36 @@ def _check_decision(*, intent: Intent, policy: Policy, user: User, shown_hash: s
     validity = approval_validity(intent, policy=policy, approver=user, request_hash=shown_hash)
     if validity.verdict == Verdict.NOT_AWAITING:
         raise IntentMoved(intent_id=intent.id, expected="AWAITING_APPROVAL", current=intent.status)
+    if validity.verdict == Verdict.EXPIRED:
+        raise ApprovalRequestLapsed(validity.reason)
     if not validity.usable:
         raise ApprovalRefused(validity.reason)
     problem = stored_request_problem(intent) if approving else None
     if problem:
         metrics.REQUEST_MISMATCHES.labels(stage="approval").inc()
         raise ApprovalRefused(f"This payload cannot be approved: {problem}. Reject it, or let it expire.")
+
+
+@contextmanager
+def _decision_transaction(intent_id: uuid.UUID) -> Iterator[None]:
+    """The transaction of one approver's decision on ``intent_id``.
+
+    A decision refused because the approval request lapsed (``ApprovalRequestLapsed``) expires
+    the intent in this same transaction, which commits, and the refusal is raised after it: the
+    refusal and the expiry are judged by one database clock reading (``now()`` is the
+    transaction's start), so an approver is never told "expired" while the intent stays
+    AWAITING_APPROVAL for the expiry sweep, whose own transaction may have started before the
+    expiry (issue 35 item 5). Any other exception rolls everything back, as ``atomic`` does.
+    """
+    lapsed: ApprovalRequestLapsed | None = None
+    with transaction.atomic():
+        try:
+            yield
+        except ApprovalRequestLapsed as exc:  # raised by reads only: the transaction is usable
+            intent_expire_approval(intent_id=intent_id)
+            lapsed = exc
+    if lapsed is not None:
+        raise lapsed
 
 
 #: The words of the confirmation the approval page asks for when a duplicate risk exists.
@@ -103,8 +128,10 @@ def intent_approve(
             request_hash (edited in the database, or arguments that no longer canonicalise), or
             a duplicate risk exists and was not accepted.
         IntentMoved: the intent is no longer awaiting approval.
+
+    A refusal because the request expired expires the intent first (``_decision_transaction``).
     """
-    with transaction.atomic():
+    with _decision_transaction(intent_id):
         # Lock the intent so concurrent approvers are counted one after the other.
         intent = Intent.objects.select_for_update().get(id=intent_id)
         policy = policy or Policy.from_snapshot(intent.policy)
@@ -175,7 +202,7 @@ def intent_reject(
     """
     if not reason.strip():
         raise ApprovalRefused("a rejection needs a reason")
-    with transaction.atomic():
+    with _decision_transaction(intent_id):
         intent = Intent.objects.select_for_update().get(id=intent_id)
         _check_decision(
             intent=intent,

@@ -140,14 +140,17 @@ def test_c10_refusal_without_javascript_renders_the_page_with_the_reason(approve
     assert b"<html" in response.content and b"request_hash differs" in response.content
 
 
-def test_expired_request_is_refused(approver_client: Client) -> None:
+def test_expired_request_is_refused_and_the_intent_expires_with_the_answer(approver_client: Client) -> None:
     intent = gated()
     from django.db.models.functions import Now
 
     Intent.objects.filter(id=intent.id).update(approval_expires_at=Now())
     response = approve(approver_client, intent, **HTMX)
     assert response.status_code == 403 and b"expired" in response.content
-    assert Intent.objects.get(id=intent.id).status == Intent.Status.AWAITING_APPROVAL
+    # issue 35 item 5: the refusal and the state agree, without waiting for the expiry sweep
+    assert Intent.objects.get(id=intent.id).status == Intent.Status.EXPIRED
+    detail = approver_client.get(reverse("approval-detail", args=[intent.id]))
+    assert detail.status_code == 200 and b"EXPIRED" in detail.content
 
 
 def test_missing_permission_is_refused(viewer_client: Client) -> None:

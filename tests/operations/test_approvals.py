@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.db.models.functions import Now
 
 from operations.exceptions import ApprovalRefused, IntentMoved
-from operations.models import Approval, Intent, OutboxMessage
+from operations.models import Approval, AuditEvent, Intent, OutboxMessage
 from operations.services import (
     intent_approve,
     intent_claim,
@@ -101,15 +102,25 @@ def test_user_without_approver_group_is_refused() -> None:
         intent_approve(intent_id=intent.id, user=viewer, request_hash=intent.request_hash)
 
 
-def test_expired_request_cannot_be_approved_and_expires(approver: Any) -> None:
-    # given
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+def test_i35_5_a_decision_refused_for_expiry_expires_the_intent_in_its_own_transaction(
+    approver: Any, decision: str
+) -> None:
+    # given: the request lapsed by the database clock, and no expiry sweep has run
     intent = gated()
     Intent.objects.filter(id=intent.id).update(approval_expires_at=Now())
-    # when / then
+    # when
     with pytest.raises(ApprovalRefused, match="expired"):
-        intent_approve(intent_id=intent.id, user=approver, request_hash=intent.request_hash)
-    assert intent_expire_approval(intent_id=intent.id) is True
+        if decision == "approve":
+            intent_approve(intent_id=intent.id, user=approver, request_hash=intent.request_hash)
+        else:
+            intent_reject(intent_id=intent.id, user=approver, request_hash=intent.request_hash, reason="no")
+    # then: the answer and the state agree; the sweep finds nothing left to do
     assert Intent.objects.get(id=intent.id).status == Intent.Status.EXPIRED
+    events = list(AuditEvent.objects.filter(intent_id=intent.id).values_list("event", flat=True))
+    assert "approval_expired" in events
+    assert not Approval.objects.filter(intent=intent).exists()
+    assert intent_expire_approval(intent_id=intent.id) is False
 
 
 def test_unexpired_request_does_not_expire() -> None:
@@ -199,3 +210,17 @@ def test_i11_5_a_renamed_account_cannot_approve_its_own_request() -> None:
     assert (
         intent_approve(intent_id=refund.id, user=newcomer, request_hash=refund.request_hash).status == "READY"
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i35_5_the_expiry_commits_although_the_decision_is_refused(approver: Any) -> None:
+    # given: real commits (no test transaction around the service)
+    intent = gated()
+    Intent.objects.filter(id=intent.id).update(approval_expires_at=Now())
+    # when
+    with pytest.raises(ApprovalRefused, match="expired"):
+        intent_approve(intent_id=intent.id, user=approver, request_hash=intent.request_hash)
+    # then: read on a fresh connection, the expiry was committed with the refusal's clock
+    connection.close()
+    assert Intent.objects.get(id=intent.id).status == Intent.Status.EXPIRED
+    assert AuditEvent.objects.filter(intent_id=intent.id, event="approval_expired").count() == 1
