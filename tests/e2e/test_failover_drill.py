@@ -7,9 +7,10 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from console.lab.crashlab.replica_pair import server_bindir
 from console.lab.crashlab.report import FAILOVER_HEADER, markdown_table
@@ -44,6 +45,24 @@ def test_i35_failover_judge_wants_no_duplicate_no_loss_and_a_real_lag() -> None:
     ]
     table = markdown_table([clean], 0)
     assert FAILOVER_HEADER in table and "| 9 / 0 / 0 / 0 / 0 |" in table and table.rstrip().endswith("PASS |")
+
+
+@requires_real_broker
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--failover-intents", "2"], "--failover-intents must be at least 3"),
+        (["--restore-only"], "--drill-only, --restore-only and --failover exclude each other"),
+    ],
+)
+def test_i35_failover_drill_refuses_bad_options_before_it_starts_anything(
+    args: list[str], message: str, settings: Any
+) -> None:
+    # given: the command's own change to the rate limits is undone after the test
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER}
+    # when / then: refused with the reason, before any server, worker or database row exists
+    with pytest.raises(CommandError, match=message):
+        call_command("crashlab", "--failover", *args)
 
 
 @pytest.mark.integration
