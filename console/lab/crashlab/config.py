@@ -38,8 +38,9 @@ class LabConfig:
     """What to run: ``ops`` per cell, which boundaries, strategies and variants, whether the
     duplicate drill runs (``drill``, ``drill_intents`` per provider), whether the restore drill
     runs (``restore``, ``restore_intents`` per kind and batch, ``restore_by_command``: recovery by
-    ``manage.py recover`` instead of the workers' automatic one), and how many worker processes
-    (``workers`` x ``concurrency`` pool processes)."""
+    ``manage.py recover`` instead of the workers' automatic one; the failover drill's too), whether
+    the failover drill runs (``failover``, ``failover_intents`` per kind and batch), and how many
+    worker processes (``workers`` x ``concurrency`` pool processes)."""
 
     ops: int = 100
     boundaries: tuple[str, ...] = BOUNDARIES
@@ -52,6 +53,8 @@ class LabConfig:
     restore: bool = True
     restore_intents: int | None = None
     restore_by_command: bool = False
+    failover: bool = False
+    failover_intents: int | None = None
 
     @property
     def intents_per_drill_provider(self) -> int:
@@ -64,6 +67,12 @@ class LabConfig:
         """Intents per provider kind in each batch of the restore drill: ``restore_intents``,
         else one per ten operations, at least three (done, held and just submitted at the dump)."""
         return self.restore_intents if self.restore_intents is not None else max(3, self.ops // 10)
+
+    @property
+    def intents_per_failover_batch(self) -> int:
+        """Intents per provider kind in each batch of the failover drill: ``failover_intents``,
+        else one per ten operations, at least three (done, held and just submitted at the cut)."""
+        return self.failover_intents if self.failover_intents is not None else max(3, self.ops // 10)
 
 
 def arguments_for(provider: str, reference: str, n: int) -> dict[str, Any]:

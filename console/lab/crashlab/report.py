@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from console.lab.crashlab.verdict import DRILL, RESTORE, Row
+from console.lab.crashlab.verdict import DRILL, FAILOVER, RESTORE, Row
 
 LABELS = {
     "retry": "retry, no deduplication (control)",
@@ -14,6 +14,11 @@ LABELS = {
 
 DUPLICATES_HEADER = "duplicates: created / found / compensated / flagged / missed"
 RESTORE_HEADER = "restore: lost by the restore / duplicates / lost / FAILED with effect / with an operator"
+FAILOVER_HEADER = (
+    "failover: lost by the promotion / duplicates / lost / FAILED with effect / with an operator"
+)
+#: The drills whose row fills a column of its own rather than the boundaries' columns.
+DRILLS = {DRILL, RESTORE, FAILOVER}
 
 
 def _label(row: Row) -> str:
@@ -24,11 +29,17 @@ def _label(row: Row) -> str:
             f"Effect Ledger, duplicate drill ({per['email']} email + {per['reservations']} reservations): "
             "no keys, first send lost, operator absent"
         )
-    if row.strategy == RESTORE:
+    if row.strategy in {RESTORE, FAILOVER}:
         kinds = " + ".join(
             f"{(row.detail.get(name) or {}).get('references', '?')} {name}"
             for name in row.provider.split("+")
         )
+        if row.strategy == FAILOVER:
+            behind = (row.detail.get("lag") or {}).get("wal_bytes_behind", "?")
+            return (
+                f"Effect Ledger, failover drill ({kinds}): streaming replica cut off {behind} WAL bytes "
+                "behind, primary stopped hard, replica promoted, lost intents re-submitted"
+            )
         return (
             f"Effect Ledger, restore drill ({kinds}): ledger database restored from a mid-run dump, "
             "lost intents re-submitted"
@@ -43,18 +54,20 @@ def _label(row: Row) -> str:
 def markdown_table(rows: list[Row], ops: int) -> str:
     """A Markdown table: one line per strategy, one column per boundary with
     ``effects / missing``, then (when the duplicate drill ran) its duplicates column, (when the
-    restore drill ran) its restore column, then requests and kills per line, then the verdict."""
+    restore drill ran) its restore column, (when the failover drill ran) its failover column, then requests and kills per line, then the verdict."""
     boundaries = list(dict.fromkeys(row.boundary for row in rows))
     lines: dict[str, dict[str, Row]] = {}
     for row in rows:
         lines.setdefault(_label(row), {})[row.boundary] = row
-    matrix = any(row.strategy not in {DRILL, RESTORE} for row in rows)
+    matrix = any(row.strategy not in DRILLS for row in rows)
     first = f"strategy ({ops} ops per cell)" if matrix else "strategy"
     header = [first, *[f"{b}: effects / missing" for b in boundaries]]
     drill = any(row.strategy == DRILL for row in rows)
     header += [DUPLICATES_HEADER] if drill else []
     restore = any(row.strategy == RESTORE for row in rows)
     header += [RESTORE_HEADER] if restore else []
+    failover = any(row.strategy == FAILOVER for row in rows)
+    header += [FAILOVER_HEADER] if failover else []
     header += ["requests", "kills", "verdict"]
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for label, cells in lines.items():
@@ -71,6 +84,14 @@ def markdown_table(rows: list[Row], ops: int) -> str:
                     str(n) for n in (r.interrupted, r.duplicates, r.missing, r.failed_with_effect, r.operator)
                 )
                 if (r := cells.get("restore")) and r.strategy == RESTORE
+                else ""
+            )
+        if failover:
+            values.append(
+                " / ".join(
+                    str(n) for n in (f.interrupted, f.duplicates, f.missing, f.failed_with_effect, f.operator)
+                )
+                if (f := cells.get("failover")) and f.strategy == FAILOVER
                 else ""
             )
         requests = " + ".join(str(c.requests) for c in cells.values())

@@ -109,15 +109,23 @@ def count_kind(
 
 
 def restore_row(
-    counts: dict[str, KindCount], groups: dict[str, list[str]], seconds: float, *, detail: dict[str, Any]
+    counts: dict[str, KindCount],
+    groups: dict[str, list[str]],
+    seconds: float,
+    *,
+    detail: dict[str, Any],
+    strategy: str = RESTORE,
+    boundary: str = "restore",
 ) -> Row:
     """The drill's row: the kinds' counts summed.
 
     Args:
         counts: per provider kind.
-        groups: the references done / held / just submitted at the dump.
+        groups: the references done / held / just submitted at the dump (the failover drill:
+            when the replica was cut off).
         seconds: how long the drill ran.
         detail: more of the row's ``detail`` (recovery, notes, settings), after the counts.
+        strategy, boundary: the row's (``restore-drill``/``restore`` or ``failover-drill``/``failover``).
     """
 
     def total(attribute: str) -> int:
@@ -128,8 +136,8 @@ def restore_row(
         if status not in {*TERMINAL_STATUSES, Intent.Status.SUCCEEDED, *OPERATOR_STATES}
     )  # fmt: skip
     return Row(
-        strategy=RESTORE,
-        boundary="restore",
+        strategy=strategy,
+        boundary=boundary,
         provider="+".join(KINDS),
         ops=total("references"),
         interrupted=total("lost_by_restore"),

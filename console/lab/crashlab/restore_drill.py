@@ -98,6 +98,9 @@ class RestoreDrill:
     every one of them at the dump, so the intents submitted then are READY in it.
     """
 
+    #: The prefix of the drill's temporary folder (checkpoint file, signing key, dump).
+    TMP_PREFIX = "effect-ledger-restore-drill-"
+
     def __init__(
         self,
         *,
@@ -115,7 +118,7 @@ class RestoreDrill:
         self.consistency_window = consistency_window
         self.automatic_recovery = automatic_recovery
         self.agent = RestoreAgent(intents=self.intents)
-        self.tmp = Path(tempfile.mkdtemp(prefix="effect-ledger-restore-drill-"))
+        self.tmp = Path(tempfile.mkdtemp(prefix=self.TMP_PREFIX))
         self.cluster: LocalCluster | None = None
         self.processes: list[Process] = []
         self.notes: list[str] = []
@@ -144,38 +147,11 @@ class RestoreDrill:
             provider.post("/_sandbox/config", json={"email_lookup_lag_seconds": EMAIL_LAG_SECONDS})
             self._start_cluster()
             dump, dump_time, at_dump_ids = self._first_batch_and_dump(provider)
-            # The second batch's emails go last, once the rest ended (the held email waits out the
-            # lookup lag), so at the restart their look-up still lags: the restore guard must wait.
-            self.agent.submit_all({kind: self.agent.second[kind] for kind in KINDS if kind != "email"})
-            emails = set(self.agent.second["email"])
-            rest = [ref for ref in self.agent.every_reference() if ref not in emails]
-            self._wait_settled(rest, "every intent to end before the restore")
-            self.agent.submit_all({"email": self.agent.second["email"]})
-            self._wait_settled(self.agent.every_reference(), "the last emails to end before the restore")
-            self._checkpoint()
+            self._second_batch()
             self._stop_processes()
             restore_database(scratch, dump, admin_db=home)
-            at_dump = self.agent.states_by_reference()
-            before = {run["id"] for run in self._recovery_runs()}
-            self._start_processes()
-            self.recovery["newest_email_age_seconds"] = newest_effect_age(
-                provider, "email", self.agent.prefix
-            )
-            self._recover(dump_time, before=before)
-            lost = [ref for ref in self.agent.every_reference() if ref not in at_dump]
-            self.notes.extend(self.agent.resubmit(lost))
-            self._wait_settled(
-                self.agent.every_reference(), "every intent to settle after the restore", strict=False
-            )
-            self._wait_landed(provider)
-            counts = {kind: count_kind(provider, self.agent, kind, at_dump, lost) for kind in KINDS}
-            detail = {
-                "recovery": self.recovery,
-                "notes": self.notes[:20],
-                "email_lookup_lag_seconds": EMAIL_LAG_SECONDS,
-                "consistency_window_seconds": self.consistency_window,
-            }
-            return restore_row(counts, at_dump_ids, time.monotonic() - started, detail=detail)
+            at_dump, lost = self._restart_and_resubmit(provider, dump_time)
+            return self._row(provider, at_dump, lost, at_dump_ids, started)
         finally:
             provider.post("/_sandbox/config", json={"email_lookup_lag_seconds": 0})
             provider.close()
@@ -185,6 +161,51 @@ class RestoreDrill:
             use_database(home)
             drop_database(scratch, admin_db=home)
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # --- steps shared with the failover drill ------------------------------------------------------
+
+    def _second_batch(self) -> None:
+        """Submit the second batch (the database will lose it), let everything end, and sign a
+        checkpoint: the outward file is then ahead of what the database keeps. Its emails go last,
+        once the rest ended, so at the restart their look-up still lags: the restore guard waits."""
+        self.agent.submit_all({kind: self.agent.second[kind] for kind in KINDS if kind != "email"})
+        emails = set(self.agent.second["email"])
+        rest = [ref for ref in self.agent.every_reference() if ref not in emails]
+        self._wait_settled(rest, "every intent to end")
+        self.agent.submit_all({"email": self.agent.second["email"]})
+        self._wait_settled(self.agent.every_reference(), "the last emails to end")
+        self._checkpoint()
+
+    def _restart_and_resubmit(self, provider: httpx.Client, since: str) -> tuple[dict[str, str], list[str]]:
+        """Once the database went back: start the workers and beat on it, let recovery run (see
+        ``_recover``), re-submit what the database lost, and wait until everything settled.
+
+        Args:
+            since: the restore point (ISO 8601 with its offset), for ``manage.py recover --since``.
+
+        Returns:
+            the state of each reference's intent in the database that went back, and the
+            references it lost (re-submitted).
+        """
+        at_point = self.agent.states_by_reference()
+        before = {run["id"] for run in self._recovery_runs()}
+        self._start_processes()
+        self.recovery["newest_email_age_seconds"] = newest_effect_age(provider, "email", self.agent.prefix)
+        self._recover(since, before=before)
+        lost = [ref for ref in self.agent.every_reference() if ref not in at_point]
+        self.notes.extend(self.agent.resubmit(lost))
+        self._wait_settled(self.agent.every_reference(), "every intent to settle", strict=False)
+        self._wait_landed(provider)
+        return at_point, lost
+
+    def _row(self, provider: httpx.Client, at_point: dict[str, str], lost: list[str],
+             groups: dict[str, list[str]], started: float, **kwargs: Any) -> Row:  # fmt: skip
+        """Count every kind at the provider; the drill's row (``restore_row``, to which
+        ``kwargs`` such as ``strategy`` pass; a ``detail`` given there is merged)."""
+        counts = {kind: count_kind(provider, self.agent, kind, at_point, lost) for kind in KINDS}
+        detail = {"recovery": self.recovery, "notes": self.notes[:20], "email_lookup_lag_seconds": EMAIL_LAG_SECONDS,
+                  "consistency_window_seconds": self.consistency_window, **kwargs.pop("detail", {})}  # fmt: skip
+        return restore_row(counts, groups, time.monotonic() - started, detail=detail, **kwargs)
 
     # --- processes -----------------------------------------------------------------------------------
 
@@ -244,6 +265,19 @@ class RestoreDrill:
             the dump file, the database time read just before the dump (ISO 8601), and which
             references were done / held / just submitted at the dump.
         """
+        groups = self._first_batch(provider)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT now()")
+            dump_time = cursor.fetchone()[0].isoformat()
+        dump = self.tmp / "ledger.dump"
+        dump_database(str(connection.settings_dict["NAME"]), dump)
+        return dump, dump_time, groups
+
+    def _first_batch(self, provider: httpx.Client) -> dict[str, list[str]]:
+        """Submit the first batch in three thirds: the first ends (then a checkpoint), one
+        intent per kind is held by the provider after its effect (every pool process busy), the
+        rest is submitted meanwhile (READY). Return the references done / held / just submitted.
+        """
         third = max(1, self.intents // 3)
         groups: dict[str, list[str]] = {"done": [], "held": [], "late": []}
         for kind in KINDS:
@@ -272,12 +306,7 @@ class RestoreDrill:
             interval=0.05,
         )
         self.agent.submit_all({k: [r for r in self.agent.first[k] if r in groups["late"]] for k in KINDS})
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT now()")
-            dump_time = cursor.fetchone()[0].isoformat()
-        dump = self.tmp / "ledger.dump"
-        dump_database(str(connection.settings_dict["NAME"]), dump)
-        return dump, dump_time, groups
+        return groups
 
     def _checkpoint(self) -> None:
         """Sign an audit checkpoint now (``manage.py audit_checkpoint``), stored in the database

@@ -82,7 +82,7 @@ class CrashLab:
         self.cluster.use_queue_here()
         config = self.config
         if (config.boundaries and config.strategies) or config.variants or config.drill:
-            # The restore drill alone starts workers of its own, on its own database.
+            # The restore and failover drills alone start workers of their own, on their own database.
             for n in range(config.workers):
                 self.cluster.start_worker(f"lab{n}", concurrency=config.concurrency)
             self.cluster.start_beat()
@@ -155,7 +155,27 @@ class CrashLab:
             rows.append(self.duplicate_drill())
         if self.config.restore:
             rows.append(self.restore_drill())
+        if self.config.failover:
+            rows.append(self.failover_drill())
         return rows
+
+    def failover_drill(self) -> Row:
+        """Run the failover drill (``failover_drill``) against this lab's sandbox provider, on a
+        private primary and streaming replica with workers of its own: one row."""
+        from console.lab.crashlab.failover_drill import FailoverDrill
+
+        drill = FailoverDrill(
+            sandbox_url=str(settings.SANDBOX_PROVIDER_URL),
+            intents=self.config.intents_per_failover_batch,
+            provider_timeout=PROVIDER_TIMEOUT,
+            lease_seconds=LEASE_SECONDS,
+            consistency_window=CONSISTENCY_WINDOW_SECONDS,
+            automatic_recovery=not self.config.restore_by_command,
+        )
+        try:
+            return drill.run()
+        finally:
+            self.cluster.use_queue_here()  # the drill's cluster published on its own queue
 
     def restore_drill(self) -> Row:
         """Run the restore drill (``restore_drill``) against this lab's sandbox provider, in a

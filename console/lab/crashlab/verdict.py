@@ -18,6 +18,8 @@ LEDGER = "ledger"
 DRILL = "duplicate-drill"
 #: The restore drill's row (``restore_drill``): the ledger's database restored from a dump.
 RESTORE = "restore-drill"
+#: The failover drill's row (``failover_drill``): a lagging streaming replica promoted.
+FAILOVER = "failover-drill"
 
 
 @dataclass
@@ -26,9 +28,10 @@ class Row:
 
     Attributes:
         strategy: ``retry``, ``record-after``, ``record-before``, ``ledger`` or
-            ``duplicate-drill`` or ``restore-drill``.
+            ``duplicate-drill``, ``restore-drill`` or ``failover-drill``.
         boundary: ``none``, ``before-effect``, ``after-effect`` or ``timeout``
-            (``operator-absent`` for the duplicate drill, ``restore`` for the restore drill).
+            (``operator-absent`` for the duplicate drill, ``restore`` for the restore drill,
+            ``failover`` for the failover drill).
         provider: ``payments``, ``email`` or ``reservations`` (``email+reservations`` for the
             duplicate drill).
         ops: distinct operations submitted.
@@ -141,7 +144,8 @@ def judge_restore_row(row: Row) -> list[str]:
     if row.failed_with_effect:
         problems.append(f"{row.failed_with_effect} intent(s) FAILED whose effect the provider holds")
     if row.interrupted <= 0:
-        problems.append("the restore lost no intent: the drill exercised nothing")
+        event = "promotion" if row.strategy == FAILOVER else "restore"
+        problems.append(f"the {event} lost no intent: the drill exercised nothing")
     if row.not_terminal:
         problems.append(f"{row.not_terminal} intent(s) neither ended nor in front of an operator")
     kinds = [name for name in row.provider.split("+") if name]
@@ -151,6 +155,23 @@ def judge_restore_row(row: Row) -> list[str]:
     recovery = row.detail.get("recovery") or {}
     if not recovery.get("ok"):
         problems.append(f"recovery did not finish and resume execution ({recovery.get('by', 'none')})")
+    return problems
+
+
+def judge_failover_row(row: Row) -> list[str]:
+    """What is wrong with the failover drill's row: the restore drill's bar
+    (``judge_restore_row``), and proof that the promoted replica really lagged: the primary's
+    last WAL position past the replica's, and intents the primary held that the promoted
+    database did not (``detail["lag"]``, measured by ``failover_drill``)."""
+    problems = judge_restore_row(row)
+    lag = row.detail.get("lag") or {}
+    if int(lag.get("wal_bytes_behind") or 0) <= 0:
+        problems.append("the promoted replica was not behind the primary's WAL: no lag to fail over from")
+    if int(lag.get("primary_intents") or 0) <= int(lag.get("promoted_intents") or 0):
+        problems.append(
+            f"the promoted database held {lag.get('promoted_intents')} of the primary's "
+            f"{lag.get('primary_intents')} intents: it lacked no commit"
+        )
     return problems
 
 
@@ -185,6 +206,8 @@ def judge(rows: list[Row]) -> bool:
             row.problems = judge_drill_row(row)
         elif row.strategy == RESTORE:
             row.problems = judge_restore_row(row)
+        elif row.strategy == FAILOVER:
+            row.problems = judge_failover_row(row)
         elif row.strategy == LEDGER:
             row.problems = judge_ledger_row(row)
         else:

@@ -6,6 +6,7 @@
                               [--json PATH] [--markdown PATH]
     python manage.py crashlab --drill-only [--drill-intents N]   # only the duplicate drill
     python manage.py crashlab --restore-only [--restore-intents N] [--restore-by-command]   # only the restore drill
+    python manage.py crashlab --failover [--failover-intents N] [--restore-by-command]   # only the failover drill
     python manage.py crashlab --acceptance [--json PATH]
     python manage.py crashlab --judge PATH     # re-judge a saved --json report
 
@@ -77,7 +78,20 @@ class Command(BaseCommand):
         parser.add_argument(
             "--restore-by-command",
             action="store_true",
-            help="restore drill: workers that do not recover by themselves; the drill runs manage.py recover",
+            help="restore and failover drills: workers that do not recover by themselves; "
+            "the drill runs manage.py recover",
+        )
+        parser.add_argument(
+            "--failover",
+            action="store_true",
+            help="run only the failover drill: a private primary and streaming replica, the replica "
+            "cut off, the primary stopped hard, the replica promoted (needs the PostgreSQL server binaries)",
+        )
+        parser.add_argument(
+            "--failover-intents",
+            type=int,
+            default=None,
+            help="failover drill intents per provider kind and batch (default: --ops / 10, at least 3)",
         )
         parser.add_argument("--workers", type=int, default=2)
         parser.add_argument(
@@ -124,9 +138,13 @@ class Command(BaseCommand):
             raise CommandError(
                 "--restore-intents must be at least 3 (done, held, just submitted at the dump)"
             )
-        if options["drill_only"] and options["restore_only"]:
-            raise CommandError("--drill-only and --restore-only exclude each other")
-        only = options["drill_only"] or options["restore_only"]
+        if options["failover_intents"] is not None and options["failover_intents"] < 3:
+            raise CommandError(
+                "--failover-intents must be at least 3 (done, held, just submitted at the cut)"
+            )
+        if sum(bool(options[name]) for name in ("drill_only", "restore_only", "failover")) > 1:
+            raise CommandError("--drill-only, --restore-only and --failover exclude each other")
+        only = options["drill_only"] or options["restore_only"] or options["failover"]
         config = LabConfig(
             ops=ops,
             boundaries=() if only else _csv(options["boundaries"], BOUNDARIES, "boundary"),
@@ -138,6 +156,8 @@ class Command(BaseCommand):
             restore=options["restore_only"] or not (only or options["no_restore"] or options["no_variants"]),
             restore_intents=options["restore_intents"],
             restore_by_command=options["restore_by_command"],
+            failover=options["failover"],
+            failover_intents=options["failover_intents"],
         )
         drill = DrillRun.objects.create(
             kind=DrillRun.Kind.CRASHLAB,
@@ -149,6 +169,7 @@ class Command(BaseCommand):
                 "strategies": config.strategies,
                 "duplicate_drill_intents": config.intents_per_drill_provider if config.drill else 0,
                 "restore_drill_intents": config.intents_per_restore_batch if config.restore else 0,
+                "failover_drill_intents": config.intents_per_failover_batch if config.failover else 0,
             },
         )
         started = time.monotonic()
