@@ -193,17 +193,32 @@ class LocalCluster:
         return self.sandbox_url
 
     def start_worker(
-        self, name: str, *, concurrency: int = 1, prefetch: int = 1, pool: str = "prefork", queue: str = ""
+        self,
+        name: str,
+        *,
+        concurrency: int = 1,
+        prefetch: int = 1,
+        pool: str = "prefork",
+        queue: str = "",
+        wrap: Callable[[list[str]], list[str]] | None = None,
+        env: dict[str, str] | None = None,
     ) -> Process:
         """Start ``celery worker -P <pool>`` (prefork, threads or solo) on ``queue`` (default the
-        cluster's), with the lab's tasks, and wait until it is ready."""
+        cluster's), with the lab's tasks, and wait until it is ready.
+
+        Args:
+            wrap: turns the command into the one run (e.g. inside a network namespace,
+                ``console.lab.crashlab.partition_drill.PartitionNet.command``).
+            env: variables set for this worker only, over the cluster's (e.g. the addresses it
+                reaches the database, broker and provider at).
+        """
         command = [
             sys.executable, "-m", "celery", "-A", "console", "worker", "-l", "INFO", "-P", pool,
             "--include", ",".join(LAB_TASK_MODULES),
             "-c", str(concurrency), "-n", f"{name}-{uuid.uuid4().hex[:6]}@%h", "-Q", queue or self.queue,
             "--prefetch-multiplier", str(prefetch), "--without-gossip", "--without-mingle",
         ]  # fmt: skip
-        process = Process(name, command, self.env)
+        process = Process(name, wrap(command) if wrap else command, {**self.env, **(env or {})})
         self.processes.append(process)
         wait_until(lambda: " ready." in process.output() or not process.alive(), 60, f"worker {name}")
         if not process.alive():

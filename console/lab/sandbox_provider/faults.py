@@ -29,6 +29,9 @@ class FaultMode(enum.StrEnum):
     IN_PROGRESS = "in_progress"  # answer 409 request_in_progress, apply nothing
     HOLD_BEFORE_EFFECT = "hold_before_effect"  # hold the connection delay_seconds, apply nothing, drop
     HOLD_AFTER_EFFECT = "hold_after_effect"  # apply, hold the connection delay_seconds, drop
+    # Serve the request as usual (apply, replay or refuse), then hold its answer delay_seconds and
+    # send it: a slow answer also for a replay (delay_after_effect sleeps only before applying).
+    HOLD_ANSWER = "hold_answer"
 
     @property
     def applies_effect(self) -> bool:

@@ -186,6 +186,8 @@ class SandboxHandler(BaseHTTPRequestHandler):
         if fault is not None and mode is FaultMode.HOLD_AFTER_EFFECT:
             app.wait(fault.seconds)
             raise DropConnection
+        if fault is not None and mode is FaultMode.HOLD_ANSWER:
+            app.wait(fault.seconds)
         return reply
 
 

@@ -326,6 +326,24 @@ def test_hold_keeps_the_connection_open_without_answering(
     assert len(sandbox.ledger("email")) == applied
 
 
+def test_i35_hold_answer_holds_a_replay_then_answers_it(sandbox: SandboxProvider) -> None:
+    # given: a charge applied under a key, and a hold_answer fault for the next request
+    key = new_key()
+    first = post_charge(sandbox, key, fence=1)
+    sandbox.inject("hold_answer", product="payments", delay_seconds=1.0)
+    started = time.monotonic()
+
+    # when: the same key is sent again with a higher fence
+    again = post_charge(sandbox, key, fence=2)
+    waited = time.monotonic() - started
+
+    # then: the replay was answered, after the hold; still one charge
+    assert again.status_code == first.status_code == 200
+    assert again.json()["id"] == first.json()["id"]
+    assert waited >= 1.0
+    assert len(sandbox.ledger("payments")) == 1
+
+
 def test_fault_matches_product_reference_and_times(sandbox: SandboxProvider) -> None:
     # given
     sandbox.inject("error_500_before_effect", product="reservations", times=2, reference="trip-9")
