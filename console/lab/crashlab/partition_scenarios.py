@@ -92,8 +92,13 @@ class PartitionResult:
         if self.final_status != Intent.Status.SUCCEEDED:
             found.append(f"intent ended {self.final_status or 'nowhere'} (expected SUCCEEDED)")
         if self.scenario == "db-cut":
-            if self.fenced_late_writes < 1:
+            refused = [
+                event["data"].get("attempt_no") for event in self.evidence.get("stale_write_refused", [])
+            ]
+            if 1 not in refused:
                 found.append("the cut-off worker's late write was not recorded as refused by the fence")
+            if any(number != 1 for number in refused):
+                found.append(f"writes of attempts {refused} were refused: the late write got through")
             if self.ended_by not in {"second attempt", "lookup"}:
                 found.append(f"ended by {self.ended_by} (expected the second attempt or a look-up)")
         return found
@@ -329,7 +334,8 @@ class PartitionDrill:
         ended_by = "-"
         if outcome is not None:
             if outcome.source == Outcome.Source.PROVIDER and outcome.attempt is not None:
-                ended_by = "first attempt" if outcome.attempt.attempt_no == 1 else "second attempt"
+                number = outcome.attempt.attempt_no
+                ended_by = {1: "first attempt", 2: "second attempt"}.get(number, f"attempt {number}")
             else:
                 ended_by = {"reconciler": "lookup"}.get(outcome.source, outcome.source)
         refused = list(

@@ -8,6 +8,7 @@
     python manage.py crashlab --restore-only [--restore-intents N] [--restore-by-command]   # only the restore drill
     python manage.py crashlab --failover [--failover-intents N] [--restore-by-command]   # only the failover drill
     python manage.py crashlab --acceptance [--json PATH]
+    python manage.py crashlab --partition [--json PATH]   # the partition drill (C28; root, ip netns)
     python manage.py crashlab --judge PATH     # re-judge a saved --json report
 
 Exit status 0 when every check passes, 1 otherwise.
@@ -99,6 +100,12 @@ class Command(BaseCommand):
             action="store_true",
             help="run the acceptance gate (seven checks and the restore drill)",
         )
+        parser.add_argument(
+            "--partition",
+            action="store_true",
+            help="run only the partition drill: workers in network namespaces, their database and broker paths "
+            "cut and healed mid-call (needs root and ip netns)",
+        )
         parser.add_argument("--judge", metavar="PATH", help="re-judge a saved --json report; runs nothing")
         parser.add_argument("--json", metavar="PATH")
         parser.add_argument("--markdown", metavar="PATH")
@@ -118,6 +125,9 @@ class Command(BaseCommand):
         # The lab submits its hundreds of intents through the API in this process: it measures
         # the ledger, not the API's rate limits (operations/api/throttling.py), so they are off here.
         settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "RATE_AGENT": None, "RATE_TENANT": None}
+        if options["partition"]:
+            self._partition(options["json"])
+            return
         if options["acceptance"]:
             from console.lab.crashlab.acceptance import run_acceptance
 
@@ -211,6 +221,33 @@ class Command(BaseCommand):
         if options["markdown"]:
             Path(options["markdown"]).write_text(table)
         if not passed:
+            raise SystemExit(1)
+
+    def _partition(self, json_path: str | None) -> None:
+        """The partition drill (``console.lab.crashlab.partition_scenarios``): its table, exit 1
+        on a violation; a machine that cannot run it is a CommandError naming why."""
+        from dataclasses import asdict
+
+        from console.lab.cluster import HarnessError
+        from console.lab.crashlab.partition_drill import PartitionUnavailable, unavailable_reason
+        from console.lab.crashlab.partition_scenarios import partition_table, run_partition_drill
+
+        reason = unavailable_reason()
+        if reason:
+            raise CommandError(f"not run: {reason}")
+        try:
+            results = run_partition_drill()
+        except (PartitionUnavailable, HarnessError) as exc:
+            raise CommandError(f"the partition drill did not complete: {exc}") from exc
+        violations = [f"{r.scenario}: {v}" for r in results for v in r.violations()]
+        self.stdout.write(partition_table(results))
+        for line in violations:
+            self.stdout.write(f"VIOLATION {line}")
+        self.stdout.write(f"result={'FAIL' if violations else 'PASS'}")
+        if json_path:
+            report = {"passed": not violations, "results": [asdict(r) for r in results]}
+            Path(json_path).write_text(json.dumps(report, indent=2, default=str))
+        if violations:
             raise SystemExit(1)
 
     def _judge(self, path: Path) -> None:
