@@ -203,7 +203,7 @@ if DATABASE_POOL_MODE not in {"direct", "transaction"}:
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DATABASE_POOL_MODE == "transaction"
 # A libpq URL of the same database reached directly, not through a pooler: the ?wait= listener's
 # LISTEN connection (a pooler in transaction mode drops notifications) and the lab's CREATE/DROP
-# DATABASE. Empty: DATABASE_URL.
+# DATABASE, pg_dump and pg_restore (its host, port and credentials). Empty: DATABASE_URL.
 DATABASE_LISTEN_URL = env_str("DATABASE_LISTEN_URL")
 # Tests only: the database the test runner creates and drops on the server of DATABASE_URL.
 DATABASES["default"]["TEST"] = {"NAME": env_str("EFFECT_LEDGER_TEST_DATABASE", "test_effect_ledger")}

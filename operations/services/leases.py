@@ -14,6 +14,7 @@ from __future__ import annotations
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection, transaction
 
@@ -52,7 +53,7 @@ def _check(name: str, ttl_seconds: float) -> None:
         raise ValueError(f"a lease lasts more than 0 and less than 7 days (seconds); got {ttl_seconds!r}")
 
 
-def _execute(sql: str, params: dict[str, object]) -> list[tuple[object, ...]]:
+def _execute(sql: str, params: dict[str, str | float]) -> list[tuple[Any, ...]]:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"SET LOCAL lock_timeout = {int(LOCK_TIMEOUT_MS)}")
         cursor.execute(sql, params)
