@@ -199,7 +199,9 @@ DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env_int("DATABASE_
 # ?wait= listener (waits then re-read once a second). See docs/how-to/deploy.md.
 DATABASE_POOL_MODE = env_str("DATABASE_POOL_MODE", "direct").strip().lower()
 if DATABASE_POOL_MODE not in {"direct", "transaction"}:
-    raise ValueError(f"environment variable DATABASE_POOL_MODE must be direct or transaction, got {DATABASE_POOL_MODE!r}")
+    raise ValueError(
+        f"environment variable DATABASE_POOL_MODE must be direct or transaction, got {DATABASE_POOL_MODE!r}"
+    )
 DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DATABASE_POOL_MODE == "transaction"
 # A libpq URL of the same database reached directly, not through a pooler: the ?wait= listener's
 # LISTEN connection (a pooler in transaction mode drops notifications) and the lab's CREATE/DROP

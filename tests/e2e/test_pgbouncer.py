@@ -239,7 +239,7 @@ def _listener_on(direct_url: str) -> bool:
     with psycopg.connect(direct_url, autocommit=True) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND application_name = 'effect-ledger-listener' AND query ILIKE 'LISTEN%%'"
+            " AND application_name = 'effect-ledger-listener' AND query ILIKE 'LISTEN%'"
         ).fetchone()
     return bool(row and row[0] >= 1)
 
