@@ -231,7 +231,7 @@ def test_i35_without_a_listen_url_a_pooled_web_process_says_so_and_waits_poll(
     client.close()
     # then: the once-a-second re-read found it; no listener connected anywhere
     assert answer["response"].json()["status"] == "CANCELLED"
-    assert answer["at"] - changed_at < 2.5, answer["at"] - changed_at
+    assert answer["at"] - changed_at < 3.5, answer["at"] - changed_at  # one re-read a second
     assert "DATABASE_LISTEN_URL" in server.output()
 
 
