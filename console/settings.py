@@ -192,6 +192,21 @@ DATABASES["default"].setdefault("OPTIONS", {})
 # Seconds to wait for a connection (libpq connect_timeout): an unreachable database answers
 # the API's 503 and a worker's re-delivery this fast, instead of after the TCP timeout.
 DATABASES["default"]["OPTIONS"].setdefault("connect_timeout", env_int("DATABASE_CONNECT_TIMEOUT", 5))
+# How DATABASE_URL reaches PostgreSQL: "direct" (default; also PgBouncer in session mode) or
+# "transaction" (a pooler in transaction pooling mode, e.g. PgBouncer pool_mode = transaction).
+# "transaction" turns off server-side cursors (Django docs, "Transaction pooling and server-side
+# cursors": a WITH HOLD cursor outlives its transaction) and, without DATABASE_LISTEN_URL, the
+# ?wait= listener (waits then re-read once a second). See docs/how-to/deploy.md.
+DATABASE_POOL_MODE = env_str("DATABASE_POOL_MODE", "direct").strip().lower()
+if DATABASE_POOL_MODE not in {"direct", "transaction"}:
+    raise ValueError(
+        f"environment variable DATABASE_POOL_MODE must be direct or transaction, got {DATABASE_POOL_MODE!r}"
+    )
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DATABASE_POOL_MODE == "transaction"
+# A libpq URL of the same database reached directly, not through a pooler: the ?wait= listener's
+# LISTEN connection (a pooler in transaction mode drops notifications) and the lab's CREATE/DROP
+# DATABASE, pg_dump and pg_restore (its host, port and credentials). Empty: DATABASE_URL.
+DATABASE_LISTEN_URL = env_str("DATABASE_LISTEN_URL")
 # Tests only: the database the test runner creates and drops on the server of DATABASE_URL.
 DATABASES["default"]["TEST"] = {"NAME": env_str("EFFECT_LEDGER_TEST_DATABASE", "test_effect_ledger")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -197,7 +197,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     # equal jitter; with these, the 14th and last attempt comes about 13-26 h after the first),
     # and the request's timeouts (seconds).
     "WEBHOOK_PERIOD_SECONDS": env_float("EFFECT_LEDGER_WEBHOOK_PERIOD_SECONDS", 5.0),
-    # One delivery pass runs at a time (an advisory lock); it claims WEBHOOK_BATCH due rows per
+    # One delivery pass runs at a time (a lease row); it claims WEBHOOK_BATCH due rows per
     # round and POSTs them concurrently, rounds repeated for at most WEBHOOK_PASS_SECONDS.
     "WEBHOOK_BATCH": env_int("EFFECT_LEDGER_WEBHOOK_BATCH", 8, minimum=1),
     # Seconds a delivery pass repeats its rounds at most.

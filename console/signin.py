@@ -19,6 +19,7 @@ and ``"Operator"`` count against one lock (case C14).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 from collections.abc import Callable
 from typing import Any
@@ -30,12 +31,14 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.forms import AuthenticationForm
-from django.db import DatabaseError, connection
+from django.db import DatabaseError
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+
+from operations.services.leases import lease_acquire, lease_release
 
 
 def address_failure_limit() -> int:
@@ -152,17 +155,29 @@ def lockout_response(
     return response
 
 
+#: Seconds a sign-in's lease lasts: far longer than a password check; a web process that dies
+#: mid-sign-in holds up that (username, address) pair for at most this long.
+SIGNIN_LEASE_SECONDS = 30.0
+#: Longest a sign-in waits for the one before it of the same (username, address) pair (seconds);
+#: past it the answer is 429 with Retry-After, never a request that hangs.
+SIGNIN_WAIT_SECONDS = 60.0
+
+
 class SignInSerializationMiddleware:
     """Runs the sign-ins of one (username, address) pair one at a time.
 
     django-axes checks the lock before the password and records a failure after it; a password
     check takes a few hundred milliseconds (PBKDF2), so forty guesses sent at once would all pass
     the check before the first failure is counted, and one could sign in past the limit. Each
-    POST to a login form (the console's and the admin's) holds a PostgreSQL session advisory lock
-    on its lockout key and address until its answer is ready: the sixth concurrent guess sees
-    five failures. Guesses for other names or from other addresses do not wait. If the lock
-    cannot be taken (the database is down) the request goes on unserialised and the view
-    answers as it would.
+    POST to a login form (the console's and the admin's) holds a lease
+    (``operations.services.leases``: a row with an expiry, ``SIGNIN_LEASE_SECONDS``) named after
+    its lockout key and address until its answer is ready: the sixth concurrent guess sees five
+    failures. A lease, not a session advisory lock: behind PgBouncer in transaction mode the
+    unlock ran on another server connection and the lock stayed on a pooled one, and later
+    sign-ins of that pair hung for ever (issue 35). A waiting sign-in holds no transaction (nor a pooled server connection) and
+    waits at most ``SIGNIN_WAIT_SECONDS``, then answers 429 with Retry-After. Guesses for other
+    names or from other addresses do not wait. If the lease cannot be taken (the database is
+    down) the request goes on unserialised and the view answers as it would.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -173,18 +188,20 @@ class SignInSerializationMiddleware:
             return self.get_response(request)
         key = f"sign-in|{lockout_username(request, None)}|{client_ip(request)}"
         try:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))", [key])
+            held = lease_acquire(
+                name=key[:600], ttl_seconds=SIGNIN_LEASE_SECONDS, wait_seconds=SIGNIN_WAIT_SECONDS
+            )
         except DatabaseError:
             return self.get_response(request)
+        if held is None:
+            response = HttpResponse("Another sign-in for this name is running; try again.", status=429)
+            response["Retry-After"] = "5"
+            return response
         try:
             return self.get_response(request)
         finally:
-            try:
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [key])
-            except DatabaseError:
-                connection.close()  # a lost connection released its locks with it
+            with contextlib.suppress(DatabaseError):
+                lease_release(held)  # if this fails, the lease expires on its own
 
 
 def _login_paths() -> frozenset[str]:

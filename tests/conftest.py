@@ -106,6 +106,7 @@ def second_approver(db: Any) -> Any:
 
 
 from tests.support.fake_provider import fake_provider  # noqa: E402, F401
+from tests.support.pgbouncer import pgbouncer  # noqa: E402, F401
 from tests.support.processes import sandbox, sandbox_provider  # noqa: E402, F401
 from tests.support.stripe_server import localstripe, localstripe_server  # noqa: E402, F401
 from tests.support.webhook_receiver import receiver  # noqa: E402, F401

@@ -69,6 +69,17 @@ def database_url(*, host: str | None = None, port: int | None = None) -> str:
     return f"postgresql://{user}:{password}@/{conf['NAME']}?host={socket_dir}"
 
 
+def direct_database_url() -> str:
+    """A ``DATABASE_LISTEN_URL`` naming the database this process uses, on the server reached
+    directly (``console.lab.bench.database.direct_settings_dict``; the pooler bypassed)."""
+    from console.lab.bench.database import direct_settings_dict
+
+    conf = direct_settings_dict(str(connection.settings_dict["NAME"]))
+    user = quote(str(conf.get("USER") or "postgres"))
+    password = quote(str(conf.get("PASSWORD") or ""))
+    return f"postgres://{user}:{password}@{conf.get('HOST') or '127.0.0.1'}:{conf.get('PORT') or 5432}/{conf['NAME']}"
+
+
 class Process:
     """One child process in its own session, output to a log file."""
 
@@ -157,6 +168,10 @@ class LocalCluster:
         }
         if sandbox_url:
             self.env["SANDBOX_PROVIDER_URL"] = sandbox_url
+        if getattr(settings, "DATABASE_LISTEN_URL", ""):
+            # Behind a pooler: the children's direct URL names the database they use (a drill's
+            # scratch database), not the one this process was started on.
+            self.env["DATABASE_LISTEN_URL"] = direct_database_url()
 
     def start_sandbox(self, *, dsn: str | None = None) -> str:
         """Start ``manage.py sandbox_provider`` on a free loopback port; return its URL.

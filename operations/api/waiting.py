@@ -33,24 +33,24 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-import psycopg
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from operations import selectors
-from operations.engine.backoff import backoff_seconds
+from operations.api.listener import (
+    CHANNEL,
+    StatusListener,
+    listener_connection_params,
+    listener_fallback_reason,
+)
 from operations.exceptions import WaitInvalid
 from operations.models import TERMINAL_STATUSES, Intent, IntentWaiter
 
 logger = logging.getLogger("operations.api.waiting")
 
-#: The notification channel of migration 0028's trigger; the payload is the intent's id.
-CHANNEL = "effect_ledger_intent_status"
 #: The longest wait a request may ask for, in seconds: a waiting request holds a web thread.
 MAX_WAIT_SECONDS = 30.0
 #: Statuses a wait answers at once: the terminal ones and SUCCEEDED, which only a compensation
@@ -60,11 +60,6 @@ SETTLED_STATUSES = TERMINAL_STATUSES | {Intent.Status.SUCCEEDED}
 WAITER_GRACE_SECONDS = 60.0
 #: While the listener is not connected, a waiting request re-reads the status this often (seconds).
 FALLBACK_POLL_SECONDS = 1.0
-#: The listener checks its connection with ``SELECT 1`` after this many seconds without traffic.
-LISTENER_PING_SECONDS = 15.0
-#: Reconnection backoff of the listener: base and cap of ``backoff_seconds`` (seconds).
-RECONNECT_BASE_SECONDS = 0.5
-RECONNECT_CAP_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -105,139 +100,6 @@ def wait_request(query: Mapping[str, str]) -> WaitRequest | None:
     return WaitRequest(seconds=seconds, status=status)
 
 
-def listener_connection_params() -> dict[str, Any]:
-    """psycopg connection keyword arguments for the listener: Django's own for the default
-    database (host, port, name, user, password, OPTIONS), without Django's cursor factory and
-    adapters, plus TCP keepalives so a silently dropped connection is noticed (libpq docs,
-    "Parameter Key Words"; ignored over a Unix socket)."""
-    params = dict(connections[DEFAULT_DB_ALIAS].get_connection_params())
-    for django_only in ("context", "cursor_factory", "prepare_threshold"):
-        params.pop(django_only, None)
-    params.setdefault("application_name", "effect-ledger-listener")
-    params.setdefault("keepalives", 1)
-    params.setdefault("keepalives_idle", 10)
-    params.setdefault("keepalives_interval", 5)
-    params.setdefault("keepalives_count", 3)
-    return params
-
-
-class StatusListener:
-    """The process's LISTEN connection and the requests waiting for a notification.
-
-    ``waiter(intent_id)`` registers a ``threading.Event`` that is set when a notification for
-    that intent arrives, and also (for every waiter) whenever the listener connects or loses its
-    connection, since notifications sent while nobody listened are gone: a woken waiter re-reads
-    the row, so a spurious wake-up costs one read and a missed one cannot happen.
-
-    Args:
-        connect: opens the listener's connection (autocommit); by default
-            ``psycopg.connect(**listener_connection_params(), autocommit=True)``.
-    """
-
-    def __init__(self, connect: Callable[[], psycopg.Connection[Any]] | None = None) -> None:
-        self._connect = connect or (lambda: psycopg.connect(**listener_connection_params(), autocommit=True))
-        self._lock = threading.Lock()
-        self._waiters: dict[str, set[threading.Event]] = {}
-        self._listening = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        #: The PostgreSQL backend pid of the current connection (None when not connected).
-        self.backend_pid: int | None = None
-
-    @property
-    def listening(self) -> bool:
-        """True while the LISTEN connection is up: notifications reach the waiters."""
-        return self._listening.is_set()
-
-    def start(self) -> None:
-        """Start the listener thread unless it runs already (idempotent, thread-safe)."""
-        with self._lock:
-            if self._thread is not None and self._thread.is_alive():
-                return
-            self._stopping.clear()
-            self._thread = threading.Thread(target=self._run, name="effect-ledger-listener", daemon=True)
-            self._thread.start()
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop the thread and close its connection (tests; a web process just exits)."""
-        self._stopping.set()
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
-
-    @contextmanager
-    def waiter(self, intent_id: uuid.UUID) -> Iterator[threading.Event]:
-        """An event set when ``intent_id``'s status may have changed; registered for the block."""
-        key, event = str(intent_id), threading.Event()
-        with self._lock:
-            self._waiters.setdefault(key, set()).add(event)
-        try:
-            yield event
-        finally:
-            with self._lock:
-                events = self._waiters.get(key, set())
-                events.discard(event)
-                if not events:
-                    self._waiters.pop(key, None)
-
-    def waiting(self) -> int:
-        """How many requests are registered (tests, diagnostics)."""
-        with self._lock:
-            return sum(len(events) for events in self._waiters.values())
-
-    def _wake(self, intent_id: str) -> None:
-        with self._lock:
-            events = list(self._waiters.get(intent_id, ()))
-        for event in events:
-            event.set()
-
-    def _wake_all(self) -> None:
-        with self._lock:
-            events = [event for events in self._waiters.values() for event in events]
-        for event in events:
-            event.set()
-
-    def _run(self) -> None:
-        failures = 0
-        while not self._stopping.is_set():
-            try:
-                with self._connect() as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
-                    self.backend_pid = conn.info.backend_pid
-                    self._listening.set()
-                    failures = 0
-                    logger.info("listening on %s (backend %s)", CHANNEL, self.backend_pid)
-                    # Changes committed while nobody listened were never heard: re-read them all.
-                    self._wake_all()
-                    self._listen(conn)
-            except Exception:  # any failure: fall back and reconnect, never let the thread die
-                logger.warning(
-                    "status listener lost its connection; waiters re-read every second", exc_info=True
-                )
-            finally:
-                self._listening.clear()
-                self.backend_pid = None
-                self._wake_all()  # they switch to re-reading once a second
-            if self._stopping.is_set():
-                break
-            failures += 1
-            self._stopping.wait(
-                backoff_seconds(attempt_no=failures, base=RECONNECT_BASE_SECONDS, cap=RECONNECT_CAP_SECONDS)
-            )
-
-    def _listen(self, conn: psycopg.Connection[Any]) -> None:
-        quiet_since = time.monotonic()
-        while not self._stopping.is_set():
-            # At most one second per round, so stop() is honoured promptly; a killed backend or a
-            # closed socket raises psycopg.OperationalError here at once.
-            for notify in conn.notifies(timeout=1.0):
-                self._wake(notify.payload)
-                quiet_since = time.monotonic()
-            if time.monotonic() - quiet_since >= LISTENER_PING_SECONDS:
-                conn.execute("SELECT 1")
-                quiet_since = time.monotonic()
-
-
 _listener: StatusListener | None = None
 _listener_pid: int | None = None
 _listener_lock = threading.Lock()
@@ -245,13 +107,18 @@ _listener_lock = threading.Lock()
 
 def status_listener() -> StatusListener:
     """This process's listener, created and started on first use (and again in a forked child,
-    which does not inherit the parent's thread)."""
+    which does not inherit the parent's thread). Not started, and said so once in a warning,
+    when ``listener_fallback_reason()`` gives a reason: its waits re-read once a second."""
     global _listener, _listener_pid
     with _listener_lock:
         if _listener is None or _listener_pid != os.getpid():
             _listener, _listener_pid = StatusListener(), os.getpid()
+            fallback = listener_fallback_reason()
+            if fallback:
+                logger.warning("status listener not started: %s", fallback)
         listener = _listener
-    listener.start()
+    if listener_fallback_reason() is None:
+        listener.start()
     return listener
 
 
@@ -392,6 +259,7 @@ __all__ = [
     "SETTLED_STATUSES",
     "StatusListener",
     "WaitRequest",
+    "listener_connection_params",
     "status_listener",
     "stop_status_listener",
     "wait_for_status_change",

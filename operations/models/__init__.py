@@ -26,6 +26,7 @@ from operations.models.intents import (
     Intent,
     Outcome,
 )
+from operations.models.leases import Lease
 from operations.models.notifications import Notification, NotificationDelivery, NotificationRecipient
 from operations.models.outbox import OutboxMessage
 from operations.models.restore import FENCE_EPOCH_STRIDE, ExecutionControl, RecoveryRun
@@ -52,6 +53,7 @@ __all__ = [
     "ExecutionControl",
     "Intent",
     "IntentWaiter",
+    "Lease",
     "Notification",
     "NotificationDelivery",
     "NotificationRecipient",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -39,13 +40,18 @@ from django.utils import timezone
 from operations import metrics
 from operations.adapters.registry import ActionUnavailable, capabilities_for
 from operations.models import OPEN_STATUSES, ExecutionControl, Intent, RecoveryRun
+from operations.services.leases import lease_release, lease_renew, lease_try_acquire
 from operations.services.recovery import intent_redispatch
 from operations.services.transitions import transition
 
 logger = logging.getLogger("operations.restore")
 
-# pg_try_advisory_lock key: one recovery at a time ("recover!" in ASCII).
-RECOVERY_LOCK_ID = 0x7265636F_76657221
+#: The lease (``operations.services.leases``) held by the one recovery that runs: a row, not a
+#: session advisory lock, which a pooler in transaction mode would leave on a pooled connection.
+RECOVERY_LEASE = "recovery"
+#: Seconds the recovery lease lasts; renewed after every step, so only a recovery whose process
+#: died (or one step longer than this) lets another start.
+RECOVERY_LEASE_SECONDS = 900.0
 
 
 #: How the restore guard's holds begin (``hold_reason``), for the console and its counts.
@@ -164,19 +170,16 @@ def recover(plan: RecoveryPlan, *, rebaseline: Any = None) -> RecoveryRun:
     Raises:
         RecoveryRunning: another recovery is running (nothing was done).
     """
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [RECOVERY_LOCK_ID])
-        (locked,) = cursor.fetchone()
-    if not locked:
+    held = lease_try_acquire(name=RECOVERY_LEASE, ttl_seconds=RECOVERY_LEASE_SECONDS)
+    if held is None:
         raise RecoveryRunning("another recovery is running")
     try:
-        return _recover(plan, rebaseline)
+        return _recover(plan, rebaseline, lambda: lease_renew(held, ttl_seconds=RECOVERY_LEASE_SECONDS))
     finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [RECOVERY_LOCK_ID])
+        lease_release(held)
 
 
-def _recover(plan: RecoveryPlan, rebaseline: Any) -> RecoveryRun:
+def _recover(plan: RecoveryPlan, rebaseline: Any, renew: Callable[[], bool]) -> RecoveryRun:
     run = RecoveryRun.objects.create(
         started_at=database_now(),
         since=plan.since,
@@ -189,11 +192,14 @@ def _recover(plan: RecoveryPlan, rebaseline: Any) -> RecoveryRun:
     execution_pause(reason=f"recovery #{run.pk} is running: {plan.reason}"[:2000], actor=plan.actor)
     try:
         _raise_epoch(run)
+        renew()
         run.counts = _reconcile(plan)
         run.save(update_fields=["counts"])
+        renew()
         if rebaseline is not None:
             run.checkpoint_number = rebaseline(run)
             run.save(update_fields=["checkpoint_number"])
+            renew()
     except Exception as exc:
         _failed(run, exc, "recovery failed; execution stays paused")
         raise

@@ -31,6 +31,7 @@ from operations.exceptions import WebhookResendRefused
 from operations.idempotency import canonical_json
 from operations.models import AuditEvent, Intent, Outcome, WebhookDelivery
 from operations.notifications.webhook_sender import AttemptResult, post_webhook
+from operations.services.leases import lease_release, lease_try_acquire
 from operations.services.webhooks import webhook_kick_after_commit
 
 #: Seconds a claim holds a row: longer than a POST may take (connect + read timeouts) and the
@@ -192,8 +193,8 @@ def webhook_attempt(claimed: Claimed) -> str:
     return webhook_record(claimed=claimed, result=result)
 
 
-#: The PostgreSQL advisory lock (one bigint key) held by the one delivery pass that runs.
-DELIVERY_PASS_LOCK = 0x454C5748  # "ELWH"
+#: The lease (``operations.services.leases``) held by the one delivery pass that runs.
+DELIVERY_PASS_LEASE = "webhook-delivery-pass"
 
 
 def _attempt_on_own_connection(claimed: Claimed) -> str:
@@ -209,9 +210,10 @@ def webhooks_deliver_due(*, batch: int | None = None, budget_seconds: float | No
     each, until nothing is due or ``budget_seconds`` (``WEBHOOK_PASS_SECONDS``) have passed.
     Returns counts by result; ``{}`` at once when another pass runs.
 
-    One pass at a time in the whole system: the pass holds a PostgreSQL session advisory lock
-    (``pg_try_advisory_lock(DELIVERY_PASS_LOCK)``, released at the end, or with the session if
-    the worker dies), and the running pass takes every due row. So agents' receivers, however
+    One pass at a time in the whole system: the pass holds the lease ``DELIVERY_PASS_LEASE`` (a
+    row, not a session advisory lock, which a pooler in transaction mode would leave on a pooled
+    server connection), released at the end; a worker that dies mid-pass leaves it to expire
+    after the pass's budget plus one claim's lease. The running pass takes every due row. So agents' receivers, however
     slow, occupy one worker process at most and intents keep executing on the others (a
     reviewer's receiver holding each POST 60 s had delayed another tenant's intents by 19 s,
     when every commit's kick started a pass of its own). A round's POSTs run together, so each
@@ -223,10 +225,8 @@ def webhooks_deliver_due(*, batch: int | None = None, budget_seconds: float | No
     """
     batch = batch or settings.EFFECT_LEDGER["WEBHOOK_BATCH"]
     budget = settings.EFFECT_LEDGER["WEBHOOK_PASS_SECONDS"] if budget_seconds is None else budget_seconds
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [DELIVERY_PASS_LOCK])
-        (locked,) = cursor.fetchone()
-    if not locked:
+    held = lease_try_acquire(name=DELIVERY_PASS_LEASE, ttl_seconds=budget + _lease_seconds())
+    if held is None:
         return {}
     counts: dict[str, int] = {}
     deadline = time.monotonic() + budget
@@ -241,8 +241,8 @@ def webhooks_deliver_due(*, batch: int | None = None, budget_seconds: float | No
                 for outcome in outcomes:
                     counts[outcome] = counts.get(outcome, 0) + 1
     finally:
-        with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [DELIVERY_PASS_LOCK])
+        with contextlib.suppress(DatabaseError):
+            lease_release(held)  # if this fails, the lease expires on its own
     return counts
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -36,7 +36,9 @@ from operations.models import (
 )
 from operations.restore.check import database_behind
 from operations.restore.recovery import pause_if_behind, recover_with_rebaseline
-from operations.services.failover import RECOVERY_LOCK_ID, RecoveryPlan, RecoveryRunning, execution_control
+from operations.selectors.leases import lease_held
+from operations.services.failover import RECOVERY_LEASE, RecoveryPlan, RecoveryRunning, execution_control
+from operations.services.leases import lease_release, lease_try_acquire
 from tests.factories import charge_arguments, make_agent, submit
 from tests.operations.test_restore_keys import lose
 
@@ -417,27 +419,19 @@ def test_i22_recover_refuses_bad_input_and_changes_nothing(args: list[str], mess
 
 @pytest.mark.django_db(transaction=True)
 def test_i22_a_second_recovery_at_once_is_refused() -> None:
-    held = threading.Event()
-    release = threading.Event()
-
-    def hold_the_lock() -> None:
-        with connections["default"].cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_lock(%s)", [RECOVERY_LOCK_ID])
-            held.set()
-            release.wait(10)
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [RECOVERY_LOCK_ID])
-        connections["default"].close()
-
-    other = threading.Thread(target=hold_the_lock)
-    other.start()
+    # given: another recovery holds the lease
+    held = lease_try_acquire(name=RECOVERY_LEASE, ttl_seconds=60)
+    assert held is not None
     try:
-        assert held.wait(10)
+        # when / then
         with pytest.raises(RecoveryRunning):
             recover_now()
         assert not RecoveryRun.objects.exists()
     finally:
-        release.set()
-        other.join()
+        lease_release(held)
+    # and once it is released, a recovery runs and releases it in turn
+    recover_now()
+    assert not lease_held(name=RECOVERY_LEASE)
 
 
 def test_i22_the_dashboard_shows_the_pause_and_the_recoveries(sandbox: Any, client: Any) -> None:

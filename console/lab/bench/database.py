@@ -7,16 +7,36 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import dj_database_url
 import psycopg
+from django.conf import settings
 from django.db import connection, connections
 
 from console.lab.sandbox_provider.database import dsn_from_settings_dict
 
 
+def direct_settings_dict(dbname: str) -> dict[str, Any]:
+    """Django's default ``DATABASES`` entry for database ``dbname``, reaching the server
+    directly: ``DATABASE_LISTEN_URL``'s host, port and credentials when it is set (the ledger's
+    direct URL beside a ``DATABASE_URL`` through a pooler), else ``DATABASE_URL``'s own.
+
+    The lab's CREATE/DROP DATABASE, ``pg_dump`` and ``pg_restore`` use it: through PgBouncer in
+    transaction mode, ``pg_restore``'s session ``set_config('search_path', '', false)`` stayed on
+    a pooled connection and the next queries there found no table (issue 35), and a database
+    cannot be dropped while the pooler keeps server connections to it.
+    """
+    settings_dict: dict[str, Any] = {**connection.settings_dict, "NAME": dbname}
+    listen_url = str(getattr(settings, "DATABASE_LISTEN_URL", "") or "")
+    if listen_url:
+        direct = dj_database_url.parse(listen_url)
+        settings_dict.update({key: direct.get(key) for key in ("HOST", "PORT", "USER", "PASSWORD")})
+    return settings_dict
+
+
 def server_dsn(dbname: str) -> str:
-    """A libpq DSN for database ``dbname`` on the server Django's default database lives on."""
-    settings_dict = {**connection.settings_dict, "NAME": dbname}
-    return dsn_from_settings_dict(settings_dict)
+    """A libpq DSN for database ``dbname`` on the server Django's default database lives on,
+    reached directly (``direct_settings_dict``)."""
+    return dsn_from_settings_dict(direct_settings_dict(dbname))
 
 
 def recreate_database(name: str, *, admin_db: str) -> None:

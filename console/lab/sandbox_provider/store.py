@@ -190,6 +190,11 @@ SELECT 'reservations', 'reservation', id, NULL, NULL, reference, NULL, NULL, NUL
 def open_pool(dsn: str, *, max_size: int = 20) -> Pool:
     """Open a connection pool to ``dsn`` (autocommit connections, dict rows) and wait for it.
 
+    Its connections never prepare statements (``prepare_threshold=None``): through PgBouncer in
+    transaction mode a statement prepared on one server connection is missing, or already there
+    (``DuplicatePreparedStatement``), on the next one a client is given (psycopg docs,
+    "Prepared statements": "using external connection poolers").
+
     Raises:
         psycopg_pool.PoolTimeout: the database could not be reached within 10 seconds.
     """
@@ -198,7 +203,7 @@ def open_pool(dsn: str, *, max_size: int = 20) -> Pool:
         connection_class=Connection,
         min_size=2,
         max_size=max_size,
-        kwargs={"autocommit": True, "row_factory": dict_row},
+        kwargs={"autocommit": True, "row_factory": dict_row, "prepare_threshold": None},
         timeout=10.0,
         open=False,
         name="sandbox-provider",
