@@ -7,10 +7,11 @@ from typing import Any
 
 from celery import Celery
 from celery.schedules import crontab
-from celery.signals import task_postrun, worker_init
+from celery.signals import beat_init, task_postrun, worker_init
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections
 
+from operations.workers.beat_heartbeat import beat_heartbeat_start
 from operations.workers.heartbeat import WorkerHeartbeatStep
 
 # The settings module Django loads, unless the environment names another.
@@ -29,26 +30,42 @@ app.set_default()
 app.steps["worker"].add(WorkerHeartbeatStep)
 
 
+# Every beat process records its own heartbeat, so a second beat is seen on the health page
+# (operations.workers.beat_heartbeat; run exactly one beat: docs/how-to/deploy.md).
+beat_init.connect(beat_heartbeat_start, weak=False)
+
+
+def _every(period_setting: str) -> dict[str, Any]:
+    """A schedule entry's timing every ``EFFECT_LEDGER[period_setting]`` seconds, with that
+    period passed to the task as ``claim_period``: the task claims its run per period in the
+    database (``operations.tasks.period_claimed``), so two beats make one run per period."""
+    period = float(settings.EFFECT_LEDGER[period_setting])
+    return {"schedule": period, "kwargs": {"claim_period": period}}
+
+
+_STATEMENT_PERIOD = float(settings.EFFECT_LEDGER["STATEMENT_PERIOD_SECONDS"])
+
 # The periodic safety nets, declared in code. Each task claims a bounded batch, so a pass
 # costs O(batch) whatever the table size. The periods (seconds) are settings, because the
 # stalled-READY sweep derives its threshold from the relay's (operations.workers.delivery).
 app.conf.beat_schedule = {
     "relay-outbox": {
         "task": "operations.relay_outbox",
-        "schedule": settings.EFFECT_LEDGER["RELAY_PERIOD_SECONDS"],
+        **_every("RELAY_PERIOD_SECONDS"),
     },
     "reconcile": {
         "task": "reconciliation.reconcile",
-        "schedule": settings.EFFECT_LEDGER["RECONCILE_PERIOD_SECONDS"],
+        **_every("RECONCILE_PERIOD_SECONDS"),
     },
     # A signed checkpoint of every audit chain's head (skipped when nothing changed); it reads
     # one consistent snapshot without locking the writers (operations.audit.checkpoints).
     "audit-checkpoint": {
         "task": "operations.audit_checkpoint",
-        "schedule": settings.EFFECT_LEDGER["AUDIT_CHECKPOINT_PERIOD_SECONDS"],
+        **_every("AUDIT_CHECKPOINT_PERIOD_SECONDS"),
     },
     # Has the database gone back in time (a restore, a failover)? Compared with the outward
     # checkpoint file; behind, execution pauses and recovery runs (operations.restore.recovery).
+    # Not claimed per period: each host compares with its own file (a second witness).
     "restore-check": {
         "task": "operations.restore.check",
         "schedule": settings.EFFECT_LEDGER["RESTORE_CHECK_PERIOD_SECONDS"],
@@ -57,24 +74,27 @@ app.conf.beat_schedule = {
     # (operations.services.notifications).
     "send-notifications": {
         "task": "operations.send_notifications",
-        "schedule": settings.EFFECT_LEDGER["NOTIFY_PERIOD_SECONDS"],
+        **_every("NOTIFY_PERIOD_SECONDS"),
     },
     # SUCCEEDED and the terminal states counted with one GROUP BY for the dashboard and /metrics
     # (operations.services.status_rollup_refresh: why a period and not a counter per transition).
     "status-rollup": {
         "task": "operations.status_rollup",
-        "schedule": settings.EFFECT_LEDGER["STATUS_ROLLUP_PERIOD_SECONDS"],
+        **_every("STATUS_ROLLUP_PERIOD_SECONDS"),
     },
     # Signed webhooks to agents due now (first attempts a commit's kick missed, and retries).
     "deliver-webhooks": {
         "task": "operations.deliver_webhooks",
-        "schedule": settings.EFFECT_LEDGER["WEBHOOK_PERIOD_SECONDS"],
+        **_every("WEBHOOK_PERIOD_SECONDS"),
     },
     # Yesterday's statement of every source with a statement API, reconciled both ways, daily
-    # at 02:00 UTC (after the day closed; reconciliation.statements).
+    # at 02:00 UTC (after the day closed; reconciliation.statements); every
+    # STATEMENT_PERIOD_SECONDS where that is shorter than a day (the lab). One scheduled run per
+    # source and day, by a claim per period and a unique constraint (issue 35).
     "reconcile-statements": {
         "task": "reconciliation.reconcile_statements",
-        "schedule": crontab(hour=2, minute=0),
+        "schedule": crontab(hour=2, minute=0) if _STATEMENT_PERIOD >= 86400 else _STATEMENT_PERIOD,
+        "kwargs": {"claim_period": _STATEMENT_PERIOD},
     },
 }
 

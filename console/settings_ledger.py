@@ -104,8 +104,10 @@ EFFECT_LEDGER: dict[str, Any] = {
     # Beat period in seconds of the reconciler (UNKNOWN lookups, duplicates, HELD decisions, ...).
     "RECONCILE_PERIOD_SECONDS": env_float("EFFECT_LEDGER_RECONCILE_PERIOD_SECONDS", 5.0),
     # The statement reconciliation runs daily (beat: 02:00 UTC, yesterday's statements); the
-    # health page judges its age by this period (issue 19).
-    "STATEMENT_PERIOD_SECONDS": 86400.0,
+    # health page judges its age by this period (issue 19). Shorter than a day (the lab, drills),
+    # the beat schedules it every this many seconds instead; each source and day still gets one
+    # scheduled run (reconciliation.statements, issue 35).
+    "STATEMENT_PERIOD_SECONDS": env_float("EFFECT_LEDGER_STATEMENT_PERIOD_SECONDS", 86400.0),
     # Days a reconciliation run (a pass that did or found something) is kept.
     "RECONCILIATION_RUN_RETENTION_DAYS": env_float("EFFECT_LEDGER_RECONCILIATION_RUN_RETENTION_DAYS", 7),
     # Intents a reconciler pass takes at most, per kind of work (UNKNOWN, HELD, duplicates).
@@ -154,6 +156,10 @@ EFFECT_LEDGER: dict[str, Any] = {
     # upserts its heartbeat this often (operations.workers.heartbeat); it is late past HEALTH_WORKER_LATE
     # and gone past HEALTH_WORKER_GONE seconds without a beat.
     "WORKER_HEARTBEAT_SECONDS": env_float("EFFECT_LEDGER_WORKER_HEARTBEAT_SECONDS", 10.0),
+    # Every beat process upserts its own heartbeat this often (operations.workers.beat_heartbeat);
+    # two beats seen within HEALTH_BEAT_WINDOW_SECONDS turn the health page's beat signal red.
+    "BEAT_HEARTBEAT_SECONDS": env_float("EFFECT_LEDGER_BEAT_HEARTBEAT_SECONDS", 10.0),
+    "HEALTH_BEAT_WINDOW_SECONDS": env_float("EFFECT_LEDGER_HEALTH_BEAT_WINDOW_SECONDS", 35.0),
     # Seconds without a heartbeat after which a worker counts as late (the workers signal turns amber).
     "HEALTH_WORKER_LATE_SECONDS": env_float("EFFECT_LEDGER_HEALTH_WORKER_LATE_SECONDS", 30.0),
     # Seconds without a heartbeat after which a worker counts as gone (red when no worker is alive).

@@ -18,10 +18,24 @@ from operations.audit.keys import AuditKeyError
 from operations.engine import protocol
 from operations.restore import recovery
 from operations.services import notifications
+from operations.services.periodic_claims import periodic_claim
 from operations.workers import outbox
 from operations.workers.delivery import database_retry_countdown, database_unavailable
 
 logger = logging.getLogger(__name__)
+
+
+def period_claimed(job: str, claim_period: float | None) -> bool:
+    """Whether this run of periodic job ``job`` may work: always when not run by the beat
+    (``claim_period`` None: a kick, a command), else only when it wins the period's claim
+    (``operations.services.periodic_claims``), so two beats make one run per period. A run
+    that lost is logged at debug level and counted by the caller as skipped."""
+    if claim_period is None:
+        return True
+    won = periodic_claim(job=job, period_seconds=claim_period, claimed_by=protocol.worker_identity())
+    if not won:
+        logger.debug("periodic run skipped: another scheduler's run claimed this period", extra={"job": job})
+    return won
 
 
 @shared_task(
@@ -67,15 +81,19 @@ def execute_intent(self: Any, intent_id: str, message_id: str | None = None) -> 
 
 
 @shared_task(name="operations.relay_outbox")
-def relay_outbox() -> int:
+def relay_outbox(claim_period: float | None = None) -> int:
     """Publish pending outbox rows (the periodic safety net behind the post-commit kick); the
-    run is recorded for the health page (``operations.services.periodic_job_run``)."""
+    run is recorded for the health page (``operations.services.periodic_job_run``). The beat
+    passes ``claim_period`` (seconds): one run per period however many beats (``period_claimed``);
+    the rows themselves are claimed with ``SKIP LOCKED`` by any number of relays."""
+    if not period_claimed("operations.relay_outbox", claim_period):
+        return 0
     with services.periodic_job_run("operations.relay_outbox"):
         return outbox.outbox_relay()
 
 
 @shared_task(name="operations.audit_checkpoint")
-def audit_checkpoint() -> int | None:
+def audit_checkpoint(claim_period: float | None = None) -> int | None:
     """Sign a checkpoint of the audit chains' heads when they changed since the last one (the
     beat's, every ``AUDIT_CHECKPOINT_PERIOD_SECONDS``); returns its number, or None.
 
@@ -85,6 +103,8 @@ def audit_checkpoint() -> int | None:
     error naming the faults and counted (``effect_ledger_audit_checkpoint_refused_total``), and
     every later period refuses again until an operator acts (docs/explanation/audit-threat-model.md).
     """
+    if not period_claimed("operations.audit_checkpoint", claim_period):
+        return None
     try:
         row = signing.audit_checkpoint_create(only_if_changed=True)
     except signing.CheckpointRefusedError as exc:
@@ -102,29 +122,39 @@ def restore_check() -> str:
     """Compare the database with the outward checkpoint file (the beat's, every
     ``RESTORE_CHECK_PERIOD_SECONDS``; and once when a worker starts and finds it behind): pause
     execution when the database went back in time, then recover (``operations.restore.recovery``).
-    Returns ``level``, ``paused``, ``recovered`` or ``running``."""
+    Returns ``level``, ``paused``, ``recovered`` or ``running``.
+
+    Not claimed per period (``period_claimed``): each host compares the database with its own
+    file, so a second check is a second witness, and its writes (the pause, the recovery) are
+    guarded in the database."""
     return recovery.restore_check(actor=f"detector:{protocol.worker_identity()}")
 
 
 @shared_task(name="operations.send_notifications")
-def send_notifications() -> int:
+def send_notifications(claim_period: float | None = None) -> int:
     """Send the notices to approvers and operators (the beat's, every ``NOTIFY_PERIOD_SECONDS``;
     ``operations.services.notifications.notifications_send``); returns the messages sent."""
+    if not period_claimed("operations.send_notifications", claim_period):
+        return 0
     with services.periodic_job_run("operations.send_notifications"):
         return notifications.notifications_send()
 
 
 @shared_task(name="operations.status_rollup")
-def status_rollup() -> dict[str, int]:
+def status_rollup(claim_period: float | None = None) -> dict[str, int]:
     """Recount SUCCEEDED and the terminal states for the dashboard and ``/metrics`` (the beat's,
     every ``STATUS_ROLLUP_PERIOD_SECONDS``; see ``operations.services.status_rollup``)."""
+    if not period_claimed("operations.status_rollup", claim_period):
+        return {}
     return services.status_rollup_refresh()
 
 
 @shared_task(name="operations.deliver_webhooks")
-def deliver_webhooks() -> dict[str, int]:
+def deliver_webhooks(claim_period: float | None = None) -> dict[str, int]:
     """POST the due signed webhooks to agents (the beat's, every ``WEBHOOK_PERIOD_SECONDS``, and
     a kick after each commit that wrote one; see ``operations.services.webhooks``). Returns the
     attempts by result. The run is recorded for the health page."""
+    if not period_claimed("operations.deliver_webhooks", claim_period):
+        return {}
     with services.periodic_job_run("operations.deliver_webhooks"):
         return services.webhooks_deliver_due()

@@ -191,9 +191,22 @@ class StatementRun(models.Model):
     extra_at_provider = models.PositiveIntegerField(default=0)
     amount_mismatches = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True, default="")
+    scheduled = models.BooleanField(
+        default=False, help_text="made by the beat's daily job (one finished run per source and day)"
+    )
 
     class Meta:
         indexes = [models.Index(fields=["source", "-statement_date"], name="statement_run_source_date")]
+        # One scheduled run per source and day, even when two beats trigger the job at once
+        # (issue 35, C27); a run that stored only an error does not count, so the next period
+        # tries the day again. Runs an operator starts (upload, command) are not limited.
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source", "statement_date"],
+                condition=models.Q(scheduled=True, error=""),
+                name="statement_run_one_scheduled",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"statement of {self.source} for {self.statement_date} ({self.origin})"

@@ -62,7 +62,7 @@ import datetime as dt
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from operations.adapters.base import StatementEntry
@@ -78,13 +78,23 @@ from reconciliation.statement_verdicts import intent_money, key_of, line_without
 FETCH_DEADLINE_SECONDS = 30.0
 
 
-def fetch_and_run(*, source: str, day: dt.date, actor: str = "reconciler") -> StatementRun:
+def fetch_and_run(
+    *, source: str, day: dt.date, actor: str = "reconciler", scheduled: bool = False
+) -> StatementRun:
     """Fetch ``source``'s statement of ``day`` from its provider and reconcile it (``run``).
     A provider that cannot be read stores a run with its ``error`` and no lines.
+
+    Args:
+        scheduled: the beat's daily run: at most one finished run per source and day (the
+            ``statement_run_one_scheduled`` constraint); a day already reconciled so returns
+            that run without fetching, and a concurrent second run stores nothing and returns
+            the first (issue 35, C27). An operator's run (False) is never limited.
 
     Raises:
         StatementRefused: an unknown source, or one without a statement API (upload a CSV).
     """
+    if scheduled and (done := _scheduled_run(source, day)) is not None:
+        return done
     actions = source_actions(source)
     adapter = get_adapter(actions[0])
     try:
@@ -101,8 +111,21 @@ def fetch_and_run(*, source: str, day: dt.date, actor: str = "reconciler") -> St
             actor=actor,
             finished_at=timezone.now(),
             error=f"the provider's statement could not be read: {exc}"[:2000],
+            scheduled=scheduled,
         )
-    return run(source=source, day=day, entries=entries, origin=StatementRun.Origin.API, actor=actor)
+    return run(
+        source=source,
+        day=day,
+        entries=entries,
+        origin=StatementRun.Origin.API,
+        actor=actor,
+        scheduled=scheduled,
+    )
+
+
+def _scheduled_run(source: str, day: dt.date) -> StatementRun | None:
+    """The finished scheduled run of ``source`` and ``day``, if any."""
+    return StatementRun.objects.filter(source=source, statement_date=day, scheduled=True, error="").first()
 
 
 def run(
@@ -114,6 +137,7 @@ def run(
     actor: str = "reconciler",
     filename: str = "",
     raw: Sequence[dict[str, Any]] | None = None,
+    scheduled: bool = False,
 ) -> StatementRun:
     """Store ``entries`` (``source``'s statement of ``day``, amounts in minor units) as a run
     and reconcile them with the intents of the source's actions (the module docstring).
@@ -121,6 +145,8 @@ def run(
     Args:
         origin: ``StatementRun.Origin`` (``api`` or ``upload``).
         raw: per entry, what was read (a CSV row), kept on the line.
+        scheduled: the beat's run (``fetch_and_run``): when another scheduled run of the source
+            and day committed first, this one stores nothing and returns that one.
 
     Returns:
         the finished run with its counts; on a failure, a run holding only its ``error``.
@@ -131,9 +157,12 @@ def run(
     actions = statement_actions(source)
     try:
         with transaction.atomic():
-            return _run(source, day, entries, origin, actor, filename, raw, actions)
+            return _run(source, day, entries, origin, actor, filename, raw, actions, scheduled)
     except Exception as exc:  # the run's writes are rolled back; the error is stored instead
+        if scheduled and isinstance(exc, IntegrityError) and (first := _scheduled_run(source, day)):
+            return first  # another beat's run of this source and day won the unique constraint
         return StatementRun.objects.create(
+            scheduled=scheduled,
             source=source,
             statement_date=day,
             origin=origin,
@@ -153,9 +182,12 @@ def _run(
     filename: str,
     raw: Sequence[dict[str, Any]] | None,
     actions: list[str],
+    scheduled: bool = False,
 ) -> StatementRun:
+    # The insert waits on the unique index while another scheduled run of this source and day
+    # is uncommitted, then fails once it committed: one scheduled run per source and day.
     statement_run = StatementRun.objects.create(
-        source=source, statement_date=day, origin=origin, actor=actor, filename=filename
+        source=source, statement_date=day, origin=origin, actor=actor, filename=filename, scheduled=scheduled
     )
     intents = Intent.objects.filter(action__in=actions)
     keys = {key_of(e.idempotency_key) for e in entries if e.idempotency_key}

@@ -10,6 +10,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from operations.services import periodic_job_run
+from operations.tasks import period_claimed
 from reconciliation.events import process_provider_event as process_event
 from reconciliation.services import reconcile_pass
 from reconciliation.statement_sources import api_sources
@@ -17,21 +18,31 @@ from reconciliation.statements import fetch_and_run
 
 
 @shared_task(name="reconciliation.reconcile")
-def reconcile() -> dict[str, Any]:
+def reconcile(claim_period: float | None = None) -> dict[str, Any]:
     """One reconciliation pass (see ``reconciliation.services.reconcile_pass``); the run is
-    recorded for the health page (``operations.services.periodic_job_run``)."""
+    recorded for the health page (``operations.services.periodic_job_run``). The beat passes
+    ``claim_period`` (seconds): one pass per period however many beats
+    (``operations.tasks.period_claimed``); the pass's own batches are claimed with ``SKIP LOCKED``."""
+    if not period_claimed("reconciliation.reconcile", claim_period):
+        return {"skipped": True}
     with periodic_job_run("reconciliation.reconcile"):
         return reconcile_pass()
 
 
 @shared_task(name="reconciliation.reconcile_statements")
-def reconcile_statements() -> dict[str, Any]:
+def reconcile_statements(claim_period: float | None = None) -> dict[str, Any]:
     """Reconcile yesterday's (UTC) statement of every source with a statement API
     (``reconciliation.statements.fetch_and_run``); recorded for the health page. A source whose
-    provider cannot be read leaves a run with its error and does not stop the others."""
+    provider cannot be read leaves a run with its error and does not stop the others.
+
+    One scheduled run per source and day: the beat's run claims its period
+    (``operations.tasks.period_claimed``), and each run is stored ``scheduled``, which a unique
+    constraint allows once per source and day (a day already reconciled returns its run)."""
+    if not period_claimed("reconciliation.reconcile_statements", claim_period):
+        return {}
     with periodic_job_run("reconciliation.reconcile_statements"):
         day = (timezone.now() - dt.timedelta(days=1)).astimezone(dt.UTC).date()
-        runs = {source: fetch_and_run(source=source, day=day) for source in api_sources()}
+        runs = {source: fetch_and_run(source=source, day=day, scheduled=True) for source in api_sources()}
         return {source: {"run": r.id, "error": r.error} for source, r in runs.items()}
 
 

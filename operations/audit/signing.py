@@ -17,7 +17,6 @@ format: format <- verification <- signing.
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 from django.db import connection, transaction
@@ -25,6 +24,7 @@ from django.db import connection, transaction
 from operations.audit.checkpoint_faults import CheckpointFault
 from operations.audit.checkpoint_file import checkpoint_file_path
 from operations.audit.checkpoint_heads import CheckpointSuccessor
+from operations.audit.checkpoint_sync import checkpoint_file_sync
 from operations.audit.checkpoints import CheckpointError, SignedCheckpoint, checkpoint_statement, heads_read
 from operations.audit.keys import AuditKeyError, key_id, signing_key_load, signing_key_path
 from operations.audit.trail import GENESIS
@@ -136,6 +136,30 @@ def audit_checkpoint_create(
             f"newest checkpoint (key id {newest_key[:16]}): the key file was replaced or the wrong one is "
             "configured. Restore the original key; nothing was signed (key rotation is not supported yet)"
         )
+    try:
+        row = _sign_locked(only_if_changed, accept_faults_reason, restored_after, private_key, signer_id)
+    except _Unchanged:
+        # Nothing to sign, but this host's file may lack checkpoints another host signed.
+        _file_catch_up()
+        return None
+    checkpoint_publish(SignedCheckpoint.from_row(row))
+    return row
+
+
+class _Unchanged(Exception):
+    """The heads equal the latest checkpoint's (``only_if_changed``)."""
+
+
+def _sign_locked(
+    only_if_changed: bool,
+    accept_faults_reason: str | None,
+    restored_after: SignedCheckpoint | None,
+    private_key: Any,
+    signer_id: str,
+) -> AuditCheckpoint:
+    """Number, sign and store the next checkpoint in one transaction under the checkpoint
+    writers' transaction-level advisory lock, so two writers never take the same number or
+    sign on from the same previous one (the unique ``number`` is the last guard)."""
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s), statement_timestamp()", [ADVISORY_LOCK_ID])
@@ -153,7 +177,7 @@ def audit_checkpoint_create(
             and previous is not None
             and (previous.statement["root"], previous.statement["chains"]) == (root, tree.size)
         ):
-            return None
+            raise _Unchanged  # leaves the (read-only) transaction; caught below
         accepted = _accepted_faults(successor, accept_faults_reason) if successor else None
         if restored_after is not None:
             accepted = {
@@ -176,8 +200,18 @@ def audit_checkpoint_create(
         )
         row.signature = private_key.sign(canonical_json(checkpoint_statement(row))).hex()
         row.save(force_insert=True)
-    checkpoint_publish(SignedCheckpoint.from_row(row))
     return row
+
+
+def _file_catch_up() -> None:
+    """``checkpoint_file_sync``, its failure logged (the next period tries again)."""
+    try:
+        appended = checkpoint_file_sync()
+    except CheckpointError as exc:
+        logger.error("the checkpoint file was not brought up to date: %s", exc)
+        return
+    if appended:
+        logger.info("checkpoint file caught up", extra={"appended": appended})
 
 
 def _accepted_faults(successor: CheckpointSuccessor, reason: str | None) -> dict[str, Any] | None:
@@ -206,7 +240,9 @@ def _accepted_faults(successor: CheckpointSuccessor, reason: str | None) -> dict
 def checkpoint_publish(checkpoint: SignedCheckpoint) -> None:
     """Write ``checkpoint`` outward: one JSON log line (logger ``operations.audit.checkpoints``, the
     statement and signature, without the heads) and one line appended to
-    ``AUDIT_CHECKPOINT_FILE`` (with the heads), flushed and fsynced.
+    ``AUDIT_CHECKPOINT_FILE`` (with the heads), flushed and fsynced — after every stored
+    checkpoint the file lacked, so each host's file holds the whole series
+    (``operations.audit.checkpoint_sync``; issue 35).
 
     Raises:
         CheckpointError: the file cannot be written (the error is logged too).
@@ -217,22 +253,8 @@ def checkpoint_publish(checkpoint: SignedCheckpoint) -> None:
     )
     path = checkpoint_file_path()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # O_APPEND: the line goes at the end even with several writers.
-        with path.open("a+b") as handle:
-            handle.seek(0, os.SEEK_END)
-            torn = False
-            if handle.tell():
-                handle.seek(-1, os.SEEK_END)
-                torn = handle.read(1) != b"\n"
-            # A line cut short (a crash mid-write, a full disk) stays a line of its own: this one
-            # starts on the next line, so the file's newest line is always whole.
-            handle.write(("\n" if torn else "").encode() + checkpoint.to_line().encode("utf-8") + b"\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-    except OSError as exc:
-        message = (
-            f"audit checkpoint #{checkpoint.number} is stored but was not written to {path}: {exc.strerror}"
-        )
+        checkpoint_file_sync(path)
+    except CheckpointError as exc:
+        message = f"audit checkpoint #{checkpoint.number} is stored but was not written to {path}: {exc}"
         logger.error(message)
         raise CheckpointUnpublishedError(message) from exc

@@ -30,6 +30,7 @@ from operations.models.leases import Lease
 from operations.models.notifications import Notification, NotificationDelivery, NotificationRecipient
 from operations.models.outbox import OutboxMessage
 from operations.models.restore import FENCE_EPOCH_STRIDE, ExecutionControl, RecoveryRun
+from operations.models.scheduling import BeatHeartbeat, PeriodicClaim
 from operations.models.status_rollup import StatusRollup
 from operations.models.waiters import IntentWaiter
 from operations.models.webhooks import WebhookDelivery
@@ -50,6 +51,7 @@ __all__ = [
     "Attempt",
     "AuditCheckpoint",
     "AuditEvent",
+    "BeatHeartbeat",
     "ExecutionControl",
     "Intent",
     "IntentWaiter",
@@ -59,6 +61,7 @@ __all__ = [
     "NotificationRecipient",
     "Outcome",
     "OutboxMessage",
+    "PeriodicClaim",
     "PeriodicJobRun",
     "RecoveryRun",
     "Reservation",

@@ -22,6 +22,7 @@ from django.db import connection
 
 from operations.access.tenants import TenantScope
 from operations.models import Attempt, OutboxMessage, PeriodicJobRun, WorkerHeartbeat
+from operations.selectors.beats import beats_seen, beats_signal
 from operations.selectors.broker_queues import broker_queue_depths, broker_signal
 from operations.selectors.health_levels import AMBER, GREEN, RED, Signal, health_settings, worst
 from operations.selectors.provider_calls import provider_call_stats, providers_signal
@@ -241,7 +242,8 @@ def system_health(*, scope: TenantScope, system_wide: bool) -> dict[str, Any]:
         ``signals`` (list of ``Signal``, the summary), ``overall`` (the worst level), ``partial``
         (true when the signals of no tenant were not read, so ``overall`` speaks for the
         reader's provider calls only and must not be shown as the system's), and the details:
-        ``workers``, ``broker``, ``outbox``, ``jobs``, ``providers``; those of no tenant are
+        ``workers``, ``broker``, ``outbox``, ``jobs``, ``providers``; the beat signal (exactly
+        one beat, ``operations.selectors.beats``) is among ``signals``; those of no tenant are
         None when ``system_wide`` is false.
     """
     providers = provider_call_stats(scope=scope)
@@ -261,6 +263,7 @@ def system_health(*, scope: TenantScope, system_wide: bool) -> dict[str, Any]:
             broker_signal(broker),
             outbox_signal(outbox),
             periodic_jobs_signal(jobs),
+            beats_signal(beats_seen()),
         ]
     signals.append(providers_signal(providers))
     return {
