@@ -317,6 +317,9 @@ SPECTACULAR_SETTINGS = {
 # Email (Django's framework) for notifications: printed on the console unless a backend is set,
 # e.g. EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend with EMAIL_HOST and friends.
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# The folder of django.core.mail.backends.filebased.EmailBackend (the lab counts sent notices).
+if env_str("EMAIL_FILE_PATH"):
+    EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 # The SMTP server's port.
 EMAIL_PORT = env_int("EMAIL_PORT", 25)

@@ -240,8 +240,10 @@ class LocalCluster:
             raise HarnessError(f"worker {name} exited:\n{process.output()[-2000:]}")
         return process
 
-    def start_beat(self) -> Process:
-        """Start ``celery beat`` (outbox relay and reconciler)."""
+    def start_beat(self, *, name: str = "beat", env: dict[str, str] | None = None) -> Process:
+        """Start ``celery beat`` (every periodic job); ``env`` overrides the cluster's
+        environment for this process. Run exactly one in production (docs/how-to/deploy.md);
+        the lab starts two to prove the jobs are safe when it is not so (issue 35, C27)."""
         schedule = tempfile.mkdtemp(prefix="effect-ledger-beat-")
         command = [
             sys.executable,
@@ -255,7 +257,7 @@ class LocalCluster:
             "-s",
             f"{schedule}/s",
         ]
-        process = Process("beat", command, self.env)
+        process = Process(name, command, {**self.env, **(env or {})})
         self.processes.append(process)
         return process
 
