@@ -6,7 +6,10 @@ The database cannot tell by itself: a restored backup, or a replica promoted aft
 is a consistent database that simply forgot its last minutes. What it cannot forget is what was
 written outside it: every signed audit checkpoint is appended to ``AUDIT_CHECKPOINT_FILE``
 (``operations.audit.signing.checkpoint_publish``), so the file's newest checkpoint is a
-high-water mark. A database whose newest stored checkpoint is older than the file's — or that
+high-water mark. With several hosts each has its own file, and each file catches up with every
+stored checkpoint before it takes a new one (``operations.audit.checkpoint_sync``, issue 35): a
+host's file that lags the database (another host signed the newest) is ``level`` here, and
+after its next catch-up holds the whole series again. A database whose newest stored checkpoint is older than the file's — or that
 holds another checkpoint of the same number — is behind.
 
 What this cannot see: a rollback to a point after the newest checkpoint (by default written

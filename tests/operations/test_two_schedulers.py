@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core import mail
 from django.db import IntegrityError, connection, transaction
 from django.test import Client
 from django.urls import reverse
@@ -34,7 +35,7 @@ from operations.services.beats import beat_heartbeat_record
 from operations.services.periodic_claims import periodic_claim
 from reconciliation.models import StatementRun
 from reconciliation.statements import run as statement_run
-from tests.factories import UserFactory, submit
+from tests.factories import UserFactory, charge_arguments, submit
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 SOURCE = "sandbox-payments"
@@ -183,6 +184,9 @@ def test_i35_a_host_file_that_lags_catches_up_and_a_fork_is_refused(settings: An
     # then
     assert (first, again) == ([1, 2, 3], [])
     assert checkpoint_file_series(host_b) == [1, 2, 3]
+    # and: the restore check reads host B's file as level (before, it had no file: blind)
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "AUDIT_CHECKPOINT_FILE": str(host_b)}
+    assert restore_detection().state == "level"
     # and: a file whose newest line the database's next checkpoint does not follow is not written
     forked = tmp_path / "forked.jsonl"
     lines = host_a.read_text().splitlines()
@@ -232,3 +236,29 @@ def test_i35_health_page_names_two_beats_red_and_one_beat_green(client: Client) 
     client.force_login(UserFactory(username="root", groups=["admin"]))
     body = client.get(reverse("health")).content.decode()
     assert 'id="signal-beats"' in body and "host-b pid 202" in body and "exactly one" in body
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i35_two_notification_senders_at_once_send_each_notice_once(settings: Any) -> None:
+    # given: two approvers and ten intents waiting for approval, each with its notice
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    settings.EFFECT_LEDGER = {
+        **settings.EFFECT_LEDGER,
+        "SLACK_WEBHOOK_URL": "",
+        "NOTIFY_INTERVAL_SECONDS": 300.0,
+    }
+    mail.outbox = []
+    for name in ("alice", "bob"):
+        UserFactory(username=name, groups=["approver"])
+    references = [f"order-{n}" for n in range(10)]
+    for reference in references:
+        submit(arguments=charge_arguments(25_000), reference=reference)
+
+    # when: two beats' sender runs (no period claim: the rows' own claims are what is proven)
+    # and two more run at once
+    concurrently(4, tasks.send_notifications)
+
+    # then: each approver got each notice exactly once, in one message or another
+    for address in ("alice@example.test", "bob@example.test"):
+        bodies = "".join(m.body for m in mail.outbox if m.to == [address])
+        assert [bodies.count(f"Reference: {r}\n") for r in references] == [1] * 10

@@ -165,9 +165,10 @@ def test_c21_the_daily_job_reconciles_yesterday_of_every_source_with_an_api(
 
     asked: list[tuple[str, dt.date]] = []
 
-    def fake(*, source: str, day: dt.date) -> StatementRun:
+    def fake(*, source: str, day: dt.date, scheduled: bool = False) -> StatementRun:
+        assert scheduled  # the beat's run: one per source and day (issue 35)
         asked.append((source, day))
-        return StatementRun.objects.create(source=source, statement_date=day, origin="api")
+        return StatementRun.objects.create(source=source, statement_date=day, origin="api", scheduled=True)
 
     monkeypatch.setattr(tasks, "fetch_and_run", fake)
     tasks.reconcile_statements()
