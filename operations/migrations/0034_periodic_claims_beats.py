@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("operations", "0032_help_text_module_paths"),
+        ("operations", "0033_lease"),
     ]
 
     operations = [
