@@ -3,7 +3,8 @@ production runs"). Each "host" is a beat and a worker group with its own checkpo
 mail folder; the mixed load (charges, some needing approval, emails, reservations, crashes after
 the effect, a pool child killed) runs for ``EFFECT_LEDGER_C27_SECONDS`` (default 60 s; the case
 asks for five minutes: ``EFFECT_LEDGER_C27_SECONDS=300``), with every period a few seconds so
-each job runs many periods.
+each job runs many periods. The workers and beats reach PostgreSQL through a real PgBouncer in
+transaction mode, as in production (every claim and heartbeat holds no session state).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import psutil
 import pytest
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
@@ -29,6 +31,7 @@ from operations.services.approvals import intent_approve
 from reconciliation.models import StatementRun
 from reconciliation.statement_sources import api_sources
 from tests.factories import UserFactory, charge_arguments, submit
+from tests.support.pgbouncer import PgBouncer
 from tests.support.workers import Cluster, requires_real_broker, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -98,7 +101,7 @@ def mail_text(folder: Path) -> str:
 
 @requires_real_broker
 def test_c27_two_beats_two_worker_groups_each_periodic_effect_once(
-    cluster: Cluster, sandbox: Any, settings: Any, tmp_path: Path, client: Client
+    cluster: Cluster, sandbox: Any, settings: Any, tmp_path: Path, client: Client, pgbouncer: PgBouncer
 ) -> None:
     # given: one signing key; two hosts, each a beat and a worker group with its own
     # checkpoint file and mail folder; approvers who get notices
@@ -109,7 +112,10 @@ def test_c27_two_beats_two_worker_groups_each_periodic_effect_once(
         "AUDIT_SIGNING_KEY_FILE": str(key),
         "AUDIT_PUBLIC_KEY_FILE": "",
     }
-    cluster.env.update(PERIODS, EFFECT_LEDGER_AUDIT_SIGNING_KEY_FILE=str(key))
+    cluster.env.update(
+        PERIODS, EFFECT_LEDGER_AUDIT_SIGNING_KEY_FILE=str(key), DATABASE_POOL_MODE="transaction"
+    )
+    cluster.use_database_url(pgbouncer.url(str(connection.settings_dict["NAME"])))
     hosts = {}
     for name in ("a", "b"):
         (tmp_path / f"mail-{name}").mkdir()
