@@ -320,6 +320,7 @@ EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.Emai
 # The folder of django.core.mail.backends.filebased.EmailBackend (the lab counts sent notices).
 if env_str("EMAIL_FILE_PATH"):
     EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH")
+# The SMTP server's host name (with the SMTP backend).
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 # The SMTP server's port.
 EMAIL_PORT = env_int("EMAIL_PORT", 25)
