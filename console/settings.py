@@ -207,6 +207,16 @@ DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = DATABASE_POOL_MODE == "tra
 # LISTEN connection (a pooler in transaction mode drops notifications) and the lab's CREATE/DROP
 # DATABASE, pg_dump and pg_restore (its host, port and credentials). Empty: DATABASE_URL.
 DATABASE_LISTEN_URL = env_str("DATABASE_LISTEN_URL")
+if DATABASE_LISTEN_URL:
+    try:
+        _listen = dj_database_url.parse(DATABASE_LISTEN_URL)
+    except Exception:  # noqa: BLE001 - dj_database_url raises several types; the value may hold a password
+        _listen = {}
+    if _listen.get("ENGINE") != DATABASES["default"]["ENGINE"] or not _listen.get("NAME"):
+        raise ValueError(
+            "environment variable DATABASE_LISTEN_URL must be a postgres:// URL with a database name "
+            "(postgres://USER[:PASSWORD]@HOST:PORT/NAME), reaching PostgreSQL directly"
+        )
 # Tests only: the database the test runner creates and drops on the server of DATABASE_URL.
 DATABASES["default"]["TEST"] = {"NAME": env_str("EFFECT_LEDGER_TEST_DATABASE", "test_effect_ledger")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -8,6 +8,15 @@ connection and drops notifications, so LISTEN must reach PostgreSQL directly; wi
 waits re-read the status once a second, as they do whenever the listener is down. Its
 connection never prepares statements (``prepare_threshold=None``): a pooler in between would
 answer its periodic ``SELECT 1`` with ``DuplicatePreparedStatement`` (issue 35).
+
+A listener that connects somewhere notifications never come from would make every wait last
+its full time, silently: ``DATABASE_LISTEN_URL`` naming the pooler, or another database, or a
+pooler in ``DATABASE_URL`` with ``DATABASE_POOL_MODE`` unset. So each new connection proves
+itself before waiters rely on it (``StatusListener._verify``): its backend pid must be the
+server's own (a pooler answers with a pid of its own making), and a probe notification sent
+through Django's connection (``DATABASE_URL``, the path the trigger's notifications take) must
+arrive on it within ``PROBE_SECONDS``. Until then, and when either fails (a warning naming the
+variables; tried again after ``MISROUTED_RETRY_SECONDS``), waits re-read once a second.
 """
 
 from __future__ import annotations
@@ -36,6 +45,27 @@ LISTENER_PING_SECONDS = 15.0
 #: Reconnection backoff of the listener: base and cap of ``backoff_seconds`` (seconds).
 RECONNECT_BASE_SECONDS = 0.5
 RECONNECT_CAP_SECONDS = 10.0
+#: How long a new listener connection waits for its own probe notification (seconds).
+PROBE_SECONDS = 5.0
+#: After a connection failed its proof, the listener tries again this much later (seconds).
+MISROUTED_RETRY_SECONDS = 60.0
+#: Payload prefix of a probe notification (intent ids never start with it).
+PROBE_PREFIX = "probe:"
+
+
+class ListenerMisrouted(Exception):
+    """The listener's connection does not hear the database's notifications (see the module)."""
+
+
+def probe_through_django(payload: str) -> None:
+    """Send ``pg_notify(CHANNEL, payload)`` through Django's default connection of this thread
+    (``DATABASE_URL``, pooled or not; autocommit, so it is delivered at once) and close it."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, payload])
+    finally:
+        connection.close()
 
 
 def listener_fallback_reason() -> str | None:
@@ -103,10 +133,17 @@ class StatusListener:
     Args:
         connect: opens the listener's connection (autocommit); by default
             ``psycopg.connect(**listener_connection_params(), autocommit=True)``.
+        probe: sends a probe notification with the given payload the way the database's own
+            notifications travel; by default ``probe_through_django``.
     """
 
-    def __init__(self, connect: Callable[[], psycopg.Connection[Any]] | None = None) -> None:
+    def __init__(
+        self,
+        connect: Callable[[], psycopg.Connection[Any]] | None = None,
+        probe: Callable[[str], None] | None = None,
+    ) -> None:
         self._connect = connect or (lambda: psycopg.connect(**listener_connection_params(), autocommit=True))
+        self._probe = probe or probe_through_django
         self._lock = threading.Lock()
         self._waiters: dict[str, set[threading.Event]] = {}
         self._listening = threading.Event()
@@ -171,9 +208,10 @@ class StatusListener:
     def _run(self) -> None:
         failures = 0
         while not self._stopping.is_set():
+            misrouted = False
             try:
                 with self._connect() as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
+                    self._verify(conn)
                     self.backend_pid = conn.info.backend_pid
                     self._listening.set()
                     failures = 0
@@ -181,6 +219,9 @@ class StatusListener:
                     # Changes committed while nobody listened were never heard: re-read them all.
                     self._wake_all()
                     self._listen(conn)
+            except ListenerMisrouted as exc:
+                misrouted = True
+                logger.warning("status listener not used: %s; waiters re-read every second", exc)
             except Exception:  # any failure: fall back and reconnect, never let the thread die
                 logger.warning(
                     "status listener lost its connection; waiters re-read every second", exc_info=True
@@ -193,8 +234,40 @@ class StatusListener:
                 break
             failures += 1
             self._stopping.wait(
-                backoff_seconds(attempt_no=failures, base=RECONNECT_BASE_SECONDS, cap=RECONNECT_CAP_SECONDS)
+                MISROUTED_RETRY_SECONDS
+                if misrouted
+                else backoff_seconds(
+                    attempt_no=failures, base=RECONNECT_BASE_SECONDS, cap=RECONNECT_CAP_SECONDS
+                )
             )
+
+    def _verify(self, conn: psycopg.Connection[Any]) -> None:
+        """LISTEN on ``conn`` and prove that it hears the database's notifications.
+
+        Raises:
+            ListenerMisrouted: its backend pid is not the server's (a pooler), or the probe sent
+                through ``probe`` did not arrive within ``PROBE_SECONDS`` (another database or
+                server). Notifications that arrive meanwhile wake their waiters as usual.
+        """
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+        if not row or row[0] != conn.info.backend_pid:
+            raise ListenerMisrouted(
+                "its connection goes through a connection pooler (the server's backend pid differs from "
+                "the one the connection was given): point DATABASE_LISTEN_URL at PostgreSQL itself"
+            )
+        conn.execute(f"LISTEN {CHANNEL}")
+        payload = f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+        self._probe(payload)
+        deadline = time.monotonic() + PROBE_SECONDS
+        while (left := deadline - time.monotonic()) > 0:
+            for notify in conn.notifies(timeout=left, stop_after=1):
+                if notify.payload == payload:
+                    return
+                self._wake(notify.payload)
+        raise ListenerMisrouted(
+            f"a probe notification sent through DATABASE_URL did not arrive within {PROBE_SECONDS:g} s: "
+            "DATABASE_LISTEN_URL must name the same database as DATABASE_URL, reached directly"
+        )
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
         quiet_since = time.monotonic()

@@ -235,6 +235,41 @@ def test_i35_without_a_listen_url_a_pooled_web_process_says_so_and_waits_poll(
     assert "DATABASE_LISTEN_URL" in server.output()
 
 
+@pytest.mark.parametrize("listen_through", ["the pooler", "nothing set, pool mode unset"])
+def test_i35_a_listener_behind_the_pooler_is_refused_by_its_proof_and_waits_poll(
+    pgbouncer: PgBouncer, start_web: Any, listen_through: str
+) -> None:
+    # given: a web process whose listener would connect through the pooler: DATABASE_LISTEN_URL
+    # naming it, or DATABASE_URL the pooler with DATABASE_POOL_MODE left unset (a newcomer's
+    # mistakes: every wait lasted its full time, with an INFO "listening" line)
+    if listen_through == "the pooler":
+        env = _pooled_env(pgbouncer, DATABASE_LISTEN_URL=pgbouncer.url(_database()))
+    else:
+        env = {**_pooled_env(pgbouncer), "DATABASE_POOL_MODE": ""}
+    base, server = start_web(env, threads=4)
+    _, token = make_agent()
+    intent = submit()
+    client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=40)
+    answer: dict[str, Any] = {}
+
+    def wait() -> None:
+        answer["response"] = client.get(f"/api/v1/intents/{intent.id}", params={"wait": "25"})
+        answer["at"] = time.monotonic()
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    wait_for(lambda: "status listener not used" in server.output(), 20, "the listener's refusal")
+    # when
+    intent_cancel(intent_id=intent.id, actor="agent:agent-1", reason="no longer needed")
+    changed_at = time.monotonic()
+    waiter.join(40)
+    client.close()
+    # then: the warning says why and what to set, and the wait answered by its re-read
+    assert "connection pooler" in server.output() and "DATABASE_LISTEN_URL" in server.output()
+    assert answer["response"].json()["status"] == "CANCELLED"
+    assert answer["at"] - changed_at < 3.5, answer["at"] - changed_at
+
+
 def _listener_on(direct_url: str) -> bool:
     with psycopg.connect(direct_url, autocommit=True) as conn:
         row = conn.execute(

@@ -136,3 +136,18 @@ def test_i35_an_unknown_pool_mode_refuses_to_start() -> None:
     child = _settings_in_a_child(DATABASE_POOL_MODE="statement")
     assert child.returncode != 0
     assert "DATABASE_POOL_MODE must be direct or transaction, got 'statement'" in child.stderr
+
+
+@pytest.mark.parametrize(
+    "value", ["not a url at all", "postgres://postgres@127.0.0.1:5432/", "mysql://user@host/db"]
+)
+def test_i35_a_malformed_listen_url_refuses_to_start_naming_the_variable(value: str) -> None:
+    child = _settings_in_a_child(DATABASE_LISTEN_URL=value)
+    assert child.returncode != 0
+    assert "DATABASE_LISTEN_URL must be a postgres:// URL with a database name" in child.stderr
+    assert value not in child.stderr or not value.startswith("postgres")  # never echoes a credential
+
+
+def test_i35_a_well_formed_listen_url_is_accepted() -> None:
+    child = _settings_in_a_child(DATABASE_LISTEN_URL="postgres://postgres@127.0.0.1:5432/effect_ledger")
+    assert child.returncode == 0, child.stderr

@@ -404,3 +404,37 @@ def test_the_migration_adds_the_trigger_and_its_reverse_drops_it() -> None:
         # operations migration (reconciliation's provider evidence), and they must come back too
         call_command("migrate", verbosity=0)
     assert triggers() == ["intent_status_notify"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i35_a_listener_that_does_not_hear_the_database_is_not_used_and_waits_poll(
+    later: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given: a listener whose connection hears nothing the database sends (as one on another
+    # database, or behind a pooler, would): its probe notification goes nowhere
+    listener = waiting.StatusListener(probe=lambda payload: None)
+    intent = submit()
+    later(1.0, cancel(intent))
+    with caplog.at_level("WARNING", logger="operations.api.waiting"):
+        listener.start()
+        try:
+            # when
+            started = time.monotonic()
+            changed = waiting.wait_for_status_change(
+                intent_id=intent.id, status=intent.status, seconds=20, listener=listener
+            )
+            elapsed = time.monotonic() - started
+            wait_until(lambda: "did not arrive" in caplog.text, 15)
+        finally:
+            listener.stop()
+    # then: it was never trusted, the once-a-second re-read found the change, and the warning
+    # names the variables to fix
+    assert not listener.listening
+    assert changed and elapsed < 5, elapsed
+    assert "DATABASE_LISTEN_URL" in caplog.text and "DATABASE_URL" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i35_a_direct_listener_proves_itself_with_its_probe(status_listener: waiting.StatusListener) -> None:
+    wait_until(lambda: status_listener.listening, 15)
+    assert status_listener.backend_pid is not None
