@@ -38,7 +38,14 @@ import psutil
 from django.conf import settings
 from django.db import connection
 
-from console.lab.cluster import HarnessError, LocalCluster, Process, database_url, wait_until
+from console.lab.cluster import (
+    HarnessError,
+    LocalCluster,
+    Process,
+    database_url,
+    stop_processes,
+    wait_until,
+)
 from console.lab.crashlab.config import arguments_for
 from console.lab.crashlab.partition_drill import PartitionNet, PartitionUnavailable
 from operations.models import TERMINAL_STATUSES, Attempt, AuditEvent, Intent, Outcome
@@ -56,6 +63,9 @@ HOLD_SECONDS = 1.5
 #: How long the provider holds the takeover attempt's answer (db-cut), seconds, inside the
 #: deadline: the healed worker's late write lands meanwhile (``PartitionNet.rto_max_ms``).
 SECOND_HOLD_SECONDS = 2.5
+#: How long a namespaced worker may take to stop on SIGTERM at teardown before its process
+#: group is SIGKILLed, seconds.
+WORKER_GRACE_SECONDS = 2.0
 #: Bound of every wait of the drill, seconds.
 WAIT_SECONDS = 40.0
 SCENARIOS = ("db-cut", "broker-cut")
@@ -186,8 +196,9 @@ class PartitionDrill:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for process in self.workers.values():
-            process.kill_group()  # before the namespaces go: nothing left running in them
+        # Before the namespaces go: nothing left running in them (a worker whose database path
+        # is cut may hang in its warm shutdown, so its group is SIGKILLed after a short grace).
+        stop_processes(list(self.workers.values()), grace=WORKER_GRACE_SECONDS)
         self.provider.close()
 
     def _env(self, label: str) -> dict[str, str]:
