@@ -121,6 +121,21 @@ class Process:
         self.kill_group()
 
 
+def stop_processes(processes: list[Process], *, grace: float) -> None:
+    """Stop ``processes`` together: SIGTERM to each main process, then, after at most ``grace``
+    seconds in all, SIGKILL to each one's whole process group (``Process.kill_group``), whether or
+    not it stopped: one that ignores SIGTERM, or hangs in a warm shutdown, is ended all the same."""
+    for process in processes:
+        if process.alive():
+            with contextlib.suppress(ProcessLookupError):
+                process.popen.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+        process.kill_group()
+
+
 class LocalCluster:
     """Workers, beat and (optionally) a sandbox provider on the current database.
 

@@ -52,7 +52,7 @@ def test_i35_failover_judge_wants_no_duplicate_no_loss_and_a_real_lag() -> None:
     ("args", "message"),
     [
         (["--failover-intents", "2"], "--failover-intents must be at least 3"),
-        (["--restore-only"], "--drill-only, --restore-only and --failover exclude each other"),
+        (["--restore-only"], "--failover and --restore-only exclude each other"),
     ],
 )
 def test_i35_failover_drill_refuses_bad_options_before_it_starts_anything(

@@ -13,7 +13,7 @@ import pytest
 
 from console.lab.crashlab.partition_drill import PartitionNet, unavailable_reason
 from console.lab.crashlab.partition_scenarios import PartitionDrill, partition_table, service_ports
-from operations.models import Attempt, AuditEvent, Intent
+from operations.models import Attempt, AuditEvent, Intent, Outcome
 from tests.support.workers import Cluster, requires_real_broker
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True), requires_real_broker]
@@ -32,8 +32,9 @@ def drill(cluster: Cluster, sandbox: Any) -> Iterator[PartitionDrill]:
 
 
 def test_c28_late_write_after_a_database_cut_is_fenced_and_one_charge_remains(drill: PartitionDrill) -> None:
-    # given: a charge whose answer the provider holds after applying it
-    # when: the claiming worker's path to PostgreSQL is cut right then, healed after a takeover ended it
+    # given: a charge the provider applies, then answers with success after holding the answer
+    # when: the claiming worker's path to PostgreSQL is cut right then (it receives the success
+    # but cannot record it), healed while a takeover's attempt is at the provider
     result = drill.run("db-cut")
     print(partition_table([result]), result.evidence)  # noqa: T201 - the drill's row, for the log
     # then: one charge; SUCCEEDED by the second attempt's answer or a look-up
@@ -41,9 +42,16 @@ def test_c28_late_write_after_a_database_cut_is_fenced_and_one_charge_remains(dr
     intent = Intent.objects.get(id=result.intent_id)
     assert intent.status == Intent.Status.SUCCEEDED
     assert result.ended_by in {"second attempt", "lookup"}, result
-    # and the first worker's late write was refused by the fence and recorded
+    # and the first worker's late write, of the provider's success answer, was refused by the
+    # fence and recorded with that answer (it would have set the intent's outcome)
     refused = AuditEvent.objects.get(intent=intent, event="stale_write_refused")
     assert refused.data["fence"] == 1 and refused.data["attempt_no"] == 1
+    assert refused.data["provider_answer"]["result"] == Attempt.Result.SUCCEEDED, refused.data
+    assert refused.data["would_have_become"] == Intent.Status.SUCCEEDED, refused.data
+    outcome = Outcome.objects.get(intent=intent)
+    assert refused.data["provider_answer"]["provider_reference"] == outcome.provider_reference
+    first = Attempt.objects.get(intent=intent, attempt_no=1)
+    assert first.detail["provider_answer"]["result"] == Attempt.Result.SUCCEEDED
     assert intent.fence > refused.data["fence"]
     assert Attempt.objects.get(intent=intent, attempt_no=1).result == Attempt.Result.FENCED_OUT
     if drill.net.capped_backoff:

@@ -41,7 +41,10 @@ def run_acceptance(*, stdout: Writer, json_path: str | None = None, requested_by
     gate = Gate(watch)
     try:
         gate.__enter__()
-    except Exception as exc:
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # SIGTERM (SystemExit) or Ctrl-C while starting
+            gate.__exit__(type(exc), exc, exc.__traceback__)
+            raise
         # The sandbox or a worker would not start: no check ran, so no verdict; recorded as
         # not run with the reason, never as a FAIL (console.lab.services.drill_run_not_run).
         gate.__exit__(type(exc), exc, exc.__traceback__)

@@ -24,18 +24,15 @@ this one does it the way production does, on real PostgreSQL streaming replicati
 
 The bar is the restore drill's (``verdict.judge_failover_row``), plus proof that the lag was
 real. The servers, workers and beat are stopped and the folders deleted on every exit path
-(SIGTERM included).
+(SIGTERM included: ``manage.py crashlab`` turns it into ``SystemExit``,
+``termination.terminate_as_exit``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
-import threading
 import time
-from collections.abc import Iterator
-from types import FrameType
 from typing import Any
 
 import httpx
@@ -84,44 +81,43 @@ class FailoverDrill(RestoreDrill):
         provider = httpx.Client(base_url=self.sandbox_url, timeout=10)
         servers: StreamingPair | None = None
         try:
-            with _terminate_as_exit():
-                servers = StreamingPair()
-                servers.start()
-                self._mark("servers_started")
-                with psycopg.connect(servers.primary.dsn(), autocommit=True) as conn:
-                    conn.execute(f'CREATE DATABASE "{DATABASE}"')
-                _point_ledger_at(servers.primary.port)
-                call_command("migrate", verbosity=0)
-                self._mark("migrated")
-                from operations.api.authentication import agent_create
+            servers = StreamingPair()
+            servers.start()
+            self._mark("servers_started")
+            with psycopg.connect(servers.primary.dsn(), autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{DATABASE}"')
+            _point_ledger_at(servers.primary.port)
+            call_command("migrate", verbosity=0)
+            self._mark("migrated")
+            from operations.api.authentication import agent_create
 
-                _, self.agent.token = agent_create(name="failover-agent", tenant=TENANT)
-                provider.post("/_sandbox/config", json={"email_lookup_lag_seconds": EMAIL_LAG_SECONDS})
-                self._start_cluster()
-                at_cut_ids = self._first_batch(provider)
-                servers.wait_replayed()
-                self.lag.update(servers.cut())
-                self._mark("replica_cut")
-                self._second_batch()  # the load goes on; the replica no longer follows
-                self.lag["primary_intents"] = len(self.agent.states_by_reference())
-                connections.close_all()
-                self.lag["primary_lsn"] = servers.crash_primary()
-                self._stop_processes()
-                servers.promote()
-                self._mark("replica_promoted")
-                _point_ledger_at(servers.replica.port)
-                assert self.cluster is not None
-                self.cluster.env["DATABASE_URL"] = database_url()
-                self.lag["promoted_intents"] = len(self.agent.states_by_reference())
-                self.lag["wal_bytes_behind"] = lsn_bytes(self.lag["primary_lsn"]) - lsn_bytes(
-                    self.lag["replica_lsn"]
-                )
-                at_cut, lost = self._restart_and_resubmit(provider, self.lag["last_replayed_commit"])
-                self._mark("settled")
-                return self._row(
-                    provider, at_cut, lost, at_cut_ids, started,
-                    strategy=FAILOVER, boundary="failover", detail={"lag": self.lag, "timings": self.timings},
-                )  # fmt: skip
+            _, self.agent.token = agent_create(name="failover-agent", tenant=TENANT)
+            provider.post("/_sandbox/config", json={"email_lookup_lag_seconds": EMAIL_LAG_SECONDS})
+            self._start_cluster()
+            at_cut_ids = self._first_batch(provider)
+            servers.wait_replayed()
+            self.lag.update(servers.cut())
+            self._mark("replica_cut")
+            self._second_batch()  # the load goes on; the replica no longer follows
+            self.lag["primary_intents"] = len(self.agent.states_by_reference())
+            connections.close_all()
+            self.lag["primary_lsn"] = servers.crash_primary()
+            self._stop_processes()
+            servers.promote()
+            self._mark("replica_promoted")
+            _point_ledger_at(servers.replica.port)
+            assert self.cluster is not None
+            self.cluster.env["DATABASE_URL"] = database_url()
+            self.lag["promoted_intents"] = len(self.agent.states_by_reference())
+            self.lag["wal_bytes_behind"] = lsn_bytes(self.lag["primary_lsn"]) - lsn_bytes(
+                self.lag["replica_lsn"]
+            )
+            at_cut, lost = self._restart_and_resubmit(provider, self.lag["last_replayed_commit"])
+            self._mark("settled")
+            return self._row(
+                provider, at_cut, lost, at_cut_ids, started,
+                strategy=FAILOVER, boundary="failover", detail={"lag": self.lag, "timings": self.timings},
+            )  # fmt: skip
         finally:
             with contextlib.suppress(httpx.HTTPError):
                 provider.post("/_sandbox/config", json={"email_lookup_lag_seconds": 0})
@@ -143,22 +139,3 @@ def _point_ledger_at(port: int) -> None:
     connection.settings_dict.update(
         {"HOST": "127.0.0.1", "PORT": port, "NAME": DATABASE, "USER": SUPERUSER, "PASSWORD": ""}
     )
-
-
-@contextlib.contextmanager
-def _terminate_as_exit() -> Iterator[None]:
-    """While inside, SIGTERM raises ``SystemExit`` (status 143) so that the drill's ``finally``
-    stops its servers and processes; the previous handler is put back after. Does nothing off
-    the main thread (only it may set signal handlers)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def exit_now(signum: int, frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, exit_now)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -56,10 +56,12 @@ def unavailable_reason() -> str | None:
         if shutil.which(tool) is None:
             return f"the partition drill needs {tool!r} on the PATH"
     probe = f"elp-probe-{uuid.uuid4().hex[:6]}"
-    made = _ip("netns", "add", probe, check=False)
-    if made.returncode:
-        return f"'ip netns add' failed: {(made.stderr or made.stdout).strip()}"
-    _ip("netns", "del", probe, check=False)
+    try:
+        made = _ip("netns", "add", probe, check=False)
+        if made.returncode:
+            return f"'ip netns add' failed: {(made.stderr or made.stdout).strip()}"
+    finally:  # also when SIGTERM (as SystemExit) lands between the two
+        _ip("netns", "del", probe, check=False)
     return None
 
 

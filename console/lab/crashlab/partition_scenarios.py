@@ -5,13 +5,15 @@ Two workers, ``a`` and ``b``, each in a namespace of its own with one concurrenc
 drill's queue; beat (relay and reconciler) and the sandbox run on the host. Whichever worker claims
 the drill's charge is the one partitioned.
 
-``db-cut`` (C28): the provider applies the charge and holds its answer (``hold_after_effect``);
-right then the claiming worker's path to PostgreSQL is cut, not its path to the provider. Its
-lease expires; the reconciler takes over (same key, next fence) and the other worker sends again,
-or a look-up finds the charge. The cut is healed once the intent ended: the first worker's late
-write reaches the database and must be refused by the fence and recorded (audit event
-``stale_write_refused``, attempt ``fenced_out``). Expected: one charge at the provider, the intent
-SUCCEEDED by the second attempt's answer or by a look-up, one fenced late write recorded.
+``db-cut`` (C28): the provider applies the charge, holds its success answer and then sends it
+(``hold_answer``); right then the claiming worker's path to PostgreSQL is cut, not its path to
+the provider. The worker has the success answer but cannot record it; its lease expires, the
+reconciler takes over (same key, next fence) and the other worker sends again, or a look-up finds
+the charge. The cut is healed while the takeover's attempt is at the provider: the first worker's
+late write of the success answer (the dangerous one: it would set the intent's outcome) reaches the
+database and must be refused by the fence and recorded (audit event ``stale_write_refused``,
+attempt ``fenced_out``, the answer kept). Expected: one charge at the provider, the intent
+SUCCEEDED by the second attempt's answer or by a look-up, one fenced late write of a success.
 
 ``broker-cut``: the provider is slow to answer (``delay_after_effect``); while the claiming worker
 waits for it, its path to the broker is cut and the broker's side of its connection ended (as
@@ -38,7 +40,14 @@ import psutil
 from django.conf import settings
 from django.db import connection
 
-from console.lab.cluster import HarnessError, LocalCluster, Process, database_url, wait_until
+from console.lab.cluster import (
+    HarnessError,
+    LocalCluster,
+    Process,
+    database_url,
+    stop_processes,
+    wait_until,
+)
 from console.lab.crashlab.config import arguments_for
 from console.lab.crashlab.partition_drill import PartitionNet, PartitionUnavailable
 from operations.models import TERMINAL_STATUSES, Attempt, AuditEvent, Intent, Outcome
@@ -50,12 +59,15 @@ PRINCIPAL = "agent:partition-drill"
 #: ``min(timeout, lease / 2)`` = 3 s (``operations.engine.protocol.provider_deadline_seconds``).
 LEASE_SECONDS = 6
 PROVIDER_TIMEOUT_SECONDS = 3.0
-#: How long the provider holds (db-cut) or delays (broker-cut) its answer, seconds: time to
-#: cut the path after the effect (or the request) is seen, inside the deadline.
+#: How long the provider holds its success answer (db-cut) or delays applying (broker-cut),
+#: seconds: time to cut the path after the effect (or the request) is seen, inside the deadline.
 HOLD_SECONDS = 1.5
 #: How long the provider holds the takeover attempt's answer (db-cut), seconds, inside the
 #: deadline: the healed worker's late write lands meanwhile (``PartitionNet.rto_max_ms``).
 SECOND_HOLD_SECONDS = 2.5
+#: How long a namespaced worker may take to stop on SIGTERM at teardown before its process
+#: group is SIGKILLed, seconds.
+WORKER_GRACE_SECONDS = 2.0
 #: Bound of every wait of the drill, seconds.
 WAIT_SECONDS = 40.0
 SCENARIOS = ("db-cut", "broker-cut")
@@ -92,13 +104,15 @@ class PartitionResult:
         if self.final_status != Intent.Status.SUCCEEDED:
             found.append(f"intent ended {self.final_status or 'nowhere'} (expected SUCCEEDED)")
         if self.scenario == "db-cut":
-            refused = [
-                event["data"].get("attempt_no") for event in self.evidence.get("stale_write_refused", [])
-            ]
+            late = self.evidence.get("stale_write_refused", [])
+            refused = [event["data"].get("attempt_no") for event in late]
             if 1 not in refused:
                 found.append("the cut-off worker's late write was not recorded as refused by the fence")
             if any(number != 1 for number in refused):
                 found.append(f"writes of attempts {refused} were refused: the late write got through")
+            answers = [e["data"].get("provider_answer", {}).get("result") for e in late]
+            if 1 in refused and Attempt.Result.SUCCEEDED not in answers:
+                found.append(f"the refused late write carried {answers}, not the provider's success")
             if self.ended_by not in {"second attempt", "lookup"}:
                 found.append(f"ended by {self.ended_by} (expected the second attempt or a look-up)")
         return found
@@ -186,8 +200,9 @@ class PartitionDrill:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for process in self.workers.values():
-            process.kill_group()  # before the namespaces go: nothing left running in them
+        # Before the namespaces go: nothing left running in them (a worker whose database path
+        # is cut may hang in its warm shutdown, so its group is SIGKILLed after a short grace).
+        stop_processes(list(self.workers.values()), grace=WORKER_GRACE_SECONDS)
         self.provider.close()
 
     def _env(self, label: str) -> dict[str, str]:
@@ -220,7 +235,7 @@ class PartitionDrill:
         return result
 
     def _db_cut(self, reference: str) -> PartitionResult:
-        self._fault("hold_after_effect", reference, HOLD_SECONDS)  # the first attempt: applied, held
+        self._fault("hold_answer", reference, HOLD_SECONDS)  # the first attempt: applied, success held
         self._fault("hold_answer", reference, SECOND_HOLD_SECONDS)  # the second: in flight a while
         intent = self._submit(reference)
         wait_until(lambda: self._effects(reference) > 0, WAIT_SECONDS, "the charge at the provider", 0.02)

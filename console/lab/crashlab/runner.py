@@ -222,8 +222,8 @@ class CrashLab:
         # Submission runs beside the killer: a victim may reach the provider while later
         # operations are still being submitted, and must be caught while its worker waits.
         ids: list[Any] = []
-        submitter = threading.Thread(
-            target=self._start_operations, args=(strategy, provider, prefix, refs, ids)
+        submitter = threading.Thread(  # a daemon: SIGTERM's exit does not wait for it
+            target=self._start_operations, args=(strategy, provider, prefix, refs, ids), daemon=True
         )
         submitter.start()
         kills = 0

@@ -46,3 +46,18 @@ def test_i35_a_late_write_that_got_through_is_a_violation() -> None:
     assert "writes of attempts [2] were refused: the late write got through" in problems
     assert "ended by attempt 3 (expected the second attempt or a look-up)" in problems
     assert "| db-cut | 1 | 1 | SUCCEEDED | attempt 3 | 1, 2, 3 |" in partition_table([result])
+
+
+def test_c28_a_fenced_late_write_that_is_not_the_success_answer_is_a_violation() -> None:
+    # given: a db-cut run whose refused late write carried a retry (the connection dropped), not
+    # the provider's success answer: the dangerous late write (it would set the outcome) untested
+    answer = {"code": "connection_dropped", "result": "retry"}
+    evidence = {"stale_write_refused": [{"data": {"fence": 1, "attempt_no": 1, "provider_answer": answer}}]}
+    result = PartitionResult(
+        scenario="db-cut", effects=1, fenced_late_writes=1, final_status="SUCCEEDED",
+        ended_by="second attempt", fences_at_provider=[1, 2], evidence=evidence,
+    )  # fmt: skip
+    # when / then
+    assert result.violations() == ["the refused late write carried ['retry'], not the provider's success"]
+    answer["result"] = "succeeded"
+    assert result.violations() == []

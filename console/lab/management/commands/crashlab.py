@@ -11,12 +11,16 @@
     python manage.py crashlab --partition [--json PATH]   # the partition drill (C28; root, ip netns)
     python manage.py crashlab --judge PATH     # re-judge a saved --json report
 
-Exit status 0 when every check passes, 1 otherwise.
+Exit status 0 when every check passes, 1 otherwise; 143 after SIGTERM, which every mode answers by
+tearing down what it started (``termination.terminate_as_exit``). The modes exclude each other, and
+options a mode would ignore or an output file that cannot be written are refused before anything
+starts (``check_options``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,7 @@ from console.lab import enable_sandbox
 from console.lab.crashlab.config import BOUNDARIES, STRATEGIES, LabConfig
 from console.lab.crashlab.report import markdown_table
 from console.lab.crashlab.runner import CrashLab
+from console.lab.crashlab.termination import terminate_as_exit
 from console.lab.crashlab.verdict import judge, rows_from_json
 from console.lab.models import DrillRun
 from console.lab.services import drill_run_not_run
@@ -42,6 +47,71 @@ def _csv(value: str, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
             f"unknown {what}: {', '.join(unknown) or '(none)'}; choose from {', '.join(allowed)}"
         )
     return items
+
+
+#: The modes that each run one thing of their own: at most one per run.
+MODES = ("partition", "failover", "acceptance", "drill_only", "restore_only", "judge")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _check_output(option: str, value: str | None) -> None:
+    """Refuse an output path that cannot be written, before the run (not after it printed a result).
+
+    Raises:
+        CommandError: ``value`` is a directory, or its folder is missing or not writable.
+    """
+    if not value:
+        return
+    path = Path(value)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise CommandError(f"{option} {value}: is a directory, not a file")
+    if not folder.is_dir():
+        raise CommandError(f"{option} {value}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise CommandError(f"{option} {value}: not writable")
+
+
+def check_options(options: dict[str, Any]) -> None:
+    """Refuse, before anything starts, options that would be ignored or fail only at the end.
+
+    Rules: at most one of ``MODES``; a drill's intent count only where that drill runs
+    (``--drill-intents``: the matrix's duplicate drill or ``--drill-only``; ``--restore-intents``:
+    the matrix's restore drill or ``--restore-only``; ``--failover-intents``: ``--failover``);
+    ``--markdown`` only where a table is written (not ``--partition``, ``--acceptance``,
+    ``--judge``), ``--json`` not with ``--judge``; output folders that exist and are writable.
+
+    Raises:
+        CommandError: naming the options at fault.
+    """
+    modes = [_flag(name) for name in MODES if options.get(name)]
+    if len(modes) > 1:
+        raise CommandError(f"{' and '.join(modes)} exclude each other: choose one mode")
+    mode = modes[0] if modes else "the crash matrix"
+    skip_variants = bool(options.get("no_variants"))
+    runs = {
+        "drill_intents": options.get("drill_only")
+        or (not modes and not (options.get("no_drill") or skip_variants)),
+        "restore_intents": options.get("restore_only")
+        or (not modes and not (options.get("no_restore") or skip_variants)),
+        "failover_intents": options.get("failover"),
+    }
+    for name, used in runs.items():
+        if options.get(name) is not None and not used:
+            drill = {"drill_intents": "duplicate"}.get(name, name.split("_")[0])
+            raise CommandError(
+                f"{_flag(name)} sets the {drill} drill's size, but {mode} "
+                f"(with these options) runs no {drill} drill"
+            )
+    if options.get("markdown") and modes and modes[0] in ("--partition", "--acceptance", "--judge"):
+        raise CommandError(f"--markdown is not written by {modes[0]} (use --json)")
+    if options.get("json") and options.get("judge"):
+        raise CommandError("--json is not written by --judge (it re-reads a saved report)")
+    _check_output("--json", options.get("json"))
+    _check_output("--markdown", options.get("markdown"))
 
 
 class Command(BaseCommand):
@@ -112,6 +182,12 @@ class Command(BaseCommand):
         parser.add_argument("--requested-by", default="cli")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        check_options(options)
+        # Every mode tears down what it started in a finally or __exit__: on SIGTERM too.
+        with terminate_as_exit():
+            self._handle(options)
+
+    def _handle(self, options: dict[str, Any]) -> None:
         enable_sandbox()
         if options["judge"]:
             self._judge(Path(options["judge"]))
@@ -152,8 +228,6 @@ class Command(BaseCommand):
             raise CommandError(
                 "--failover-intents must be at least 3 (done, held, just submitted at the cut)"
             )
-        if sum(bool(options[name]) for name in ("drill_only", "restore_only", "failover")) > 1:
-            raise CommandError("--drill-only, --restore-only and --failover exclude each other")
         only = options["drill_only"] or options["restore_only"] or options["failover"]
         config = LabConfig(
             ops=ops,
@@ -186,10 +260,15 @@ class Command(BaseCommand):
         lab = CrashLab(config)
         try:
             lab.__enter__()
-        except Exception as exc:
+        except BaseException as exc:
+            lab.__exit__(type(exc), exc, exc.__traceback__)
+            if not isinstance(exc, Exception):  # SIGTERM (SystemExit) or Ctrl-C while starting
+                DrillRun.objects.filter(id=drill.id).update(
+                    finished_at=timezone.now(), passed=False, error=repr(exc)[:2000]
+                )
+                raise
             # Its sandbox or workers would not start: an environment problem, not a safety
             # verdict; recorded as not run (console.lab.services.drill_run_not_run).
-            lab.__exit__(type(exc), exc, exc.__traceback__)
             drill_run_not_run(
                 kind=DrillRun.Kind.CRASHLAB,
                 requested_by=options["requested_by"],
@@ -200,7 +279,7 @@ class Command(BaseCommand):
             raise CommandError(f"not run: {exc}") from exc
         try:
             rows = lab.run()
-        except Exception as exc:
+        except BaseException as exc:  # SIGTERM (SystemExit) too: the run is recorded as ended
             DrillRun.objects.filter(id=drill.id).update(
                 finished_at=timezone.now(), passed=False, error=repr(exc)[:2000]
             )
