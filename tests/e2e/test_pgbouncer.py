@@ -177,34 +177,44 @@ def test_i35_webhooks_through_pgbouncer_are_all_delivered(
     assert _advisory_locks() == 0
 
 
+def _wait_across_a_cancel(base: str, ready: Any) -> tuple[httpx.Response, float]:
+    """A new intent's ``GET ?wait=25`` from another thread; once ``ready()`` holds, the intent is
+    cancelled here (a committed transaction elsewhere). Returns the wait's answer and the seconds
+    from the cancel to it."""
+    _, token = make_agent()
+    intent = submit()
+    answer: dict[str, Any] = {}
+
+    def wait() -> None:
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=40) as client:
+            answer["response"] = client.get(f"/api/v1/intents/{intent.id}", params={"wait": "25"})
+        answer["at"] = time.monotonic()
+
+    waiter = threading.Thread(target=wait, daemon=True)
+    waiter.start()
+    ready()
+    intent_cancel(intent_id=intent.id, actor="agent:agent-1", reason="no longer needed")
+    changed_at = time.monotonic()
+    waiter.join(40)
+    return answer["response"], answer["at"] - changed_at
+
+
 def test_i35_a_wait_through_pgbouncer_answers_soon_after_the_change(
     pgbouncer: PgBouncer, start_web: Any
 ) -> None:
     # given: a web process on the pooler whose listener connects directly (DATABASE_LISTEN_URL)
     direct = pgbouncer.direct_url(_database())
     base, _ = start_web(_pooled_env(pgbouncer, DATABASE_LISTEN_URL=direct), threads=4)
-    _, token = make_agent()
-    intent = submit()
-    answer: dict[str, Any] = {}
-    client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=40)
 
-    def wait() -> None:
-        answer["response"] = client.get(f"/api/v1/intents/{intent.id}", params={"wait": "25"})
-        answer["at"] = time.monotonic()
+    def listening() -> None:
+        wait_for(lambda: _listener_on(direct), 20, "the web process's LISTEN connection")
+        time.sleep(0.5)  # the request registers its wait
 
-    waiter = threading.Thread(target=wait, daemon=True)
-    waiter.start()
-    wait_for(lambda: _listener_on(direct), 20, "the web process's LISTEN connection")
-    time.sleep(0.5)  # the request registers its wait
-    # when: the intent is cancelled here (a committed transaction elsewhere)
-    intent_cancel(intent_id=intent.id, actor="agent:agent-1", reason="no longer needed")
-    changed_at = time.monotonic()
-    waiter.join(40)
-    client.close()
+    # when: the intent is cancelled while a request waits for it
+    response, seconds = _wait_across_a_cancel(base, listening)
     # then: the wait answered the change within about two seconds, not after its 25 s
-    response = answer["response"]
     assert (response.json()["status"], response.headers["effect-ledger-wait"]) == ("CANCELLED", "changed")
-    assert answer["at"] - changed_at < 2.5, answer["at"] - changed_at
+    assert seconds < 2.5, seconds
 
 
 def test_i35_without_a_listen_url_a_pooled_web_process_says_so_and_waits_poll(
@@ -212,26 +222,16 @@ def test_i35_without_a_listen_url_a_pooled_web_process_says_so_and_waits_poll(
 ) -> None:
     # given: a web process on the pooler in transaction mode, without DATABASE_LISTEN_URL
     base, server = start_web(_pooled_env(pgbouncer), threads=4)
-    _, token = make_agent()
-    intent = submit()
-    client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=40)
-    answer: dict[str, Any] = {}
-
-    def wait() -> None:
-        answer["response"] = client.get(f"/api/v1/intents/{intent.id}", params={"wait": "25"})
-        answer["at"] = time.monotonic()
-
-    waiter = threading.Thread(target=wait, daemon=True)
-    waiter.start()
-    wait_for(lambda: "status listener not started" in server.output(), 20, "the fallback's log line")
     # when
-    intent_cancel(intent_id=intent.id, actor="agent:agent-1", reason="no longer needed")
-    changed_at = time.monotonic()
-    waiter.join(40)
-    client.close()
+    response, seconds = _wait_across_a_cancel(
+        base,
+        lambda: wait_for(
+            lambda: "status listener not started" in server.output(), 20, "the fallback's log line"
+        ),
+    )
     # then: the once-a-second re-read found it; no listener connected anywhere
-    assert answer["response"].json()["status"] == "CANCELLED"
-    assert answer["at"] - changed_at < 3.5, answer["at"] - changed_at  # one re-read a second
+    assert response.json()["status"] == "CANCELLED"
+    assert seconds < 3.5, seconds  # one re-read a second
     assert "DATABASE_LISTEN_URL" in server.output()
 
 
@@ -247,27 +247,15 @@ def test_i35_a_listener_behind_the_pooler_is_refused_by_its_proof_and_waits_poll
     else:
         env = {**_pooled_env(pgbouncer), "DATABASE_POOL_MODE": ""}
     base, server = start_web(env, threads=4)
-    _, token = make_agent()
-    intent = submit()
-    client = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=40)
-    answer: dict[str, Any] = {}
-
-    def wait() -> None:
-        answer["response"] = client.get(f"/api/v1/intents/{intent.id}", params={"wait": "25"})
-        answer["at"] = time.monotonic()
-
-    waiter = threading.Thread(target=wait, daemon=True)
-    waiter.start()
-    wait_for(lambda: "status listener not used" in server.output(), 20, "the listener's refusal")
     # when
-    intent_cancel(intent_id=intent.id, actor="agent:agent-1", reason="no longer needed")
-    changed_at = time.monotonic()
-    waiter.join(40)
-    client.close()
+    response, seconds = _wait_across_a_cancel(
+        base,
+        lambda: wait_for(lambda: "status listener not used" in server.output(), 20, "the listener's refusal"),
+    )
     # then: the warning says why and what to set, and the wait answered by its re-read
     assert "connection pooler" in server.output() and "DATABASE_LISTEN_URL" in server.output()
-    assert answer["response"].json()["status"] == "CANCELLED"
-    assert answer["at"] - changed_at < 3.5, answer["at"] - changed_at
+    assert response.json()["status"] == "CANCELLED"
+    assert seconds < 3.5, seconds
 
 
 def _listener_on(direct_url: str) -> bool:
