@@ -164,34 +164,29 @@ class CrashLab:
         private primary and streaming replica with workers of its own: one row."""
         from console.lab.crashlab.failover_drill import FailoverDrill
 
-        drill = FailoverDrill(
-            sandbox_url=str(settings.SANDBOX_PROVIDER_URL),
-            intents=self.config.intents_per_failover_batch,
-            provider_timeout=PROVIDER_TIMEOUT,
-            lease_seconds=LEASE_SECONDS,
-            consistency_window=CONSISTENCY_WINDOW_SECONDS,
-            automatic_recovery=not self.config.restore_by_command,
-        )
-        try:
-            return drill.run()
-        finally:
-            self.cluster.use_queue_here()  # the drill's cluster published on its own queue
+        return self._time_travel_drill(FailoverDrill, self.config.intents_per_failover_batch)
 
     def restore_drill(self) -> Row:
         """Run the restore drill (``restore_drill``) against this lab's sandbox provider, in a
         scratch ledger database with workers of its own: one row."""
         from console.lab.crashlab.restore_drill import RestoreDrill
 
-        drill = RestoreDrill(
+        return self._time_travel_drill(RestoreDrill, self.config.intents_per_restore_batch)
+
+    def _time_travel_drill(self, drill_class: Any, intents: int) -> Row:
+        """Run a drill whose database goes back in time (``RestoreDrill`` or its subclass
+        ``FailoverDrill``) with ``intents`` per kind and batch, then publish here again."""
+        drill = drill_class(
             sandbox_url=str(settings.SANDBOX_PROVIDER_URL),
-            intents=self.config.intents_per_restore_batch,
+            intents=intents,
             provider_timeout=PROVIDER_TIMEOUT,
             lease_seconds=LEASE_SECONDS,
             consistency_window=CONSISTENCY_WINDOW_SECONDS,
             automatic_recovery=not self.config.restore_by_command,
         )
         try:
-            return drill.run()
+            row: Row = drill.run()
+            return row
         finally:
             self.cluster.use_queue_here()  # the drill's cluster published on its own queue
 
