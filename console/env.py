@@ -8,6 +8,7 @@ testable without touching the process environment.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -61,15 +62,23 @@ def env_int(
     return value
 
 
-def env_float(name: str, default: float, *, environ: Mapping[str, str] | None = None) -> float:
-    """Return the variable as a float; raise ``ValueError`` naming it when malformed."""
+def env_float(
+    name: str, default: float, *, environ: Mapping[str, str] | None = None, minimum: float | None = None
+) -> float:
+    """Return the variable as a finite float; raise ``ValueError`` naming it when malformed, not
+    finite (``nan``, ``inf``: no setting means "for ever" by it) or below ``minimum``."""
     raw = (os.environ if environ is None else environ).get(name)
     if not raw:
         return default
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError as exc:
         raise ValueError(f"environment variable {name} must be a number, got {raw!r}") from exc
+    if not math.isfinite(value):
+        raise ValueError(f"environment variable {name} must be a finite number, got {raw!r}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"environment variable {name} must be at least {minimum:g}, got {value:g}")
+    return value
 
 
 def env_bool(name: str, default: bool, *, environ: Mapping[str, str] | None = None) -> bool:

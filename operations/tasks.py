@@ -104,6 +104,9 @@ def audit_checkpoint(claim_period: float | None = None) -> int | None:
     every later period refuses again until an operator acts (docs/explanation/audit-threat-model.md).
     """
     if not period_claimed("operations.audit_checkpoint", claim_period):
+        # Another scheduler's run signs this period; this host's file still catches up, so a
+        # host whose workers lose every claim does not lag until it wins one.
+        signing.checkpoint_file_catch_up()
         return None
     try:
         row = signing.audit_checkpoint_create(only_if_changed=True)

@@ -224,7 +224,9 @@ class StatusListener:
                 logger.warning("status listener not used: %s; waiters re-read every second", exc)
             except Exception:  # any failure: fall back and reconnect, never let the thread die
                 logger.warning(
-                    "status listener lost its connection; waiters re-read every second", exc_info=True
+                    "status listener could not connect or lost its connection (to DATABASE_LISTEN_URL, "
+                    "else DATABASE_URL); waiters re-read every second",
+                    exc_info=True,
                 )
             finally:
                 self._listening.clear()

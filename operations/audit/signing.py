@@ -140,7 +140,7 @@ def audit_checkpoint_create(
         row = _sign_locked(only_if_changed, accept_faults_reason, restored_after, private_key, signer_id)
     except _Unchanged:
         # Nothing to sign, but this host's file may lack checkpoints another host signed.
-        _file_catch_up()
+        checkpoint_file_catch_up()
         return None
     checkpoint_publish(SignedCheckpoint.from_row(row))
     return row
@@ -203,8 +203,9 @@ def _sign_locked(
     return row
 
 
-def _file_catch_up() -> None:
-    """``checkpoint_file_sync``, its failure logged (the next period tries again)."""
+def checkpoint_file_catch_up() -> None:
+    """Bring this host's checkpoint file up to the stored series (``checkpoint_file_sync``),
+    its failure logged, never raised (the next period tries again)."""
     try:
         appended = checkpoint_file_sync()
     except CheckpointError as exc:

@@ -262,3 +262,27 @@ def test_i35_two_notification_senders_at_once_send_each_notice_once(settings: An
     for address in ("alice@example.test", "bob@example.test"):
         bodies = "".join(m.body for m in mail.outbox if m.to == [address])
         assert [bodies.count(f"Reference: {r}\n") for r in references] == [1] * 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i35_a_host_whose_run_lost_the_period_still_catches_its_file_up(
+    settings: Any, tmp_path: Path
+) -> None:
+    # given: host A's run signed this period's checkpoint into A's file; host B's file is empty
+    key = tmp_path / "k.pem"
+    signing_key_create(key)
+    host_a, host_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    settings.EFFECT_LEDGER = {
+        **settings.EFFECT_LEDGER,
+        "AUDIT_SIGNING_KEY_FILE": str(key),
+        "AUDIT_PUBLIC_KEY_FILE": "",
+        "AUDIT_CHECKPOINT_FILE": str(host_a),
+    }
+    submit()
+    assert tasks.audit_checkpoint(claim_period=3600) == 1
+    # when: host B's worker runs the other beat's message of the same period (it loses the claim)
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "AUDIT_CHECKPOINT_FILE": str(host_b)}
+    assert tasks.audit_checkpoint(claim_period=3600) is None
+    # then: nothing new was signed, and B's file holds the series (before: only once B won a claim)
+    assert AuditCheckpoint.objects.count() == 1
+    assert checkpoint_file_series(host_b) == [1]
