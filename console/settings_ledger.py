@@ -69,7 +69,7 @@ EFFECT_LEDGER_SMTP: dict[str, Any] = env_json_file("EFFECT_LEDGER_SMTP_FILE")
 
 #: The shortest period or heartbeat interval a setting may ask for (seconds): below it a beat
 #: floods the broker (a period of 0 sent thousands of runs a second) or the database.
-PERIOD_MINIMUM_SECONDS = 0.1
+_PERIOD_MINIMUM_SECONDS = 0.1
 
 EFFECT_LEDGER: dict[str, Any] = {
     # Seconds a worker's claim on an intent lasts; the provider deadline is at most half of it
@@ -105,18 +105,18 @@ EFFECT_LEDGER: dict[str, Any] = {
     # Beat period in seconds of the outbox relay's safety net (console/celery.py); the threshold for a
     # stalled READY intent follows it (operations.workers.delivery.stalled_ready_seconds).
     "RELAY_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_RELAY_PERIOD_SECONDS", 2.0, minimum=PERIOD_MINIMUM_SECONDS
+        "EFFECT_LEDGER_RELAY_PERIOD_SECONDS", 2.0, minimum=_PERIOD_MINIMUM_SECONDS
     ),
     # Beat period in seconds of the reconciler (UNKNOWN lookups, duplicates, HELD decisions, ...).
     "RECONCILE_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_RECONCILE_PERIOD_SECONDS", 5.0, minimum=PERIOD_MINIMUM_SECONDS
+        "EFFECT_LEDGER_RECONCILE_PERIOD_SECONDS", 5.0, minimum=_PERIOD_MINIMUM_SECONDS
     ),
     # The statement reconciliation runs daily (beat: 02:00 UTC, yesterday's statements); the
     # health page judges its age by this period (issue 19). Shorter than a day (the lab, drills),
     # the beat schedules it every this many seconds instead; each source and day still gets one
     # scheduled run (reconciliation.statements, issue 35).
     "STATEMENT_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_STATEMENT_PERIOD_SECONDS", 86400.0, minimum=PERIOD_MINIMUM_SECONDS
+        "EFFECT_LEDGER_STATEMENT_PERIOD_SECONDS", 86400.0, minimum=_PERIOD_MINIMUM_SECONDS
     ),
     # Days a reconciliation run (a pass that did or found something) is kept.
     "RECONCILIATION_RUN_RETENTION_DAYS": env_float("EFFECT_LEDGER_RECONCILIATION_RUN_RETENTION_DAYS", 7),
@@ -145,14 +145,14 @@ EFFECT_LEDGER: dict[str, Any] = {
     ),
     # Beat period in seconds of audit checkpoints; one is signed only when the chains' heads changed.
     "AUDIT_CHECKPOINT_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_AUDIT_CHECKPOINT_PERIOD_SECONDS", 300.0, minimum=PERIOD_MINIMUM_SECONDS
+        "EFFECT_LEDGER_AUDIT_CHECKPOINT_PERIOD_SECONDS", 300.0, minimum=_PERIOD_MINIMUM_SECONDS
     ),
     # When the database goes back in time (issue 22, docs/explanation/failover.md): workers on
     # start and the beat every RESTORE_CHECK_PERIOD_SECONDS compare it with the checkpoint file;
     # behind, execution pauses and (RECOVER_AUTOMATICALLY) recovery runs. For RESTORE_GUARD_SECONDS
     # after a recovery, sends to providers without keys are looked up first.
     "RESTORE_CHECK_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_RESTORE_CHECK_PERIOD_SECONDS", 30.0, minimum=PERIOD_MINIMUM_SECONDS
+        "EFFECT_LEDGER_RESTORE_CHECK_PERIOD_SECONDS", 30.0, minimum=_PERIOD_MINIMUM_SECONDS
     ),
     # When the check finds the database behind, recover at once; off: execution stays paused until
     # ``manage.py recover``.
@@ -166,18 +166,18 @@ EFFECT_LEDGER: dict[str, Any] = {
     # of SUCCEEDED and the terminal states the dashboard and /metrics show are at most about
     # this old; the open states are counted exactly on every request.
     "STATUS_ROLLUP_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_STATUS_ROLLUP_PERIOD_SECONDS", 60.0, minimum=PERIOD_MINIMUM_SECONDS
+        "EFFECT_LEDGER_STATUS_ROLLUP_PERIOD_SECONDS", 60.0, minimum=_PERIOD_MINIMUM_SECONDS
     ),
     # The health page (/health/, docs/reference/console.md: signal, amber when, red when). Every worker
     # upserts its heartbeat this often (operations.workers.heartbeat); it is late past HEALTH_WORKER_LATE
     # and gone past HEALTH_WORKER_GONE seconds without a beat.
     "WORKER_HEARTBEAT_SECONDS": env_float(
-        "EFFECT_LEDGER_WORKER_HEARTBEAT_SECONDS", 10.0, minimum=PERIOD_MINIMUM_SECONDS
+        "EFFECT_LEDGER_WORKER_HEARTBEAT_SECONDS", 10.0, minimum=_PERIOD_MINIMUM_SECONDS
     ),
     # Every beat process upserts its own heartbeat this often (operations.workers.beat_heartbeat);
     # two beats seen within HEALTH_BEAT_WINDOW_SECONDS turn the health page's beat signal red.
     "BEAT_HEARTBEAT_SECONDS": env_float(
-        "EFFECT_LEDGER_BEAT_HEARTBEAT_SECONDS", 10.0, minimum=PERIOD_MINIMUM_SECONDS
+        "EFFECT_LEDGER_BEAT_HEARTBEAT_SECONDS", 10.0, minimum=_PERIOD_MINIMUM_SECONDS
     ),
     "HEALTH_BEAT_WINDOW_SECONDS": env_float("EFFECT_LEDGER_HEALTH_BEAT_WINDOW_SECONDS", 35.0, minimum=1.0),
     # Seconds without a heartbeat after which a worker counts as late (the workers signal turns amber).
@@ -223,7 +223,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     # equal jitter; with these, the 14th and last attempt comes about 13-26 h after the first),
     # and the request's timeouts (seconds).
     "WEBHOOK_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_WEBHOOK_PERIOD_SECONDS", 5.0, minimum=PERIOD_MINIMUM_SECONDS
+        "EFFECT_LEDGER_WEBHOOK_PERIOD_SECONDS", 5.0, minimum=_PERIOD_MINIMUM_SECONDS
     ),
     # One delivery pass runs at a time (a lease row); it claims WEBHOOK_BATCH due rows per
     # round and POSTs them concurrently, rounds repeated for at most WEBHOOK_PASS_SECONDS.
@@ -257,7 +257,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     # Beat period of the sender; at most one message per recipient per NOTIFY_INTERVAL_SECONDS
     # (the notices of the meantime wait for the next message, a digest).
     "NOTIFY_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_NOTIFY_PERIOD_SECONDS", 15.0, minimum=PERIOD_MINIMUM_SECONDS
+        "EFFECT_LEDGER_NOTIFY_PERIOD_SECONDS", 15.0, minimum=_PERIOD_MINIMUM_SECONDS
     ),
     # Seconds a recipient waits between two messages at least; what arrives meanwhile goes as a digest.
     "NOTIFY_INTERVAL_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_INTERVAL_SECONDS", 300.0),
