@@ -81,6 +81,17 @@ def env_float(
     return value
 
 
+#: The shortest period or heartbeat interval a setting may ask for (seconds): below it a beat
+#: floods the broker (a statement period of 0 sent thousands of runs a second) or the database.
+PERIOD_MINIMUM_SECONDS = 0.1
+
+
+def env_period(name: str, default: float, *, environ: Mapping[str, str] | None = None) -> float:
+    """A beat period or heartbeat interval in seconds: ``env_float`` with the floor
+    ``PERIOD_MINIMUM_SECONDS`` (finite, at least 0.1 s; ``ValueError`` naming the variable)."""
+    return env_float(name, default, environ=environ, minimum=PERIOD_MINIMUM_SECONDS)
+
+
 def env_bool(name: str, default: bool, *, environ: Mapping[str, str] | None = None) -> bool:
     """Return the variable as a boolean (1/true/yes/on, case-insensitive)."""
     raw = (os.environ if environ is None else environ).get(name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from console.env import env_bool, env_float, env_int, env_json_file, env_list, env_str
+from console.env import env_bool, env_float, env_int, env_json_file, env_list, env_period, env_str
 from console.settings_core import DATA_DIR, DEBUG
 from operations.adapters.secrets import PUBLISHED_SANDBOX_EVENTS_SECRET
 from operations.api.rates import rate_parse
@@ -67,10 +67,6 @@ EFFECT_LEDGER_GENERIC_HTTP: dict[str, Any] = env_json_file("EFFECT_LEDGER_GENERI
 # action to its relay; secrets named as env:NAME or file:PATH, never written in it.
 EFFECT_LEDGER_SMTP: dict[str, Any] = env_json_file("EFFECT_LEDGER_SMTP_FILE")
 
-#: The shortest period or heartbeat interval a setting may ask for (seconds): below it a beat
-#: floods the broker (a period of 0 sent thousands of runs a second) or the database.
-_PERIOD_MINIMUM_SECONDS = 0.1
-
 EFFECT_LEDGER: dict[str, Any] = {
     # Seconds a worker's claim on an intent lasts; the provider deadline is at most half of it
     # (operations.engine.protocol.provider_deadline_seconds).
@@ -104,20 +100,14 @@ EFFECT_LEDGER: dict[str, Any] = {
     "RATE_TENANT": _rate("EFFECT_LEDGER_RATE_TENANT", "3000/min"),
     # Beat period in seconds of the outbox relay's safety net (console/celery.py); the threshold for a
     # stalled READY intent follows it (operations.workers.delivery.stalled_ready_seconds).
-    "RELAY_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_RELAY_PERIOD_SECONDS", 2.0, minimum=_PERIOD_MINIMUM_SECONDS
-    ),
+    "RELAY_PERIOD_SECONDS": env_period("EFFECT_LEDGER_RELAY_PERIOD_SECONDS", 2.0),
     # Beat period in seconds of the reconciler (UNKNOWN lookups, duplicates, HELD decisions, ...).
-    "RECONCILE_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_RECONCILE_PERIOD_SECONDS", 5.0, minimum=_PERIOD_MINIMUM_SECONDS
-    ),
+    "RECONCILE_PERIOD_SECONDS": env_period("EFFECT_LEDGER_RECONCILE_PERIOD_SECONDS", 5.0),
     # The statement reconciliation runs daily (beat: 02:00 UTC, yesterday's statements); the
     # health page judges its age by this period (issue 19). Shorter than a day (the lab, drills),
     # the beat schedules it every this many seconds instead; each source and day still gets one
     # scheduled run (reconciliation.statements, issue 35).
-    "STATEMENT_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_STATEMENT_PERIOD_SECONDS", 86400.0, minimum=_PERIOD_MINIMUM_SECONDS
-    ),
+    "STATEMENT_PERIOD_SECONDS": env_period("EFFECT_LEDGER_STATEMENT_PERIOD_SECONDS", 86400.0),
     # Days a reconciliation run (a pass that did or found something) is kept.
     "RECONCILIATION_RUN_RETENTION_DAYS": env_float("EFFECT_LEDGER_RECONCILIATION_RUN_RETENTION_DAYS", 7),
     # Intents a reconciler pass takes at most, per kind of work (UNKNOWN, HELD, duplicates).
@@ -144,16 +134,12 @@ EFFECT_LEDGER: dict[str, Any] = {
         "EFFECT_LEDGER_AUDIT_CHECKPOINT_FILE", str(DATA_DIR / "audit-checkpoints.jsonl")
     ),
     # Beat period in seconds of audit checkpoints; one is signed only when the chains' heads changed.
-    "AUDIT_CHECKPOINT_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_AUDIT_CHECKPOINT_PERIOD_SECONDS", 300.0, minimum=_PERIOD_MINIMUM_SECONDS
-    ),
+    "AUDIT_CHECKPOINT_PERIOD_SECONDS": env_period("EFFECT_LEDGER_AUDIT_CHECKPOINT_PERIOD_SECONDS", 300.0),
     # When the database goes back in time (issue 22, docs/explanation/failover.md): workers on
     # start and the beat every RESTORE_CHECK_PERIOD_SECONDS compare it with the checkpoint file;
     # behind, execution pauses and (RECOVER_AUTOMATICALLY) recovery runs. For RESTORE_GUARD_SECONDS
     # after a recovery, sends to providers without keys are looked up first.
-    "RESTORE_CHECK_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_RESTORE_CHECK_PERIOD_SECONDS", 30.0, minimum=_PERIOD_MINIMUM_SECONDS
-    ),
+    "RESTORE_CHECK_PERIOD_SECONDS": env_period("EFFECT_LEDGER_RESTORE_CHECK_PERIOD_SECONDS", 30.0),
     # When the check finds the database behind, recover at once; off: execution stays paused until
     # ``manage.py recover``.
     "RECOVER_AUTOMATICALLY": env_bool("EFFECT_LEDGER_RECOVER_AUTOMATICALLY", True),
@@ -165,20 +151,15 @@ EFFECT_LEDGER: dict[str, Any] = {
     # Beat period of the status rollup (operations.services.status_rollup_refresh): the counts
     # of SUCCEEDED and the terminal states the dashboard and /metrics show are at most about
     # this old; the open states are counted exactly on every request.
-    "STATUS_ROLLUP_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_STATUS_ROLLUP_PERIOD_SECONDS", 60.0, minimum=_PERIOD_MINIMUM_SECONDS
-    ),
+    "STATUS_ROLLUP_PERIOD_SECONDS": env_period("EFFECT_LEDGER_STATUS_ROLLUP_PERIOD_SECONDS", 60.0),
     # The health page (/health/, docs/reference/console.md: signal, amber when, red when). Every worker
     # upserts its heartbeat this often (operations.workers.heartbeat); it is late past HEALTH_WORKER_LATE
     # and gone past HEALTH_WORKER_GONE seconds without a beat.
-    "WORKER_HEARTBEAT_SECONDS": env_float(
-        "EFFECT_LEDGER_WORKER_HEARTBEAT_SECONDS", 10.0, minimum=_PERIOD_MINIMUM_SECONDS
-    ),
+    "WORKER_HEARTBEAT_SECONDS": env_period("EFFECT_LEDGER_WORKER_HEARTBEAT_SECONDS", 10.0),
     # Every beat process upserts its own heartbeat this often (operations.workers.beat_heartbeat);
     # two beats seen within HEALTH_BEAT_WINDOW_SECONDS turn the health page's beat signal red.
-    "BEAT_HEARTBEAT_SECONDS": env_float(
-        "EFFECT_LEDGER_BEAT_HEARTBEAT_SECONDS", 10.0, minimum=_PERIOD_MINIMUM_SECONDS
-    ),
+    "BEAT_HEARTBEAT_SECONDS": env_period("EFFECT_LEDGER_BEAT_HEARTBEAT_SECONDS", 10.0),
+    # Seconds within which two beats' heartbeats mean two beats run (at least twice the heartbeat).
     "HEALTH_BEAT_WINDOW_SECONDS": env_float("EFFECT_LEDGER_HEALTH_BEAT_WINDOW_SECONDS", 35.0, minimum=1.0),
     # Seconds without a heartbeat after which a worker counts as late (the workers signal turns amber).
     "HEALTH_WORKER_LATE_SECONDS": env_float("EFFECT_LEDGER_HEALTH_WORKER_LATE_SECONDS", 30.0),
@@ -222,9 +203,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     # beat's period and batch, the wait before attempt n (backoff: BASE * 2**(n-2), at most CAP,
     # equal jitter; with these, the 14th and last attempt comes about 13-26 h after the first),
     # and the request's timeouts (seconds).
-    "WEBHOOK_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_WEBHOOK_PERIOD_SECONDS", 5.0, minimum=_PERIOD_MINIMUM_SECONDS
-    ),
+    "WEBHOOK_PERIOD_SECONDS": env_period("EFFECT_LEDGER_WEBHOOK_PERIOD_SECONDS", 5.0),
     # One delivery pass runs at a time (a lease row); it claims WEBHOOK_BATCH due rows per
     # round and POSTs them concurrently, rounds repeated for at most WEBHOOK_PASS_SECONDS.
     "WEBHOOK_BATCH": env_int("EFFECT_LEDGER_WEBHOOK_BATCH", 8, minimum=1),
@@ -256,9 +235,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     "SLACK_WEBHOOK_URL": env_str("EFFECT_LEDGER_SLACK_WEBHOOK_URL"),
     # Beat period of the sender; at most one message per recipient per NOTIFY_INTERVAL_SECONDS
     # (the notices of the meantime wait for the next message, a digest).
-    "NOTIFY_PERIOD_SECONDS": env_float(
-        "EFFECT_LEDGER_NOTIFY_PERIOD_SECONDS", 15.0, minimum=_PERIOD_MINIMUM_SECONDS
-    ),
+    "NOTIFY_PERIOD_SECONDS": env_period("EFFECT_LEDGER_NOTIFY_PERIOD_SECONDS", 15.0),
     # Seconds a recipient waits between two messages at least; what arrives meanwhile goes as a digest.
     "NOTIFY_INTERVAL_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_INTERVAL_SECONDS", 300.0),
     # Approvers are warned once per approval round when the request expires within this. It

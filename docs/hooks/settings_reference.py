@@ -30,6 +30,7 @@ ENV_HELPERS = {
     "env_str": ("string", '""'),
     "env_int": ("integer", None),
     "env_float": ("number", None),
+    "env_period": ("seconds, at least 0.1", None),
     "env_bool": ("boolean", None),
     "env_list": ("comma-separated list", None),
     "env_json_file": ("path of a JSON file", "unset: {}"),
