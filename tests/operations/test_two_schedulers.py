@@ -162,9 +162,8 @@ def test_i35_two_concurrent_checkpoint_writers_never_fork_and_each_file_holds_th
         assert restore_detection().state == "level"
 
 
-@pytest.mark.django_db
-def test_i35_a_host_file_that_lags_catches_up_and_a_fork_is_refused(settings: Any, tmp_path: Path) -> None:
-    # given: three checkpoints signed with host A's file; host B's file was started empty
+def two_hosts(settings: Any, tmp_path: Path) -> tuple[Path, Path]:
+    """A signing key and two hosts' checkpoint files (A's in use; B's not written yet)."""
     key = tmp_path / "k.pem"
     signing_key_create(key)
     host_a, host_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
@@ -174,6 +173,13 @@ def test_i35_a_host_file_that_lags_catches_up_and_a_fork_is_refused(settings: An
         "AUDIT_PUBLIC_KEY_FILE": "",
         "AUDIT_CHECKPOINT_FILE": str(host_a),
     }
+    return host_a, host_b
+
+
+@pytest.mark.django_db
+def test_i35_a_host_file_that_lags_catches_up_and_a_fork_is_refused(settings: Any, tmp_path: Path) -> None:
+    # given: three checkpoints signed with host A's file; host B's file was started empty
+    host_a, host_b = two_hosts(settings, tmp_path)
     for _ in range(3):
         submit()
         audit_checkpoint_create()
@@ -269,15 +275,7 @@ def test_i35_a_host_whose_run_lost_the_period_still_catches_its_file_up(
     settings: Any, tmp_path: Path
 ) -> None:
     # given: host A's run signed this period's checkpoint into A's file; host B's file is empty
-    key = tmp_path / "k.pem"
-    signing_key_create(key)
-    host_a, host_b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    settings.EFFECT_LEDGER = {
-        **settings.EFFECT_LEDGER,
-        "AUDIT_SIGNING_KEY_FILE": str(key),
-        "AUDIT_PUBLIC_KEY_FILE": "",
-        "AUDIT_CHECKPOINT_FILE": str(host_a),
-    }
+    host_a, host_b = two_hosts(settings, tmp_path)
     submit()
     assert tasks.audit_checkpoint(claim_period=3600) == 1
     # when: host B's worker runs the other beat's message of the same period (it loses the claim)
