@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
-
 from operations.models import BeatHeartbeat
+from operations.services.health import heartbeat_cursor
 
 #: Rows of beats silent for longer than this are deleted by the next heartbeat of any beat.
 BEAT_RETENTION = timedelta(days=1)
@@ -28,9 +27,7 @@ def beat_heartbeat_record(*, identity: str, host: str, pid: int, started_at: dat
         if not value.strip() or len(value) > 255:
             raise ValueError(f"a beat heartbeat's {name} must be 1 to 255 characters, not {value!r}")
     table = BeatHeartbeat._meta.db_table
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL lock_timeout = '1s'")
-        cursor.execute("SET LOCAL statement_timeout = '2s'")
+    with heartbeat_cursor() as cursor:
         cursor.execute(
             f"""
             INSERT INTO {table} (identity, host, pid, started_at, seen_at)

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import Error as DatabaseLibraryError
 from django.db import connection, transaction
@@ -24,6 +25,17 @@ logger = logging.getLogger(__name__)
 
 #: Rows of workers silent for longer than this are deleted by the next beat of any worker.
 HEARTBEAT_RETENTION = timedelta(days=1)
+
+
+@contextmanager
+def heartbeat_cursor() -> Iterator[Any]:
+    """A cursor in a transaction whose statements wait at most 1 s for a lock and run at most
+    2 s (``SET LOCAL``: transaction-scoped, so safe behind a pooler in transaction mode); for
+    heartbeats, which must never hold up the loop that sends them and are retried next period."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL lock_timeout = '1s'")
+        cursor.execute("SET LOCAL statement_timeout = '2s'")
+        yield cursor
 
 
 def worker_heartbeat_record(
@@ -41,9 +53,7 @@ def worker_heartbeat_record(
     table = WorkerHeartbeat._meta.db_table
     # Bounded: the beat runs in the worker's own loop, so it may never wait long on a lock or a
     # slow statement (it is retried next period anyway).
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SET LOCAL lock_timeout = '1s'")
-        cursor.execute("SET LOCAL statement_timeout = '2s'")
+    with heartbeat_cursor() as cursor:
         cursor.execute(
             f"""
             INSERT INTO {table} (hostname, pid, queues, concurrency, started_at, beat_at, stopped_at)

@@ -30,6 +30,8 @@ from urllib.parse import quote
 import psycopg
 import pytest
 
+from tests.support.processes import stop_process
+
 PGBOUNCER_BIN = os.environ.get("PGBOUNCER_BIN", "/usr/sbin/pgbouncer")
 #: Server connections per (database, user): small, so a leaked session lock or LISTEN shows.
 POOL_SIZE = 4
@@ -94,13 +96,7 @@ class PgBouncer:
 
     def stop(self) -> None:
         """SIGTERM PgBouncer and wait (SIGKILL after 10 seconds); remove its directory."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process)
         shutil.rmtree(self.directory, ignore_errors=True)
 
 

@@ -153,13 +153,18 @@ class SandboxProvider:
     def stop(self) -> None:
         """SIGTERM the process and wait for it (SIGKILL after 10 seconds)."""
         self.client.close()
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process)
+
+
+def stop_process(process: subprocess.Popen[Any]) -> None:
+    """SIGTERM ``process`` and wait for it; SIGKILL after 10 seconds."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
 
 
 def _drain(stream: Any, lines: list[str], ready: threading.Event) -> None:

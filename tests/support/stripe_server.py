@@ -30,6 +30,8 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support.processes import stop_process
+
 BASE_DIR = Path(__file__).resolve().parents[2]
 #: The Stripe declaration a user copies.
 STRIPE_DECLARATION = BASE_DIR / "docs" / "providers" / "stripe.json"
@@ -109,13 +111,7 @@ class LocalStripe:
     def stop(self) -> None:
         """SIGTERM the process and wait for it (SIGKILL after 10 seconds)."""
         self.client.close()
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
+        stop_process(self.process)
 
 
 def start_localstripe() -> LocalStripe:
