@@ -24,6 +24,30 @@ def _rate(name: str, default: str) -> str | None:
         raise ValueError(f"environment variable {name}: {exc}") from exc
 
 
+def _tenant_days(name: str) -> dict[str, float]:
+    """A JSON object of tenant -> days (each a finite number of at least 1), refused at start-up
+    naming the variable when malformed; unset or empty: ``{}``."""
+    raw = env_str(name)
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(
+            f"environment variable {name} must be a JSON object of tenant to days: {exc}"
+        ) from exc
+    if not isinstance(value, dict):
+        raise ValueError(
+            f'environment variable {name} must be a JSON object of tenant to days, e.g. {{"acme": 365}}'
+        )
+    for tenant, days in value.items():
+        if isinstance(days, bool) or not isinstance(days, int | float) or not 1 <= days < 100_000:
+            raise ValueError(
+                f"environment variable {name}: tenant {tenant!r} needs days from 1 to 99999, got {days!r}"
+            )
+    return {str(tenant): float(days) for tenant, days in value.items()}
+
+
 # The sandbox provider (the project's own test double): its actions (payments.charge, email.send,
 # reservations.*) and its event inboxes exist only with this on. On by default with DJANGO_DEBUG
 # and in embedded mode (no DATABASE_URL: the quick start's own database), so a manage.py command
@@ -148,6 +172,28 @@ EFFECT_LEDGER: dict[str, Any] = {
     # Seconds after a recovery during which sends to providers without keys are looked up first;
     # ``manage.py check`` warns (operations.W004) when it ends before a lease plus a consistency window.
     "RESTORE_GUARD_SECONDS": env_float("EFFECT_LEDGER_RESTORE_GUARD_SECONDS", 86400.0),
+    # Retention and archive (operations/archive/, docs/how-to/archive.md). Days a settled intent
+    # (SUCCEEDED or a terminal state, no open finding, nothing open pointing at it) stays in the live
+    # tables after it settled; then the periodic archive (every ARCHIVE_PERIOD_SECONDS) writes it
+    # with everything about it to a signed archive file and deletes its rows. At least 1 day.
+    "INTENT_RETENTION_DAYS": env_float("EFFECT_LEDGER_INTENT_RETENTION_DAYS", 90.0, minimum=1.0),
+    # Days per tenant that override INTENT_RETENTION_DAYS: a JSON object {"tenant": days}, e.g.
+    # '{"acme": 365}' (each at least 1 day).
+    "TENANT_RETENTION_DAYS": _tenant_days("EFFECT_LEDGER_TENANT_RETENTION_DAYS"),
+    # Days after an intent settled during which its Idempotency-Key still replays from the archive
+    # index (never a new intent); after it a submit with that key makes a new intent. Never
+    # shorter than any intent retention (``manage.py check`` refuses it: operations.E007).
+    "KEY_RETENTION_DAYS": env_float("EFFECT_LEDGER_KEY_RETENTION_DAYS", 400.0, minimum=1.0),
+    # Where the archive files and their signed manifests are written (one directory per month).
+    # Keep it on storage the database's administrators cannot rewrite, or copy it there.
+    "ARCHIVE_DIR": env_str("EFFECT_LEDGER_ARCHIVE_DIR", str(DATA_DIR / "archive")),
+    # Beat period of the periodic archive (seconds); each pass archives what INTENT_RETENTION_DAYS
+    # says is due, a segment file per day of settlement.
+    "ARCHIVE_PERIOD_SECONDS": env_period("EFFECT_LEDGER_ARCHIVE_PERIOD_SECONDS", 3600.0),
+    # Intents deleted per transaction once archived (each transaction locks this many intents).
+    "ARCHIVE_DELETE_BATCH": env_int("EFFECT_LEDGER_ARCHIVE_DELETE_BATCH", 200, minimum=1),
+    # Intents one archive file holds at most (a day with more is written as several parts).
+    "ARCHIVE_SEGMENT_INTENTS": env_int("EFFECT_LEDGER_ARCHIVE_SEGMENT_INTENTS", 50000, minimum=1),
     # Beat period of the status rollup (operations.services.status_rollup_refresh): the counts
     # of SUCCEEDED and the terminal states the dashboard and /metrics show are at most about
     # this old; the open states are counted exactly on every request.

@@ -11,6 +11,7 @@ from __future__ import annotations
 from operations.models.access import ALL_TENANTS, RoleGrant
 from operations.models.agents import Agent, AgentToken
 from operations.models.approvals import Approval
+from operations.models.archive import ArchivedIntent, ArchiveSegment
 from operations.models.audit import AuditCheckpoint, AuditEvent
 from operations.models.ceilings import Reservation, SpendWindow
 from operations.models.health import PeriodicJobRun, WorkerHeartbeat
@@ -48,6 +49,8 @@ __all__ = [
     "Agent",
     "AgentToken",
     "Approval",
+    "ArchiveSegment",
+    "ArchivedIntent",
     "Attempt",
     "AuditCheckpoint",
     "AuditEvent",
