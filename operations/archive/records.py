@@ -52,7 +52,8 @@ def _rows_by_intent(sql: str, ids: list[uuid.UUID]) -> dict[str, list[Any]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, [ids])
         for intent_id, row in cursor.fetchall():
-            grouped[str(intent_id)].append(row)
+            # Django has psycopg hand jsonb over as text (its JSONField decodes it).
+            grouped[str(intent_id)].append(json.loads(row) if isinstance(row, str) else row)
     return grouped
 
 
