@@ -87,6 +87,13 @@ app.conf.beat_schedule = {
         "task": "operations.deliver_webhooks",
         **_every("WEBHOOK_PERIOD_SECONDS"),
     },
+    # What is no evidence of an intent's history, once settled and past its retention:
+    # acknowledged outbox rows, settled webhook deliveries, old provider event bodies
+    # (reconciliation.pruning; bounded batches, each its own short transaction).
+    "prune": {
+        "task": "reconciliation.prune",
+        **_every("PRUNE_PERIOD_SECONDS"),
+    },
     # Yesterday's statement of every source with a statement API, reconciled both ways, daily
     # at 02:00 UTC (after the day closed; reconciliation.statements); every
     # STATEMENT_PERIOD_SECONDS where that is shorter than a day (the lab). One scheduled run per

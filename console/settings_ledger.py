@@ -301,6 +301,22 @@ EFFECT_LEDGER: dict[str, Any] = {
     "NOTIFY_RETRY_CAP_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_RETRY_CAP_SECONDS", 3600.0),
     # Days a notice is kept once nothing is pending for it (sent, dropped, or nobody to tell).
     "NOTIFY_RETENTION_DAYS": env_float("EFFECT_LEDGER_NOTIFY_RETENTION_DAYS", 30.0),
+    # Pruning (reconciliation.pruning, issue 36): rows that are no evidence of an intent's
+    # history leave once settled. Beat period in seconds of the pruning pass.
+    "PRUNE_PERIOD_SECONDS": env_period("EFFECT_LEDGER_PRUNE_PERIOD_SECONDS", 3600.0),
+    # Rows a pruning statement deletes (or provider event bodies it clears) at most; a pass
+    # repeats them, each in its own short transaction (at least 1).
+    "PRUNE_BATCH": env_int("EFFECT_LEDGER_PRUNE_BATCH", 1000, minimum=1),
+    # Seconds an acknowledged outbox row is kept (at least 60); a row not yet acknowledged is never pruned.
+    "OUTBOX_RETENTION_SECONDS": env_float("EFFECT_LEDGER_OUTBOX_RETENTION_SECONDS", 3600.0, minimum=60.0),
+    # Days a webhook delivery is kept once delivered or failed after its last attempt (at least
+    # 1), counted from its last attempt; a pending one is never pruned.
+    "WEBHOOK_DELIVERY_RETENTION_DAYS": env_float(
+        "EFFECT_LEDGER_WEBHOOK_DELIVERY_RETENTION_DAYS", 7.0, minimum=1.0
+    ),
+    # Days a processed provider event keeps its body (at least 1); then the body is removed, its
+    # SHA-256 and the parsed fields stay. An event not processed, or with an open finding, keeps it.
+    "RAW_BODY_RETENTION_DAYS": env_float("EFFECT_LEDGER_RAW_BODY_RETENTION_DAYS", 30.0, minimum=1.0),
 }
 if EFFECT_LEDGER["HEALTH_BEAT_WINDOW_SECONDS"] < 2 * EFFECT_LEDGER["BEAT_HEARTBEAT_SECONDS"]:
     # A running beat whose heartbeats are further apart than the window would drop off the

@@ -35,6 +35,7 @@ PERIODIC_JOBS: tuple[tuple[str, str, str], ...] = (
     ("operations.deliver_webhooks", "Webhook deliveries", "WEBHOOK_PERIOD_SECONDS"),
     ("operations.send_notifications", "Notifications", "NOTIFY_PERIOD_SECONDS"),
     ("reconciliation.reconcile_statements", "Statement reconciliation", "STATEMENT_PERIOD_SECONDS"),
+    ("reconciliation.prune", "Pruning", "PRUNE_PERIOD_SECONDS"),
 )
 
 

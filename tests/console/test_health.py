@@ -222,7 +222,7 @@ def test_i16_5_outbox_backlog_and_oldest_pending(admin_client: Client, settings:
 def test_i16_5_relay_and_reconciler_runs_are_recorded(admin_client: Client, settings: Any) -> None:
     # given
     from operations.tasks import deliver_webhooks, relay_outbox, send_notifications
-    from reconciliation.tasks import reconcile
+    from reconciliation.tasks import prune, reconcile
 
     settings.CELERY_BROKER_URL = AMQP
     # when: the relay and the reconciler run (here in this process)
@@ -235,6 +235,7 @@ def test_i16_5_relay_and_reconciler_runs_are_recorded(admin_client: Client, sett
     # when: they run too
     deliver_webhooks()
     send_notifications()
+    prune()  # issue 36
     # (the daily statement run, issue 19, recorded as its task would: it reads the provider)
     periodic_job_record(name="reconciliation.reconcile_statements", started_at=timezone.now(), duration_ms=40)
     # then: one row each, green
@@ -245,13 +246,14 @@ def test_i16_5_relay_and_reconciler_runs_are_recorded(admin_client: Client, sett
         "operations.deliver_webhooks",
         "operations.send_notifications",
         "reconciliation.reconcile_statements",
+        "reconciliation.prune",
     }
     assert all(run.last_error == "" and run.last_succeeded_at for run in runs.values())
     body = admin_client.get("/health/").content.decode()
     assert signal_level(body, "jobs") == GREEN and "never ran" not in body
     # when: they run again: still one row each (upserted)
     relay_outbox()
-    assert PeriodicJobRun.objects.count() == 5
+    assert PeriodicJobRun.objects.count() == 6
 
 
 def test_i16_5_a_failed_relay_run_is_recorded_with_its_error(monkeypatch: Any) -> None:
