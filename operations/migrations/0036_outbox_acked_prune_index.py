@@ -15,7 +15,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     atomic = False
 
-    dependencies = [("operations", "0034_periodic_claims_beats")]
+    dependencies = [("operations", "0035_archive")]
 
     operations = [
         AddIndexConcurrently(
