@@ -221,7 +221,8 @@ EFFECT_LEDGER: dict[str, Any] = {
     "HEALTH_OUTBOX_RED_SECONDS": env_float("EFFECT_LEDGER_HEALTH_OUTBOX_RED_SECONDS", 300.0),
     # A periodic job (relay, reconciler, ...) shows amber after this many of its periods without a run.
     "HEALTH_JOB_AMBER_PERIODS": env_float("EFFECT_LEDGER_HEALTH_JOB_AMBER_PERIODS", 5.0),
-    # A periodic job shows red after this many of its periods without a run, or when it never ran.
+    # A periodic job shows red after this many of its periods without a run, or when it never ran
+    # although the beat running now has been up this many of its periods (before that: not due yet).
     "HEALTH_JOB_RED_PERIODS": env_float("EFFECT_LEDGER_HEALTH_JOB_RED_PERIODS", 30.0),
     # Provider calls of the last hour, per action: the share (0-1) with no definite answer (unknown,
     # retry, abandoned; a definite refusal is not one) from which the action shows amber.

@@ -37,7 +37,7 @@ from operations.archive.records import (
     INTENT_TABLES,
     NESTED_TABLES,
     STATEMENT_LINES,
-    answer_for,
+    answer_record,
     head_of,
     records_read,
     rows_digests,
@@ -171,7 +171,6 @@ class _Segment:
             chunk = ids[start : start + READ_CHUNK]
             digests = rows_digests(chunk)
             for record in records_read(chunk):
-                record["answer"] = answer_for(record)
                 self._index(record, digests[record["intent"]["id"]])
                 yield record
 
@@ -196,7 +195,7 @@ class _Segment:
                 head_seq=seq,
                 head_hash=head,
                 rows_digest=digest,
-                answer=record["answer"],
+                answer=answer_record(record),
                 created_at=datetime.fromisoformat(intent["created_at"]),
                 settled_at=settled_at,
                 key_expires_at=settled_at + self.key_retention,
