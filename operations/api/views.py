@@ -53,6 +53,18 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     required=True,
     description="1-255 printable ASCII characters; scoped to your tenant and principal",
 )
+#: Names the archive segment file an answer was read from: the intent left the live tables
+#: (``operations.archive``; docs/how-to/archive.md) and the body is what the API answered then.
+ARCHIVED_HEADER = "Effect-Ledger-Archived"
+#: The header on an answer read from the archive (``ARCHIVED_HEADER``), for the OpenAPI schema.
+ARCHIVED_HEADER_PARAMETER = OpenApiParameter(
+    ARCHIVED_HEADER,
+    str,
+    OpenApiParameter.HEADER,
+    response=[200, 201],
+    description="present when the intent was archived (docs/how-to/archive.md): the segment file that holds "
+    "it; the body is what the API answered for it before",
+)
 SUBMIT_HEADERS = [
     OpenApiParameter(
         "Location", str, OpenApiParameter.HEADER, response=[201], description="the intent's URL"
@@ -136,11 +148,6 @@ def _intent_or_404(request: Request, intent_id: uuid.UUID, *, decision: str = ""
     return intent
 
 
-#: Names the archive segment file an answer was read from: the intent left the live tables
-#: (``operations.archive``; docs/how-to/archive.md) and the body is what the API answered then.
-ARCHIVED_HEADER = "Effect-Ledger-Archived"
-
-
 def _archived_answer(request: Request, archived: ArchivedIntent) -> tuple[dict[str, Any], dict[str, str]]:
     """The body of an archived intent as the API answered it, and the header that says in
     which archive file it is."""
@@ -207,7 +214,7 @@ class IntentCollectionView(FirstRefusalThrottling, APIView):
         summary="Submit an intent (201; the same key and request again: the same intent, replayed)",
         request=IntentCreateSerializer,
         responses={201: IntentSerializer, **problem_responses(400, 403, 413, 415, 422)},
-        parameters=[IDEMPOTENCY_KEY, *SUBMIT_HEADERS, *PROBLEM_HEADERS],
+        parameters=[IDEMPOTENCY_KEY, *SUBMIT_HEADERS, ARCHIVED_HEADER_PARAMETER, *PROBLEM_HEADERS],
     )
     def post(self, request: Request) -> Response:
         agent = _agent(request)
@@ -267,7 +274,7 @@ class IntentDetailView(FirstRefusalThrottling, APIView):
     @extend_schema(
         summary="Read an intent; with wait, as soon as its status changes (at most wait seconds)",
         responses={200: IntentDetailSerializer, **problem_responses(400, 404)},
-        parameters=[*WAIT_PARAMETERS, *PROBLEM_HEADERS],
+        parameters=[*WAIT_PARAMETERS, ARCHIVED_HEADER_PARAMETER, *PROBLEM_HEADERS],
     )
     def get(self, request: Request, intent_id: uuid.UUID) -> Response:
         wait = waiting.wait_request(request.query_params)
