@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from drf_spectacular.utils import OpenApiParameter
+
 from operations.api.intent_representation import (
     OUTCOME_STATUSES,
     IntentDetailSerializer,
@@ -83,3 +85,25 @@ def archived_representation(archived: ArchivedIntent, context: dict[str, Any]) -
 
     record = archived.answer or {}
     return dict(ArchivedIntentSerializer(intent_of(record), context={**context, "record": record}).data)
+
+
+#: Names the archive segment file an answer was read from: the intent left the live tables
+#: (``operations.archive``; docs/how-to/archive.md) and the body is what the API answered then.
+ARCHIVED_HEADER = "Effect-Ledger-Archived"
+#: The header on an answer read from the archive (``ARCHIVED_HEADER``), for the OpenAPI schema.
+ARCHIVED_HEADER_PARAMETER = OpenApiParameter(
+    ARCHIVED_HEADER,
+    str,
+    OpenApiParameter.HEADER,
+    response=[200, 201],
+    description="present when the intent was archived (docs/how-to/archive.md): the segment file that holds "
+    "it; the body is what the API answered for it before",
+)
+
+
+def archived_answer(
+    archived: ArchivedIntent, context: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """The body of an archived intent as the API answered it (the serializers' ``context``:
+    agent and request), and the header that says in which archive file it is."""
+    return archived_representation(archived, context), {ARCHIVED_HEADER: archived.segment.file_name}

@@ -16,7 +16,7 @@ from rest_framework.views import APIView
 from operations import selectors, services
 from operations.access.scopes import action_allowed, agent_sees_principal
 from operations.api import waiting
-from operations.api.archived import archived_representation
+from operations.api.archived import ARCHIVED_HEADER_PARAMETER, archived_answer
 from operations.api.intent_representation import IntentDetailSerializer, IntentSerializer
 from operations.api.schema import RETRY_AFTER, WWW_AUTHENTICATE, problem_responses
 from operations.api.serializers import (
@@ -32,7 +32,7 @@ from operations.api.serializers import (
 from operations.api.throttling import FirstRefusalThrottling
 from operations.archive.selectors import archived_get
 from operations.exceptions import ActionNotAllowed
-from operations.models import Agent, ArchivedIntent, Intent
+from operations.models import Agent, Intent
 from operations.money import money_json
 from operations.notifications.webhook_sender import secret_hint
 from operations.selectors.pagination import InvalidCursor, cursor_time
@@ -52,18 +52,6 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     OpenApiParameter.HEADER,
     required=True,
     description="1-255 printable ASCII characters; scoped to your tenant and principal",
-)
-#: Names the archive segment file an answer was read from: the intent left the live tables
-#: (``operations.archive``; docs/how-to/archive.md) and the body is what the API answered then.
-ARCHIVED_HEADER = "Effect-Ledger-Archived"
-#: The header on an answer read from the archive (``ARCHIVED_HEADER``), for the OpenAPI schema.
-ARCHIVED_HEADER_PARAMETER = OpenApiParameter(
-    ARCHIVED_HEADER,
-    str,
-    OpenApiParameter.HEADER,
-    response=[200, 201],
-    description="present when the intent was archived (docs/how-to/archive.md): the segment file that holds "
-    "it; the body is what the API answered for it before",
 )
 SUBMIT_HEADERS = [
     OpenApiParameter(
@@ -148,12 +136,6 @@ def _intent_or_404(request: Request, intent_id: uuid.UUID, *, decision: str = ""
     return intent
 
 
-def _archived_answer(request: Request, archived: ArchivedIntent) -> tuple[dict[str, Any], dict[str, str]]:
-    """The body of an archived intent as the API answered it, and the header that says in
-    which archive file it is."""
-    return archived_representation(archived, _context(request)), {ARCHIVED_HEADER: archived.segment.file_name}
-
-
 def _require_action(request: Request, *, decision: str) -> None:
     """Refuse (403, audited) an action the agent's scopes do not include, before anything else
     looks at the body. A body without a textual ``action`` is left to the serializer (422)."""
@@ -236,7 +218,7 @@ class IntentCollectionView(FirstRefusalThrottling, APIView):
         if not result.created:
             headers["Idempotent-Replayed"] = "true"
         if result.archived is not None:
-            answer, archived_headers = _archived_answer(request, result.archived)
+            answer, archived_headers = archived_answer(result.archived, _context(request))
             return Response(answer, status=status.HTTP_201_CREATED, headers={**headers, **archived_headers})
         return Response(
             IntentSerializer(result.intent, context=_context(request)).data,
@@ -287,7 +269,7 @@ class IntentDetailView(FirstRefusalThrottling, APIView):
             )
             if archived is None:
                 raise
-            answer, archived_headers = _archived_answer(request, archived)
+            answer, archived_headers = archived_answer(archived, _context(request))
             return Response(answer, headers=archived_headers)
         headers: dict[str, str] = {}
         if wait is not None:
