@@ -337,3 +337,73 @@ def test_i36_every_foreign_key_to_an_intent_is_archived_or_ruled_out() -> None:
             if field.is_relation and field.related_model is Intent:
                 table = model._meta.db_table
                 assert table in handled or (table, field.name) in ruled_out, (table, field.name)
+
+
+def test_c29_a_retry_racing_the_deletion_of_its_archived_intent_replays_and_never_makes_a_second(
+    sandbox: Any,
+) -> None:
+    """The submission's insert waits on the unique key for the archiver's deleting transaction;
+    once that commits, the row it collided with is gone, and only the trigger of migration 0035
+    (which sees that commit) keeps the insert from making a second intent."""
+    import threading
+
+    import psycopg
+
+    from operations.archive import services
+    from operations.archive.services import _DELETES
+    from operations.services import intent_submit
+
+    intent = executed(submit(client_key="k-race", reference="order-race"))
+    aged(intent)
+    services._write_segment(timezone.now().date() - timedelta(days=100), [intent.id])
+    settings_dict = connection.settings_dict
+    deleted, release = threading.Event(), threading.Event()
+
+    def archiver() -> None:  # the delete batch, held open until released
+        with psycopg.connect(
+            host=settings_dict["HOST"],
+            port=settings_dict["PORT"],
+            user=settings_dict["USER"],
+            dbname=settings_dict["NAME"],
+            autocommit=False,
+        ) as conn:
+            conn.execute("SELECT 1 FROM operations_intent WHERE id = %s FOR UPDATE", [intent.id])
+            for statement in _DELETES:
+                conn.execute(statement, {"ids": [intent.id]})
+            conn.execute(
+                "UPDATE operations_archivedintent SET state = 'archived' WHERE intent_id = %s", [intent.id]
+            )
+            deleted.set()
+            release.wait(10)
+            conn.commit()
+
+    results: list[Any] = []
+
+    def agent() -> None:  # the retry, under the same key and request
+        try:
+            results.append(
+                intent_submit(
+                    tenant="acme",
+                    principal="agent:agent-1",
+                    client_key="k-race",
+                    action="payments.charge",
+                    arguments=charge_arguments(),
+                    reference="order-race",
+                )
+            )
+        finally:
+            connection.close()
+
+    deleting = threading.Thread(target=archiver)
+    deleting.start()
+    assert deleted.wait(10)
+    retrying = threading.Thread(target=agent)
+    retrying.start()
+    retrying.join(1.0)
+    assert retrying.is_alive()  # waiting on the unique key for the deleting transaction
+    release.set()
+    deleting.join(10)
+    retrying.join(10)
+    (result,) = results
+    assert result.created is False and result.archived is not None
+    assert str(result.intent.id) == str(intent.id) and not Intent.objects.exists()
