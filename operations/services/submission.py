@@ -243,7 +243,7 @@ def _replay_archived(archived: ArchivedIntent, replay: Callable[[Intent], Submit
         principal=archived.principal,
         client_key=archived.client_key,
         action=archived.action,
-        action_version=answer.get("action_version", 1),
+        action_version=answer.get("intent", {}).get("action_version", 1),
         request_hash=archived.request_hash,
         fingerprint_version=archived.fingerprint_version,
         reference=archived.reference,
