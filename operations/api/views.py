@@ -29,8 +29,9 @@ from operations.api.serializers import (
     PreviewResponseSerializer,
 )
 from operations.api.throttling import FirstRefusalThrottling
+from operations.archive.selectors import archived_get
 from operations.exceptions import ActionNotAllowed
-from operations.models import Agent, Intent
+from operations.models import Agent, ArchivedIntent, Intent
 from operations.money import money_json
 from operations.notifications.webhook_sender import secret_hint
 from operations.selectors.pagination import InvalidCursor, cursor_time
@@ -134,6 +135,24 @@ def _intent_or_404(request: Request, intent_id: uuid.UUID, *, decision: str = ""
     return intent
 
 
+#: Names the archive segment file an answer was read from: the intent left the live tables
+#: (``operations.archive``; docs/how-to/archive.md) and the body is what the API answered then.
+ARCHIVED_HEADER = "Effect-Ledger-Archived"
+
+
+def _archived_answer(request: Request, archived: ArchivedIntent) -> tuple[dict[str, Any], dict[str, str]]:
+    """The stored answer of an archived intent, its links made absolute for this request, and
+    the header that says where it is archived."""
+    body = dict(archived.answer or {})
+    links = body.get("links")
+    if isinstance(links, dict):
+        body["links"] = {
+            name: request.build_absolute_uri(path) if isinstance(path, str) else path
+            for name, path in links.items()
+        }
+    return body, {ARCHIVED_HEADER: archived.segment.file_name}
+
+
 def _require_action(request: Request, *, decision: str) -> None:
     """Refuse (403, audited) an action the agent's scopes do not include, before anything else
     looks at the body. A body without a textual ``action`` is left to the serializer (422)."""
@@ -215,6 +234,9 @@ class IntentCollectionView(FirstRefusalThrottling, APIView):
         headers = {"Location": f"/api/v1/intents/{result.intent.id}"}
         if not result.created:
             headers["Idempotent-Replayed"] = "true"
+        if result.archived is not None:
+            answer, archived_headers = _archived_answer(request, result.archived)
+            return Response(answer, status=status.HTTP_201_CREATED, headers={**headers, **archived_headers})
         return Response(
             IntentSerializer(result.intent, context=_context(request)).data,
             status=status.HTTP_201_CREATED,
@@ -255,7 +277,17 @@ class IntentDetailView(FirstRefusalThrottling, APIView):
     )
     def get(self, request: Request, intent_id: uuid.UUID) -> Response:
         wait = waiting.wait_request(request.query_params)
-        intent = _intent_or_404(request, intent_id)
+        try:
+            intent = _intent_or_404(request, intent_id)
+        except NotFound:
+            agent = _agent(request)
+            archived = archived_get(
+                tenant=agent.tenant, intent_id=intent_id, principal=agent_sees_principal(agent)
+            )
+            if archived is None:
+                raise
+            answer, archived_headers = _archived_answer(request, archived)
+            return Response(answer, headers=archived_headers)
         headers: dict[str, str] = {}
         if wait is not None:
             # Another agent's intent was answered 404 above, before any waiting.

@@ -16,8 +16,9 @@ recursion above unrolled.
 
 from __future__ import annotations
 
+import bisect
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 LEAF_PREFIX = b"\x00"
 NODE_PREFIX = b"\x01"
@@ -70,3 +71,63 @@ def merkle_root(leaves: Iterable[bytes]) -> str:
     for data in leaves:
         tree.add(data)
     return tree.hexdigest()
+
+
+def _largest_power_of_two_below(n: int) -> int:
+    """k of RFC 9162 §2.1.1: the largest power of two smaller than ``n`` (n > 1)."""
+    return 1 << ((n - 1).bit_length() - 1)
+
+
+def inclusion_proofs(leaves: Sequence[bytes], indexes: Iterable[int]) -> dict[int, list[bytes]]:
+    """RFC 9162 §2.1.3.1 inclusion proofs (audit paths) of the leaves at ``indexes`` in the tree
+    of ``leaves`` (inputs, in order): ``{index: [sibling hash, ...]}``, nearest the leaf first.
+
+    One pass over the tree, computing each node once, however many paths are asked for.
+
+    Raises:
+        ValueError: an index outside ``0 <= index < len(leaves)``.
+    """
+    wanted = sorted(set(indexes))
+    if wanted and not (wanted[0] >= 0 and wanted[-1] < len(leaves)):
+        raise ValueError(f"a leaf index must be within 0..{len(leaves) - 1}")
+    paths: dict[int, list[bytes]] = {index: [] for index in wanted}
+
+    def subtree(lo: int, hi: int, inside: list[int]) -> bytes:
+        if hi - lo == 1:
+            return leaf_hash(leaves[lo])
+        mid = lo + _largest_power_of_two_below(hi - lo)
+        split = bisect.bisect_left(inside, mid)
+        left_wanted, right_wanted = inside[:split], inside[split:]
+        left, right = subtree(lo, mid, left_wanted), subtree(mid, hi, right_wanted)
+        for index in left_wanted:
+            paths[index].append(right)
+        for index in right_wanted:
+            paths[index].append(left)
+        return node_hash(left, right)
+
+    if leaves:
+        subtree(0, len(leaves), wanted)
+    return paths
+
+
+def inclusion_verify(leaf: bytes, index: int, size: int, path: Sequence[bytes], root: bytes) -> bool:
+    """Whether ``path`` proves that the leaf input ``leaf`` is at ``index`` of a tree of ``size``
+    leaves whose hash is ``root`` (RFC 9162 §2.1.3.2)."""
+    if not 0 <= index < size:
+        return False
+    fn, sn = index, size - 1
+    digest = leaf_hash(leaf)
+    for sibling in path:
+        if sn == 0:
+            return False
+        if fn & 1 or fn == sn:
+            digest = node_hash(sibling, digest)
+            if not fn & 1:
+                while fn and not fn & 1:
+                    fn >>= 1
+                    sn >>= 1
+        else:
+            digest = node_hash(digest, sibling)
+        fn >>= 1
+        sn >>= 1
+    return sn == 0 and digest == root

@@ -160,6 +160,13 @@ class Migration(migrations.Migration):
                     models.CharField(help_text="the last audit event's hash in the file", max_length=64),
                 ),
                 (
+                    "rows_digest",
+                    models.CharField(
+                        help_text="md5 of every row about the intent as written (operations.archive.records.ROWS_DIGEST_SQL): the rows are deleted only while they still hash to it",
+                        max_length=32,
+                    ),
+                ),
+                (
                     "answer",
                     models.JSONField(
                         blank=True,

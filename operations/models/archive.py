@@ -85,6 +85,11 @@ class ArchivedIntent(models.Model):
     fingerprint_version = models.PositiveSmallIntegerField()
     head_seq = models.PositiveIntegerField(help_text="the last audit event's seq in the file")
     head_hash = models.CharField(max_length=64, help_text="the last audit event's hash in the file")
+    rows_digest = models.CharField(
+        max_length=32,
+        help_text="md5 of every row about the intent as written (operations.archive.records.ROWS_DIGEST_SQL): "
+        "the rows are deleted only while they still hash to it",
+    )
     answer = models.JSONField(
         null=True,
         blank=True,

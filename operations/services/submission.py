@@ -10,6 +10,7 @@ What a request must pass first is in ``operations.services.request_checks``; the
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -20,6 +21,7 @@ from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
 from operations import metrics
+from operations.archive.selectors import archived_for_key
 from operations.audit.request_integrity import submission_seal
 from operations.audit.trail import GENESIS, ChainHead, audit_event
 from operations.exceptions import (
@@ -34,7 +36,7 @@ from operations.idempotency import (
     is_valid_client_key,
     request_hash,
 )
-from operations.models import AuditEvent, Intent
+from operations.models import ArchivedIntent, AuditEvent, Intent
 from operations.policies.approval_validity import user_principal
 from operations.policies.rules import Policy, policy_for
 from operations.services.business import (
@@ -57,6 +59,9 @@ class SubmitResult:
 
     intent: Intent
     created: bool
+    #: Set when the key's intent was archived (``operations.archive``): ``intent`` is then an
+    #: unsaved stand-in and the answer is ``archived.answer``, as the API gave it then.
+    archived: ArchivedIntent | None = None
 
 
 def _same_request(existing: Intent, *, digest: str, reference: str, arguments: Any) -> bool:
@@ -164,6 +169,14 @@ def intent_submit(
     def existing() -> Intent | None:
         return Intent.objects.filter(tenant=tenant, principal=principal, client_key=client_key).first()
 
+    def earlier_or_archived() -> SubmitResult | None:
+        """The replay (or refusal) of the key's intent, live or archived; None: neither."""
+        earlier_submission = existing()
+        if earlier_submission is not None:
+            return replay(earlier_submission)
+        archived = archived_for_key(tenant=tenant, principal=principal, client_key=client_key)
+        return _replay_archived(archived, replay) if archived is not None else None
+
     policy = policy_for(action)
     try:
         key = (
@@ -173,10 +186,10 @@ def intent_submit(
         )
     except ValidationFailed:
         # A replay is answered as it was the first time even if the policy changed since.
-        earlier_submission = existing()
-        if earlier_submission is None:
+        earlier = earlier_or_archived()
+        if earlier is None:
             raise
-        return replay(earlier_submission)
+        return earlier
     gated = policy.needs_approval(arguments)
     intent_id = uuid.uuid4()
     intent = Intent(
@@ -211,12 +224,33 @@ def intent_submit(
             _insert(intent, key=key, gated=gated, policy=policy)
     except IntegrityError:
         # The key was used before (a replay), or a concurrent submission with the same client
-        # key committed first (the unique index made us wait for it): answer as for that one.
-        earlier_submission = existing()
-        if earlier_submission is None:
+        # key committed first (the unique index made us wait for it), or the key's intent was
+        # archived (the trigger of migration 0035 refuses a new one): answer as for that one.
+        earlier = earlier_or_archived()
+        if earlier is None:
             raise
-        return replay(earlier_submission)
+        return earlier
     return SubmitResult(intent=intent, created=True)
+
+
+def _replay_archived(archived: ArchivedIntent, replay: Callable[[Intent], SubmitResult]) -> SubmitResult:
+    """Replay (or refuse, when the request differs) the archived intent of a key: the same
+    comparison as for a live one (``_same_request``), on the fields it keeps."""
+    answer = archived.answer or {}
+    stand_in = Intent(
+        id=archived.intent_id,
+        tenant=archived.tenant,
+        principal=archived.principal,
+        client_key=archived.client_key,
+        action=archived.action,
+        action_version=answer.get("action_version", 1),
+        request_hash=archived.request_hash,
+        fingerprint_version=archived.fingerprint_version,
+        reference=archived.reference,
+        status=archived.status,
+    )
+    result = replay(stand_in)
+    return SubmitResult(intent=result.intent, created=False, archived=archived)
 
 
 def _business_identity(tenant: str, action: str, reference: str, arguments: Any, policy: Policy) -> str:
