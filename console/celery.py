@@ -63,6 +63,12 @@ app.conf.beat_schedule = {
         "task": "operations.audit_checkpoint",
         **_every("AUDIT_CHECKPOINT_PERIOD_SECONDS"),
     },
+    # Settled intents past their retention leave for signed archive files (operations.archive;
+    # INTENT_RETENTION_DAYS, TENANT_RETENTION_DAYS): one run per period, under the archive lease.
+    "archive": {
+        "task": "operations.archive",
+        **_every("ARCHIVE_PERIOD_SECONDS"),
+    },
     # Has the database gone back in time (a restore, a failover)? Compared with the outward
     # checkpoint file; behind, execution pauses and recovery runs (operations.restore.recovery).
     # Not claimed per period: each host compares with its own file (a second witness).
@@ -86,6 +92,13 @@ app.conf.beat_schedule = {
     "deliver-webhooks": {
         "task": "operations.deliver_webhooks",
         **_every("WEBHOOK_PERIOD_SECONDS"),
+    },
+    # What is no evidence of an intent's history, once settled and past its retention:
+    # acknowledged outbox rows, settled webhook deliveries, old provider event bodies
+    # (reconciliation.pruning; bounded batches, each its own short transaction).
+    "prune": {
+        "task": "reconciliation.prune",
+        **_every("PRUNE_PERIOD_SECONDS"),
     },
     # Yesterday's statement of every source with a statement API, reconciled both ways, daily
     # at 02:00 UTC (after the day closed; reconciliation.statements); every

@@ -221,7 +221,8 @@ EFFECT_LEDGER: dict[str, Any] = {
     "HEALTH_OUTBOX_RED_SECONDS": env_float("EFFECT_LEDGER_HEALTH_OUTBOX_RED_SECONDS", 300.0),
     # A periodic job (relay, reconciler, ...) shows amber after this many of its periods without a run.
     "HEALTH_JOB_AMBER_PERIODS": env_float("EFFECT_LEDGER_HEALTH_JOB_AMBER_PERIODS", 5.0),
-    # A periodic job shows red after this many of its periods without a run, or when it never ran.
+    # A periodic job shows red after this many of its periods without a run, or when it never ran
+    # although the beat running now has been up this many of its periods (before that: not due yet).
     "HEALTH_JOB_RED_PERIODS": env_float("EFFECT_LEDGER_HEALTH_JOB_RED_PERIODS", 30.0),
     # Provider calls of the last hour, per action: the share (0-1) with no definite answer (unknown,
     # retry, abandoned; a definite refusal is not one) from which the action shows amber.
@@ -301,6 +302,22 @@ EFFECT_LEDGER: dict[str, Any] = {
     "NOTIFY_RETRY_CAP_SECONDS": env_float("EFFECT_LEDGER_NOTIFY_RETRY_CAP_SECONDS", 3600.0),
     # Days a notice is kept once nothing is pending for it (sent, dropped, or nobody to tell).
     "NOTIFY_RETENTION_DAYS": env_float("EFFECT_LEDGER_NOTIFY_RETENTION_DAYS", 30.0),
+    # Pruning (reconciliation.pruning, issue 36): rows that are no evidence of an intent's
+    # history leave once settled. Beat period in seconds of the pruning pass.
+    "PRUNE_PERIOD_SECONDS": env_period("EFFECT_LEDGER_PRUNE_PERIOD_SECONDS", 3600.0),
+    # Rows a pruning statement deletes (or provider event bodies it clears) at most; a pass
+    # repeats them, each in its own short transaction (at least 1).
+    "PRUNE_BATCH": env_int("EFFECT_LEDGER_PRUNE_BATCH", 1000, minimum=1),
+    # Seconds an acknowledged outbox row is kept (at least 60); a row not yet acknowledged is never pruned.
+    "OUTBOX_RETENTION_SECONDS": env_float("EFFECT_LEDGER_OUTBOX_RETENTION_SECONDS", 3600.0, minimum=60.0),
+    # Days a webhook delivery is kept once delivered or failed after its last attempt (at least
+    # 1), counted from its last attempt; a pending one is never pruned.
+    "WEBHOOK_DELIVERY_RETENTION_DAYS": env_float(
+        "EFFECT_LEDGER_WEBHOOK_DELIVERY_RETENTION_DAYS", 7.0, minimum=1.0
+    ),
+    # Days a processed provider event keeps its body (at least 1); then the body is removed, its
+    # SHA-256 and the parsed fields stay. An event not processed, or with an open finding, keeps it.
+    "RAW_BODY_RETENTION_DAYS": env_float("EFFECT_LEDGER_RAW_BODY_RETENTION_DAYS", 30.0, minimum=1.0),
 }
 if EFFECT_LEDGER["HEALTH_BEAT_WINDOW_SECONDS"] < 2 * EFFECT_LEDGER["BEAT_HEARTBEAT_SECONDS"]:
     # A running beat whose heartbeats are further apart than the window would drop off the

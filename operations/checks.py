@@ -228,3 +228,26 @@ def restore_guard_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             id="operations.W004",
         )
     ]
+
+
+@register()
+def retention_check(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """An archived intent's Idempotency-Key replays from the archive only until
+    ``KEY_RETENTION_DAYS`` after it settled: a key retention shorter than an intent retention
+    (the default's or a tenant's) would let a key that an agent may still retry make a second
+    intent the day its first is archived (issue 36)."""
+    config = settings.EFFECT_LEDGER
+    longest = max(
+        [float(config["INTENT_RETENTION_DAYS"]), *map(float, config["TENANT_RETENTION_DAYS"].values())]
+    )
+    if float(config["KEY_RETENTION_DAYS"]) < longest:
+        return [
+            Error(
+                f"EFFECT_LEDGER_KEY_RETENTION_DAYS ({config['KEY_RETENTION_DAYS']:g}) is shorter than the longest "
+                f"intent retention ({longest:g} days)",
+                hint="an archived key must replay for at least as long as its intent stayed live: raise "
+                "EFFECT_LEDGER_KEY_RETENTION_DAYS",
+                id="operations.E007",
+            )
+        ]
+    return []

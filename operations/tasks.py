@@ -11,8 +11,10 @@ from typing import Any
 from celery import shared_task
 from celery.exceptions import Reject
 from django.db import DatabaseError, connections
+from django.utils import timezone
 
 from operations import metrics, services
+from operations.archive.services import ArchiveBusyError, archive_run
 from operations.audit import checkpoints, signing
 from operations.audit.keys import AuditKeyError
 from operations.engine import protocol
@@ -118,6 +120,29 @@ def audit_checkpoint(claim_period: float | None = None) -> int | None:
         logger.error("audit checkpoint failed: %s", exc)
         return None
     return row.number if row else None
+
+
+@shared_task(name="operations.archive")
+def archive(claim_period: float | None = None) -> dict[str, int]:
+    """Archive what retention says is due (``operations.archive.services.archive_run`` with
+    ``before`` now: ``INTENT_RETENTION_DAYS``, ``TENANT_RETENTION_DAYS`` decide); returns the
+    counts. The beat passes ``claim_period`` (``ARCHIVE_PERIOD_SECONDS``): one run per period
+    however many beats, and the archive lease keeps a run that outlasts its period alone.
+    A run going on elsewhere is not an error; a missing signing key or an unwritable archive
+    directory is logged and recorded as the run's error (health page) and retried next period."""
+    if not period_claimed("operations.archive", claim_period):
+        return {}
+    with services.periodic_job_run("operations.archive"):
+        try:
+            report = archive_run(before=timezone.now(), progress=logger.debug)
+        except ArchiveBusyError:
+            return {"busy": 1}
+        return {
+            "segments": report.segments,
+            "archived": report.intents_archived,
+            "superseded": report.superseded,
+            "bytes": report.bytes_written,
+        }
 
 
 @shared_task(name="operations.restore.check")

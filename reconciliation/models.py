@@ -97,7 +97,7 @@ class DuplicateFinding(models.Model):
 
 class ProviderEvent(models.Model):
     """A signed event a provider sent to ``POST /providers/<source>/events``, stored once per
-    provider event id (a redelivery finds the row and changes nothing) and kept for good.
+    provider event id (a redelivery finds the row and changes nothing); the row is kept for good.
 
     ``source`` names the adapter's event source (``sandbox-payments``, a generic HTTP action's
     ``events.name``). What the event says is parsed into the matching fields when it is stored;
@@ -106,6 +106,10 @@ class ProviderEvent(models.Model):
     lease-expired intent SUCCEEDED), ``recorded`` (evidence on the intent's timeline, nothing
     moved), ``duplicate`` (a duplicate finding), ``orphan`` (no intent: an orphan finding) or
     ``ignored`` (a type that proves nothing about an effect).
+
+    The body is not kept for good: ``RAW_BODY_RETENTION_DAYS`` after it was processed, the
+    pruning pass (``reconciliation.pruning``) empties ``payload``, keeping its digest
+    (``body_sha256``), the parsed fields and the row; ``body_removed_at`` says when (issue 36).
     """
 
     class Result(models.TextChoices):
@@ -135,6 +139,15 @@ class ProviderEvent(models.Model):
     result = models.CharField(max_length=20, choices=Result.choices, default=Result.PENDING)
     processed_at = models.DateTimeField(null=True, blank=True)
     detail = models.JSONField(default=dict, blank=True)
+    body_sha256 = models.CharField(
+        max_length=64,
+        blank=True,
+        db_default="",
+        help_text="hex SHA-256 of the payload's RFC 8785 canonical JSON, taken when the body was removed",
+    )
+    body_removed_at = models.DateTimeField(
+        null=True, blank=True, help_text="when the payload was emptied (retention); null: kept"
+    )
 
     class Meta:
         constraints = [
@@ -147,6 +160,12 @@ class ProviderEvent(models.Model):
                 fields=["received_at"],
                 condition=models.Q(processed_at__isnull=True),
                 name="provider_event_pending",
+            ),
+            # The pruning's queue: processed events whose body is still kept, oldest first.
+            models.Index(
+                fields=["processed_at"],
+                condition=models.Q(processed_at__isnull=False, body_removed_at__isnull=True),
+                name="provider_event_body_kept",
             ),
         ]
 

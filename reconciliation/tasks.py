@@ -12,6 +12,7 @@ from django.utils import timezone
 from operations.services import periodic_job_run
 from operations.tasks import period_claimed
 from reconciliation.events import process_provider_event as process_event
+from reconciliation.pruning import prune_pass
 from reconciliation.services import reconcile_pass
 from reconciliation.statement_sources import api_sources
 from reconciliation.statements import fetch_and_run
@@ -44,6 +45,18 @@ def reconcile_statements(claim_period: float | None = None) -> dict[str, Any]:
         day = (timezone.now() - dt.timedelta(days=1)).astimezone(dt.UTC).date()
         runs = {source: fetch_and_run(source=source, day=day, scheduled=True) for source in api_sources()}
         return {source: {"run": r.id, "error": r.error} for source, r in runs.items()}
+
+
+@shared_task(name="reconciliation.prune")
+def prune(claim_period: float | None = None) -> dict[str, int]:
+    """One pruning pass (``reconciliation.pruning.prune_pass``: acknowledged outbox rows,
+    settled webhook deliveries, old provider event bodies); returns how many of each. The beat
+    passes ``claim_period`` (seconds, ``PRUNE_PERIOD_SECONDS``): one pass per period however
+    many beats (``operations.tasks.period_claimed``). Recorded for the health page."""
+    if not period_claimed("reconciliation.prune", claim_period):
+        return {}
+    with periodic_job_run("reconciliation.prune"):
+        return prune_pass()
 
 
 @shared_task(name="reconciliation.process_provider_event")

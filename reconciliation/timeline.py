@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
+
 from operations.models import AuditEvent, Intent
 from reconciliation.models import Evidence, ProviderEvent
 
@@ -290,6 +292,13 @@ def timeline_records(intent: Intent) -> list[TimelineEntry]:
     return sorted(entries, key=lambda entry: entry.at)
 
 
+def body_removed_note() -> str:
+    """What a page says of a provider event whose body the pruning removed (issue 36):
+    ``body removed after 30 days (retention)``, by ``EFFECT_LEDGER["RAW_BODY_RETENTION_DAYS"]``."""
+    days = float(settings.EFFECT_LEDGER["RAW_BODY_RETENTION_DAYS"])
+    return f"body removed after {days:g} days (retention)"
+
+
 def _provider_event_entry(event: ProviderEvent) -> TimelineEntry:
     """A provider's signed event, when it arrived; never merged (it is the provider's record,
     not the ledger's), so every event shows once on its own line."""
@@ -299,6 +308,9 @@ def _provider_event_entry(event: ProviderEvent) -> TimelineEntry:
         "provider_reference": event.provider_reference,
         **(event.detail or {}),
     }
+    if event.body_removed_at is not None:
+        detail["body"] = body_removed_note()
+        detail["body_sha256"] = event.body_sha256 or "(none: the body could not be canonicalised)"
     return TimelineEntry(
         event.received_at,
         "provider_event",

@@ -19,6 +19,7 @@ from operations.api.support import PROBLEM_CONTENT_TYPE, problem
 from reconciliation.event_inbox import UnknownEventSource, receive_provider_event
 from reconciliation.models import ProviderEvent
 from reconciliation.selectors import provider_events
+from reconciliation.timeline import body_removed_note
 
 TEMPLATE = "console/provider_events.html"
 #: Rows shown at most (newest first); the notice says when more wait.
@@ -76,6 +77,7 @@ def _context(request: HtmxHttpRequest) -> dict[str, object]:
         "results": ProviderEvent.Result.choices,
         "result": result if result in ProviderEvent.Result.values else "",
         "section": "provider-events",
+        "body_removed": body_removed_note(),
     }
 
 

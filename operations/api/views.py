@@ -16,6 +16,7 @@ from rest_framework.views import APIView
 from operations import selectors, services
 from operations.access.scopes import action_allowed, agent_sees_principal
 from operations.api import waiting
+from operations.api.archived import archived_representation
 from operations.api.intent_representation import IntentDetailSerializer, IntentSerializer
 from operations.api.schema import RETRY_AFTER, WWW_AUTHENTICATE, problem_responses
 from operations.api.serializers import (
@@ -141,16 +142,9 @@ ARCHIVED_HEADER = "Effect-Ledger-Archived"
 
 
 def _archived_answer(request: Request, archived: ArchivedIntent) -> tuple[dict[str, Any], dict[str, str]]:
-    """The stored answer of an archived intent, its links made absolute for this request, and
-    the header that says where it is archived."""
-    body = dict(archived.answer or {})
-    links = body.get("links")
-    if isinstance(links, dict):
-        body["links"] = {
-            name: request.build_absolute_uri(path) if isinstance(path, str) else path
-            for name, path in links.items()
-        }
-    return body, {ARCHIVED_HEADER: archived.segment.file_name}
+    """The body of an archived intent as the API answered it, and the header that says in
+    which archive file it is."""
+    return archived_representation(archived, _context(request)), {ARCHIVED_HEADER: archived.segment.file_name}
 
 
 def _require_action(request: Request, *, decision: str) -> None:

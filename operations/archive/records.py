@@ -1,5 +1,5 @@
 """One archived intent as a record (a line of a segment file; docs/reference/archive-format.md):
-``{"intent": {...}, "audit_events": [...], "rows": {table: [...]}, "answer": {...}}``.
+``{"intent": {...}, "audit_events": [...], "rows": {table: [...]}}``.
 
 Read in bulk, a few statements per batch of intents whatever its size: every row as PostgreSQL's
 ``to_jsonb`` renders it (times ISO 8601 with offset, ``bytea`` as ``\\x`` hex), and the audit
@@ -52,13 +52,14 @@ def _rows_by_intent(sql: str, ids: list[uuid.UUID]) -> dict[str, list[Any]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, [ids])
         for intent_id, row in cursor.fetchall():
-            grouped[str(intent_id)].append(row)
+            # Django has psycopg hand jsonb over as text (its JSONField decodes it).
+            grouped[str(intent_id)].append(json.loads(row) if isinstance(row, str) else row)
     return grouped
 
 
 def records_read(ids: Sequence[uuid.UUID]) -> list[dict[str, Any]]:
-    """The records of the intents ``ids`` (those that exist), in the order of ``ids``; without
-    ``answer`` (``answer_for`` makes it). About 16 statements per call."""
+    """The records of the intents ``ids`` (those that exist), in the order of ``ids``. About 16
+    statements per call, whatever the number of intents."""
     ids = list(ids)
     intents = _rows_by_intent(
         f"SELECT id, to_jsonb(i) FROM {Intent._meta.db_table} i WHERE id = ANY(%s)", ids
@@ -109,12 +110,25 @@ def intent_of(record: dict[str, Any]) -> Intent:
     return Intent(**{name: fields[name].to_python(value) for name, value in row.items() if name in fields})
 
 
-def answer_for(record: dict[str, Any]) -> dict[str, Any]:
-    """What the API answers for the record's intent (``IntentDetailSerializer``'s fields, links
-    relative), computed from the record alone: no query."""
-    from operations.archive.representation import ArchivedIntentSerializer  # the API's serializers
+#: The audit events a replay's answer is made of: the newest decision a person made
+#: (``operations.selectors.intent_latest_decision``) and the newest likely-duplicate finding
+#: (``intent_likely_duplicate``) are among them.
+def _answers_event(event: dict[str, Any]) -> bool:
+    if event["event"] == "likely_duplicate":
+        return True
+    return bool(event["actor"].startswith("user:") and event["to_status"])
 
-    return dict(ArchivedIntentSerializer(intent_of(record), context={"record": record}).data)
+
+def answer_record(record: dict[str, Any]) -> dict[str, Any]:
+    """What the API's answer for the archived intent is made of, kept in its ``ArchivedIntent``
+    row (``answer``) so a replay needs no file: the record cut to its intent row, its outcomes
+    and the audit events that answer says something about (``operations.api.archived``
+    renders it)."""
+    return {
+        "intent": record["intent"],
+        "audit_events": [event for event in record["audit_events"] if _answers_event(event)],
+        "rows": {table: rows for table, rows in record["rows"].items() if table == Outcome._meta.db_table},
+    }
 
 
 def outcomes_of(record: dict[str, Any]) -> list[Outcome]:

@@ -37,7 +37,7 @@ from operations.archive.records import (
     INTENT_TABLES,
     NESTED_TABLES,
     STATEMENT_LINES,
-    answer_for,
+    answer_record,
     head_of,
     records_read,
     rows_digests,
@@ -56,8 +56,10 @@ from operations.services.leases import HeldLease, lease_release, lease_renew, le
 
 #: The lease one archiver holds for its run (``operations.services.leases``).
 ARCHIVE_LEASE = "archive"
-#: Seconds the lease lasts without renewal; renewed between every read chunk and delete batch.
-LEASE_SECONDS = 300.0
+#: Seconds the lease lasts without renewal; renewed after each segment is written and after each
+#: delete batch. Writing one segment (``ARCHIVE_SEGMENT_INTENTS``, 50,000 by default: about a
+#: minute here) happens in one read-only snapshot and must end within it.
+LEASE_SECONDS = 900.0
 #: Intents read from the database per statement group while a segment is written.
 READ_CHUNK = 500
 
@@ -164,15 +166,13 @@ class _Segment:
         self.events = 0
         self.key_retention = timedelta(days=key_retention_days)
 
-    def records(self, ids: list[uuid.UUID], renew: Callable[[], None]) -> Iterator[dict[str, Any]]:
+    def records(self, ids: list[uuid.UUID]) -> Iterator[dict[str, Any]]:
         for start in range(0, len(ids), READ_CHUNK):
             chunk = ids[start : start + READ_CHUNK]
             digests = rows_digests(chunk)
             for record in records_read(chunk):
-                record["answer"] = answer_for(record)
                 self._index(record, digests[record["intent"]["id"]])
                 yield record
-            renew()
 
     def _index(self, record: dict[str, Any], digest: str) -> None:
         intent = record["intent"]
@@ -195,7 +195,7 @@ class _Segment:
                 head_seq=seq,
                 head_hash=head,
                 rows_digest=digest,
-                answer=record["answer"],
+                answer=answer_record(record),
                 created_at=datetime.fromisoformat(intent["created_at"]),
                 settled_at=settled_at,
                 key_expires_at=settled_at + self.key_retention,
@@ -203,19 +203,21 @@ class _Segment:
         )
 
 
-def _write_segment(day: date, ids: list[uuid.UUID], renew: Callable[[], None]) -> ArchiveSegment:
+def _write_segment(day: date, ids: list[uuid.UUID]) -> ArchiveSegment:
     """Step 3 of the module docstring: the files of the next segment, then its rows."""
     private_key = signing_key_load()
     previous = ArchiveSegment.objects.order_by("-number").first()
     number = previous.number + 1 if previous else 1
     data_name, manifest_name = files.segment_names(day, number)
     segment = _Segment(float(settings.EFFECT_LEDGER["KEY_RETENTION_DAYS"]))
+    outermost = not connection.in_atomic_block  # else the caller's transaction decides the snapshot
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            if outermost:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             cursor.execute("SELECT statement_timestamp()")
             (now,) = cursor.fetchone()
-        sha256, size = files.records_write(data_name, segment.records(ids, renew))
+        sha256, size = files.records_write(data_name, segment.records(ids))
         checkpoint = checkpoint_latest()
     manifest = manifest_build(
         number=number,
@@ -387,7 +389,8 @@ def archive_run(
             if due is None:
                 break
             day, ids = due
-            segment = _write_segment(day, ids, renew)
+            segment = _write_segment(day, ids)
+            renew()
             report.segments += 1
             report.bytes_written += segment.bytes
             say(f"segment {segment.number}: wrote {segment.intents} intents of {day} to {segment.file_name}")

@@ -17,7 +17,6 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-
 AUDIT_DELETE_WHEN_ARCHIVING = """
 CREATE OR REPLACE FUNCTION operations_audit_append_only() RETURNS trigger AS $$
 BEGIN

@@ -54,4 +54,6 @@ class OutboxMessage(models.Model):
                 condition=Q(sent_at__isnull=False, acked_at__isnull=True),
                 name="outbox_unacked",
             ),
+            # Consumed rows, by when: the pruning deletes them past OUTBOX_RETENTION_SECONDS.
+            models.Index(fields=["acked_at"], condition=Q(acked_at__isnull=False), name="outbox_acked"),
         ]

@@ -21,7 +21,7 @@ from django.conf import settings
 from django.db import connection
 
 from operations.access.tenants import TenantScope
-from operations.models import Attempt, OutboxMessage, PeriodicJobRun, WorkerHeartbeat
+from operations.models import Attempt, BeatHeartbeat, OutboxMessage, PeriodicJobRun, WorkerHeartbeat
 from operations.selectors.beats import beats_seen, beats_signal
 from operations.selectors.broker_queues import broker_queue_depths, broker_signal
 from operations.selectors.health_levels import AMBER, GREEN, RED, Signal, health_settings, worst
@@ -35,6 +35,8 @@ PERIODIC_JOBS: tuple[tuple[str, str, str], ...] = (
     ("operations.deliver_webhooks", "Webhook deliveries", "WEBHOOK_PERIOD_SECONDS"),
     ("operations.send_notifications", "Notifications", "NOTIFY_PERIOD_SECONDS"),
     ("reconciliation.reconcile_statements", "Statement reconciliation", "STATEMENT_PERIOD_SECONDS"),
+    ("reconciliation.prune", "Pruning", "PRUNE_PERIOD_SECONDS"),
+    ("operations.archive", "Archive", "ARCHIVE_PERIOD_SECONDS"),
 )
 
 
@@ -171,7 +173,8 @@ def outbox_signal(backlog: dict[str, Any]) -> Signal:
 def periodic_jobs() -> list[dict[str, Any]]:
     """The last run of each periodic job (``PERIODIC_JOBS``), judged by its age in periods of
     the job: amber past ``HEALTH_JOB_AMBER_PERIODS`` (or when the last run raised), red past
-    ``HEALTH_JOB_RED_PERIODS`` or when it never ran."""
+    ``HEALTH_JOB_RED_PERIODS`` or when it never ran although the beat seen now has been up that
+    long (``not_due``: a job the beat has not had that long to run, green)."""
     names = [name for name, _, _ in PERIODIC_JOBS]
     with connection.cursor() as cursor:
         cursor.execute(
@@ -183,6 +186,14 @@ def periodic_jobs() -> list[dict[str, Any]]:
             [names],
         )
         found = {row[0]: row for row in cursor.fetchall()}
+        # How long the beat running now has been up: a job it has not had a period to run yet is
+        # not due, not failing (a fresh install, a job added by an upgrade).
+        cursor.execute(
+            f"SELECT EXTRACT(EPOCH FROM statement_timestamp() - min(started_at)) FROM {BeatHeartbeat._meta.db_table} "
+            "WHERE seen_at >= statement_timestamp() - make_interval(secs => %s)",
+            [float(health_settings()["HEALTH_BEAT_WINDOW_SECONDS"])],
+        )
+        (beat_up,) = cursor.fetchone()
     amber_periods = float(health_settings()["HEALTH_JOB_AMBER_PERIODS"])
     red_periods = float(health_settings()["HEALTH_JOB_RED_PERIODS"])
     jobs = []
@@ -191,7 +202,10 @@ def periodic_jobs() -> list[dict[str, Any]]:
         job: dict[str, Any] = {"name": name, "label": label, "period_seconds": period}
         row = found.get(name)
         if row is None:
-            job.update(ran=False, level=RED, age_seconds=None, error="")
+            not_due = beat_up is not None and float(beat_up) <= red_periods * period
+            job.update(
+                ran=False, level=GREEN if not_due else RED, not_due=not_due, age_seconds=None, error=""
+            )
         else:
             _, started, finished, duration_ms, error, succeeded, age = row
             age = max(0.0, float(age))
@@ -221,7 +235,7 @@ def periodic_jobs_signal(jobs: list[dict[str, Any]]) -> Signal:
     parts = []
     for job in jobs:
         if not job["ran"]:
-            parts.append(f"{job['label']}: never ran")
+            parts.append(f"{job['label']}: {'not due yet' if job.get('not_due') else 'never ran'}")
         else:
             parts.append(
                 f"{job['label']}: {job['age_seconds']:.0f} s ago" + (" (failed)" if job["error"] else "")

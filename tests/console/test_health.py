@@ -23,7 +23,7 @@ from kombu import Connection, Queue
 
 from operations.access.tenants import EVERY_TENANT
 from operations.adapters.base import ExecutionResult
-from operations.models import Attempt, Intent, OutboxMessage, PeriodicJobRun, WorkerHeartbeat
+from operations.models import Attempt, BeatHeartbeat, Intent, OutboxMessage, PeriodicJobRun, WorkerHeartbeat
 from operations.selectors.broker_queues import broker_queue_depths
 from operations.selectors.health import periodic_jobs, system_health, worker_heartbeats, workers_signal
 from operations.selectors.health_levels import AMBER, GREEN, RED
@@ -221,8 +221,8 @@ def test_i16_5_outbox_backlog_and_oldest_pending(admin_client: Client, settings:
 
 def test_i16_5_relay_and_reconciler_runs_are_recorded(admin_client: Client, settings: Any) -> None:
     # given
-    from operations.tasks import deliver_webhooks, relay_outbox, send_notifications
-    from reconciliation.tasks import reconcile
+    from operations.tasks import archive, deliver_webhooks, relay_outbox, send_notifications
+    from reconciliation.tasks import prune, reconcile
 
     settings.CELERY_BROKER_URL = AMQP
     # when: the relay and the reconciler run (here in this process)
@@ -235,6 +235,8 @@ def test_i16_5_relay_and_reconciler_runs_are_recorded(admin_client: Client, sett
     # when: they run too
     deliver_webhooks()
     send_notifications()
+    prune()  # issue 36
+    archive()  # issue 36: nothing is due, so nothing is written
     # (the daily statement run, issue 19, recorded as its task would: it reads the provider)
     periodic_job_record(name="reconciliation.reconcile_statements", started_at=timezone.now(), duration_ms=40)
     # then: one row each, green
@@ -245,13 +247,15 @@ def test_i16_5_relay_and_reconciler_runs_are_recorded(admin_client: Client, sett
         "operations.deliver_webhooks",
         "operations.send_notifications",
         "reconciliation.reconcile_statements",
+        "reconciliation.prune",
+        "operations.archive",
     }
     assert all(run.last_error == "" and run.last_succeeded_at for run in runs.values())
     body = admin_client.get("/health/").content.decode()
     assert signal_level(body, "jobs") == GREEN and "never ran" not in body
     # when: they run again: still one row each (upserted)
     relay_outbox()
-    assert PeriodicJobRun.objects.count() == 5
+    assert PeriodicJobRun.objects.count() == 7
 
 
 def test_i16_5_a_failed_relay_run_is_recorded_with_its_error(monkeypatch: Any) -> None:
@@ -595,3 +599,26 @@ def test_i16_5_metrics_expose_worker_states_and_job_ages(client: Client) -> None
     assert 'effect_ledger_workers{state="gone"} 1.0' in body
     assert 'effect_ledger_periodic_job_age_seconds{job="operations.relay_outbox"}' in body
     assert 'job="reconciliation.reconcile"' not in body  # never ran: absent, not 0
+
+
+def test_i36_a_job_the_running_beat_has_not_had_time_to_run_is_not_due_yet(admin_client: Client) -> None:
+    """A job added by an upgrade (the archive, pruning: hourly) or a fresh install's daily
+    statement run has never run an hour after the beat started: not due yet, green; the same job
+    with a beat up longer than its red threshold never ran: red."""
+    from operations.services.beats import beat_heartbeat_record
+    from operations.tasks import deliver_webhooks, relay_outbox, send_notifications
+    from reconciliation.tasks import reconcile
+
+    for job in (relay_outbox, reconcile, deliver_webhooks, send_notifications):
+        job()
+    beat_heartbeat_record(
+        identity="beat-1", host="host-a", pid=7, started_at=timezone.now() - timedelta(minutes=5)
+    )
+    body = admin_client.get("/health/").content.decode()
+    assert "Archive: not due yet" in body and "Pruning: not due yet" in body
+    assert "Statement reconciliation: not due yet" in body
+    assert signal_level(body, "jobs") != RED
+    # when: the beat has been up for days and the archive still never ran
+    BeatHeartbeat.objects.update(started_at=Now() - timedelta(days=30))
+    body = admin_client.get("/health/").content.decode()
+    assert "Archive: never ran" in body and signal_level(body, "jobs") == RED

@@ -24,7 +24,7 @@ from django.utils.dateparse import parse_date
 from operations.archive.files import ArchiveFileError
 from operations.archive.services import ArchiveBusyError, ArchiveLeaseLostError, archive_run
 from operations.audit.keys import AuditKeyError
-from operations.management.commands.recover import _moment
+from operations.management.commands.recover import EARLIEST, _moment
 
 
 def _before(value: str) -> datetime:
@@ -38,6 +38,8 @@ def _before(value: str) -> datetime:
     except ValueError as exc:
         raise ValueError(f"--before {value!r} is not a valid date ({exc})") from exc
     if day is not None:
+        if day < EARLIEST.date():
+            raise ValueError(f"--before {value!r} is before {EARLIEST:%Y}: nothing of this ledger is older")
         return datetime(day.year, day.month, day.day, tzinfo=UTC)
     return _moment(value).astimezone(UTC)
 

@@ -1,6 +1,7 @@
-"""The API's representation of an archived intent, computed from its archive record alone
-(``ArchivedIntentSerializer``): what a replay of its ``Idempotency-Key`` and ``GET
-/api/v1/intents/{id}`` answer once its rows left the live tables.
+"""The API's representation of an archived intent (``ArchivedIntentSerializer``), rendered from
+what its ``ArchivedIntent`` row keeps (``operations.archive.records.answer_record``): what a
+replay of its ``Idempotency-Key`` and ``GET /api/v1/intents/{id}`` answer once its rows left the
+live tables, as they answered before.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from operations.api.intent_representation import (
     OutcomeSerializer,
     ResolutionSerializer,
 )
-from operations.models import AuditEvent, Intent
+from operations.models import ArchivedIntent, AuditEvent, Intent
 
 
 def _event(row: dict[str, Any]) -> AuditEvent:
@@ -33,15 +34,15 @@ def _event(row: dict[str, Any]) -> AuditEvent:
 
 class ArchivedIntentSerializer(IntentDetailSerializer):
     """``IntentDetailSerializer`` whose outcome, likely duplicate and resolution come from the
-    record in ``context["record"]`` (``operations.archive.records``) instead of queries; the same
-    rules pick them (``operations.selectors.intents``)."""
+    record in ``context["record"]`` (an ``answer_record``) instead of queries; the same rules
+    pick them (``operations.selectors.intents``). Render with ``archived_representation``."""
 
     def _record(self) -> dict[str, Any]:
         record: dict[str, Any] = self.context["record"]
         return record
 
     def get_outcome(self, intent: Intent) -> dict[str, Any] | None:
-        from operations.archive.records import outcomes_of
+        from operations.archive.records import outcomes_of  # the record's rows as models
 
         if intent.status not in OUTCOME_STATUSES:
             return None
@@ -74,3 +75,11 @@ class ArchivedIntentSerializer(IntentDetailSerializer):
             if row["actor"].startswith("user:") and row["to_status"] != ""
         ]
         return ResolutionSerializer(_event(rows[-1])).data if rows else None
+
+
+def archived_representation(archived: ArchivedIntent, context: dict[str, Any]) -> dict[str, Any]:
+    """The API's body for ``archived`` (the serializers' ``context``: agent and request)."""
+    from operations.archive.records import intent_of
+
+    record = archived.answer or {}
+    return dict(ArchivedIntentSerializer(intent_of(record), context={**context, "record": record}).data)

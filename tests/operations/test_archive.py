@@ -1,0 +1,339 @@
+"""The archiver (issue 36, ``operations.archive``): what it writes, what it deletes, what it
+never touches, and how an archived key replays. Real PostgreSQL and the sandbox provider; the
+archive in a temporary directory."""
+
+from __future__ import annotations
+
+import io
+import json
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.apps import apps
+from django.core.management import CommandError, call_command
+from django.db import connection
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from operations.archive import files
+from operations.archive.records import INTENT_TABLES, NESTED_TABLES, STATEMENT_LINES
+from operations.archive.services import ArchiveBusyError, archive_run
+from operations.audit.checkpoints import leaf_input
+from operations.audit.keys import public_key_load, signature_valid
+from operations.audit.merkle import merkle_root
+from operations.engine.protocol import execute_intent
+from operations.idempotency import canonical_json
+from operations.models import ArchivedIntent, ArchiveSegment, AuditEvent, Intent
+from operations.services.leases import lease_release, lease_try_acquire
+from tests.factories import charge_arguments, submit
+
+# Transactional: the archiver's own transactions (its REPEATABLE READ snapshot, each delete batch)
+# commit as they do in production.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EMAIL = {"to": "ada@example.test", "subject": "Your receipt", "body": "Thanks"}
+
+
+@pytest.fixture(autouse=True)
+def archive_dir(settings: Any, tmp_path: Path) -> Path:
+    """The archive and a signing key (created on first use) under ``tmp_path``."""
+    settings.EFFECT_LEDGER = {
+        **settings.EFFECT_LEDGER,
+        "ARCHIVE_DIR": str(tmp_path / "archive"),
+        "AUDIT_SIGNING_KEY_FILE": str(tmp_path / "keys" / "audit.pem"),
+        "AUDIT_SIGNING_KEY_CREATE": True,
+        "AUDIT_PUBLIC_KEY_FILE": "",
+        "AUDIT_CHECKPOINT_FILE": str(tmp_path / "checkpoints.jsonl"),
+    }
+    return tmp_path / "archive"
+
+
+def aged(*intents: Intent, days: float = 100) -> None:
+    """Make the intents look settled ``days`` ago (past the default 90 days' retention)."""
+    Intent.objects.filter(id__in=[intent.id for intent in intents]).update(
+        updated_at=timezone.now() - timedelta(days=days)
+    )
+
+
+def executed(intent: Intent) -> Intent:
+    execute_intent(intent.id)
+    intent.refresh_from_db()
+    return intent
+
+
+def rows_about(intent_id: uuid.UUID) -> dict[str, int]:
+    """How many rows of each table still name the intent (0 everywhere once archived)."""
+    counts = {}
+    with connection.cursor() as cursor:
+        for table in (*INTENT_TABLES, "operations_auditevent", "operations_intentwaiter"):
+            column = "intent_id"
+            cursor.execute(f"SELECT count(*) FROM {table} WHERE {column} = %s", [intent_id])
+            counts[table] = cursor.fetchone()[0]
+        cursor.execute("SELECT count(*) FROM operations_intent WHERE id = %s", [intent_id])
+        counts["operations_intent"] = cursor.fetchone()[0]
+    return {table: n for table, n in counts.items() if n}
+
+
+def records_in(archive: Path) -> dict[str, list[str]]:
+    """``{intent_id: [segment file, ...]}`` over every segment file in the archive."""
+    found: dict[str, list[str]] = {}
+    for segment in ArchiveSegment.objects.order_by("number"):
+        for record in files.records_read_file(segment.file_name):
+            found.setdefault(record["intent"]["id"], []).append(segment.file_name)
+    return found
+
+
+def run(**options: Any) -> Any:
+    return archive_run(before=timezone.now(), **options)
+
+
+def test_i36_a_settled_intent_is_written_whole_then_its_live_rows_are_deleted(
+    sandbox: Any, archive_dir: Path
+) -> None:
+    # given: a charge that succeeded, one declined (FAILED), an email sent: each of the provider kinds here
+    charged = executed(submit(reference="order-1"))
+    declined = executed(submit(arguments=charge_arguments(customer="cus_declined")))
+    mailed = executed(submit(action="email.send", arguments=EMAIL))
+    assert [charged.status, declined.status, mailed.status] == ["SUCCEEDED", "FAILED", "SUCCEEDED"]
+    chains = {
+        str(intent.id): list(
+            AuditEvent.objects.filter(intent=intent).order_by("seq").values_list("hash", flat=True)
+        )
+        for intent in (charged, declined, mailed)
+    }
+    aged(charged, declined, mailed)
+    # when
+    report = run()
+    # then: one segment, every intent in it once, and nothing of them left live
+    assert (report.segments, report.intents_archived, report.superseded) == (1, 3, 0)
+    (segment,) = ArchiveSegment.objects.all()
+    assert segment.state == ArchiveSegment.State.COMPLETE and segment.intents == 3
+    assert {intent_id: len(names) for intent_id, names in records_in(archive_dir).items()} == dict.fromkeys(
+        chains, 1
+    )
+    for intent in (charged, declined, mailed):
+        assert rows_about(intent.id) == {}
+        assert ArchivedIntent.objects.get(intent_id=intent.id).state == ArchivedIntent.State.ARCHIVED
+    # the records hold the chains exactly, and the attempts and outcomes
+    records = {record["intent"]["id"]: record for record in files.records_read_file(segment.file_name)}
+    for intent_id, hashes in chains.items():
+        assert [event["hash"] for event in records[intent_id]["audit_events"]] == hashes
+    assert len(records[str(charged.id)]["rows"]["operations_outcome"]) == 1
+    assert len(records[str(declined.id)]["rows"]["operations_attempt"]) == 1
+    assert records[str(charged.id)]["intent"]["status"] == "SUCCEEDED"
+    # the manifest is signed with the audit key, and its root is the heads' Merkle root
+    manifest = files.manifest_read(segment.file_name.removesuffix(files.DATA_SUFFIX) + files.MANIFEST_SUFFIX)
+    assert manifest["statement"] == segment.manifest
+    assert signature_valid(public_key_load(), manifest["signature"], canonical_json(manifest["statement"]))
+    assert manifest["statement"]["file_sha256"] == files.file_sha256(segment.file_name)
+    assert manifest["statement"]["root"] == merkle_root(
+        leaf_input(*head).encode() for head in manifest["heads"]
+    )
+
+
+def test_i36_nothing_open_and_nothing_young_is_archived(sandbox: Any, settings: Any) -> None:
+    # given: intents in every open state, a settled one within retention, and a settled one an open
+    # intent is held behind
+    ready = submit()
+    awaiting = submit(arguments=charge_arguments(amount=900_000))
+    unknown = submit(action="email.send", arguments=EMAIL)
+    sandbox.inject("crash_after_effect", product="email")
+    executed(unknown)
+    young = executed(submit())
+    aged(ready, awaiting, unknown, days=400)
+    assert {ready.status, awaiting.status, unknown.status} == {"READY", "AWAITING_APPROVAL", "UNKNOWN"}
+    # when
+    report = run()
+    # then
+    assert report.intents_archived == 0 and not ArchivedIntent.objects.exists()
+    for intent in (ready, awaiting, unknown, young):
+        assert Intent.objects.filter(id=intent.id).exists()
+
+
+def test_i36_retention_per_tenant_and_before_both_hold(sandbox: Any, settings: Any) -> None:
+    # given: acme keeps intents live 365 days, everyone else the default 90
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "TENANT_RETENTION_DAYS": {"acme": 365.0}}
+    acme = executed(submit(tenant="acme"))
+    globex = executed(submit(tenant="globex", principal="agent:agent-g"))
+    aged(acme, globex, days=100)
+    # when: --before a week ago
+    archive_run(before=timezone.now() - timedelta(days=120))
+    # then: nothing settled after --before
+    assert not ArchivedIntent.objects.exists()
+    # when: --before now
+    run()
+    # then: globex's (100 days > 90) only
+    assert set(ArchivedIntent.objects.values_list("intent_id", flat=True)) == {globex.id}
+
+
+def test_c29_a_replay_of_an_archived_key_returns_the_archived_answer_and_reaches_no_provider(
+    sandbox: Any, api: APIClient
+) -> None:
+    # given: a charge submitted through the API, executed, archived
+    body = {"action": "payments.charge", "arguments": charge_arguments(), "reference": "order-77"}
+    first = api.post(
+        "/api/v1/intents", data=json.dumps(body), content_type="application/json", HTTP_IDEMPOTENCY_KEY="k-77"
+    )
+    assert first.status_code == 201
+    intent = executed(Intent.objects.get(id=first.json()["intent_id"]))
+    answer_then = api.get(f"/api/v1/intents/{intent.id}").json()
+    aged(intent)
+    run()
+    assert not Intent.objects.filter(id=intent.id).exists()
+    charges = len(sandbox.ledger("payments"))
+    # when: the agent retries the same request under the same key
+    again = api.post(
+        "/api/v1/intents", data=json.dumps(body), content_type="application/json", HTTP_IDEMPOTENCY_KEY="k-77"
+    )
+    # then: the archived answer, replayed; no new intent, no new charge
+    assert again.status_code == 201 and again["Idempotent-Replayed"] == "true"
+    assert again["Effect-Ledger-Archived"].endswith(".jsonl.gz")
+    replayed = again.json()
+    assert replayed["intent_id"] == str(intent.id) and replayed["status"] == "SUCCEEDED"
+    assert replayed["outcome"] == answer_then["outcome"] and replayed["links"]["self"].startswith("http")
+    assert not Intent.objects.exists() and len(sandbox.ledger("payments")) == charges
+    # and reading it by id answers from the archive too
+    read = api.get(f"/api/v1/intents/{intent.id}")
+    assert read.status_code == 200 and read.json()["status"] == "SUCCEEDED" and read["Effect-Ledger-Archived"]
+    # when: the same key with another amount
+    other = dict(body, arguments=charge_arguments(amount=1))
+    refused = api.post(
+        "/api/v1/intents",
+        data=json.dumps(other),
+        content_type="application/json",
+        HTTP_IDEMPOTENCY_KEY="k-77",
+    )
+    # then: refused as for a live key, nothing stored
+    assert refused.status_code == 422 and refused.json()["code"] == "idempotency-key-reused"
+    assert not Intent.objects.exists()
+
+
+def test_i36_after_the_keys_retention_a_submit_makes_a_new_intent(sandbox: Any, api: APIClient) -> None:
+    body = {"action": "payments.charge", "arguments": charge_arguments(), "reference": "order-78"}
+    first = api.post(
+        "/api/v1/intents", data=json.dumps(body), content_type="application/json", HTTP_IDEMPOTENCY_KEY="k-78"
+    )
+    intent = executed(Intent.objects.get(id=first.json()["intent_id"]))
+    aged(intent)
+    run()
+    ArchivedIntent.objects.filter(intent_id=intent.id).update(
+        key_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    again = api.post(
+        "/api/v1/intents", data=json.dumps(body), content_type="application/json", HTTP_IDEMPOTENCY_KEY="k-78"
+    )
+    assert again.status_code == 201 and "Idempotent-Replayed" not in again
+    assert again.json()["intent_id"] != str(intent.id)
+
+
+def test_i36_an_intent_that_changed_after_it_was_written_is_kept(sandbox: Any, monkeypatch: Any) -> None:
+    # given: two settled intents; one gets a new row between the write and the delete
+    kept, gone = executed(submit()), executed(submit())
+    aged(kept, gone)
+    from operations.archive import services
+
+    write = services._write_segment
+
+    def write_then_change(*args: Any, **kwargs: Any) -> Any:
+        segment = write(*args, **kwargs)
+        # as a transition would: a new row about it, and its updated_at moves to now
+        Intent.objects.filter(id=kept.id).update(
+            last_error="touched after it was written", updated_at=timezone.now()
+        )
+        return segment
+
+    monkeypatch.setattr(services, "_write_segment", write_then_change)
+    # when
+    report = run()
+    # then: the changed one stays live (superseded), the other is archived
+    assert (report.intents_archived, report.superseded) == (1, 1)
+    assert Intent.objects.filter(id=kept.id).exists() and not Intent.objects.filter(id=gone.id).exists()
+    assert ArchivedIntent.objects.get(intent_id=kept.id).state == ArchivedIntent.State.SUPERSEDED
+    assert rows_about(kept.id)["operations_auditevent"] >= 3  # its rows, chain included, all live
+
+
+def test_c29_a_run_killed_between_writing_and_committing_loses_nothing_and_archives_once(
+    sandbox: Any, monkeypatch: Any, archive_dir: Path
+) -> None:
+    # given: a run that dies after writing its files, before its segment row commits
+    intents = [executed(submit()) for _ in range(3)]
+    aged(*intents)
+
+    def killed(*args: Any, **kwargs: Any) -> Any:
+        raise SystemExit("killed")
+
+    monkeypatch.setattr(ArchiveSegment.objects, "create", killed)
+    with pytest.raises(SystemExit):
+        run()
+    assert all(Intent.objects.filter(id=intent.id).exists() for intent in intents)
+    assert list(archive_dir.glob("*/intents-*.jsonl.gz"))  # the files were written
+    monkeypatch.undo()
+    # when: run again
+    report = run()
+    # then: the uncommitted files set aside, every intent archived in exactly one segment file
+    assert len(report.set_aside) == 2 and report.intents_archived == 3
+    assert {intent_id: len(names) for intent_id, names in records_in(archive_dir).items()} == {
+        str(intent.id): 1 for intent in intents
+    }
+    assert len(list(archive_dir.glob("*/intents-*.jsonl.gz"))) == 1
+
+
+def test_i36_one_archiver_at_a_time() -> None:
+    lease = lease_try_acquire(name="archive", ttl_seconds=30)
+    assert lease is not None
+    try:
+        with pytest.raises(ArchiveBusyError):
+            run()
+        with pytest.raises(CommandError, match="another archiver holds the archive lease") as refused:
+            call_command("archive")
+        assert refused.value.returncode == 2
+    finally:
+        lease_release(lease)
+
+
+@pytest.mark.parametrize(
+    ("argument", "message"),
+    [
+        ("yesterday", "not an ISO 8601 date-time"),
+        ("2026-13-01", "is not a valid date"),
+        ("2026-09-01T12:00:00", "no UTC offset"),
+        ("1999-01-01", "before 2000"),
+    ],
+)
+def test_i36_bad_before_is_refused_and_changes_nothing(sandbox: Any, argument: str, message: str) -> None:
+    intent = executed(submit())
+    aged(intent)
+    with pytest.raises(CommandError, match=message) as refused:
+        call_command("archive", "--before", argument)
+    assert refused.value.returncode == 2
+    assert Intent.objects.filter(id=intent.id).exists() and not ArchiveSegment.objects.exists()
+
+
+def test_i36_the_archive_command_reports_progress_and_totals(sandbox: Any) -> None:
+    intents = [executed(submit()) for _ in range(2)]
+    aged(*intents)
+    out = io.StringIO()
+    call_command("archive", stdout=out)
+    text = out.getvalue()
+    assert "segment 1: wrote 2 intents" in text and "archived 2 intents in 1 new segments" in text
+
+
+def test_i36_every_foreign_key_to_an_intent_is_archived_or_ruled_out() -> None:
+    """A new table pointing at intents must be written and deleted with them, or be one the
+    eligibility rules (operations.archive.services.SETTLED_AND_FREE) keep from being archived."""
+    handled = set(INTENT_TABLES) | {table for table, _, _ in NESTED_TABLES} | {STATEMENT_LINES}
+    ruled_out = {
+        ("operations_intent", "held_behind"),
+        ("operations_intent", "compensates"),
+        ("reconciliation_duplicatefinding", "compensation"),
+        ("reconciliation_providerfinding", "compensation"),
+        ("operations_auditevent", "intent"),
+    }
+    for model in apps.get_models():
+        for field in model._meta.concrete_fields:
+            if field.is_relation and field.related_model is Intent:
+                table = model._meta.db_table
+                assert table in handled or (table, field.name) in ruled_out, (table, field.name)
