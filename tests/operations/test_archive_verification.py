@@ -33,7 +33,7 @@ from operations.audit.trail import event_hash
 from operations.idempotency import canonical_json
 from operations.models import ArchivedIntent, ArchiveSegment, AuditCheckpoint, Intent
 from operations.restore.check import restore_detection
-from operations.services import intent_cancel
+from operations.services import intent_cancel, intent_record_refusal
 from tests.factories import submit
 
 # The archiver runs its own transactions (a REPEATABLE READ snapshot, then delete batches).
@@ -382,3 +382,65 @@ def test_i36_an_archived_intent_with_rows_left_live_is_named(archive_dir: Path) 
     code, _, err = verify()
     assert code == 1
     assert f"archived yet live: intent {victim.id} is archived in archive file {name} (segment 1)" in err
+
+
+def test_i36_an_intent_changed_after_it_was_written_verifies_live_then_archived_again(
+    archive_dir: Path, monkeypatch: Any
+) -> None:
+    # given: two settled intents a checkpoint covered; one gets a new audit event between the
+    # archiver's write and its delete (it is kept live: superseded)
+    kept, gone = cancelled(2)
+    audit_checkpoint_create()
+    settled_on([kept, gone], 3)
+    from operations.archive import services
+
+    write = services._write_segment
+
+    def write_then_change(*args: Any, **kwargs: Any) -> Any:
+        segment = write(*args, **kwargs)
+        intent_record_refusal(
+            intent_id=kept.id, actor="user:mallory", decision="approve", reason="not awaiting approval"
+        )
+        Intent.objects.filter(id=kept.id).update(updated_at=timezone.now())
+        return segment
+
+    monkeypatch.setattr(services, "_write_segment", write_then_change)
+    archive()
+    monkeypatch.undo()
+    assert ArchivedIntent.objects.get(intent_id=kept.id).state == "superseded"
+    # then: the archive verifies (the live chain holds the head its earlier record ends at)
+    code, out, err = verify()
+    assert (code, err) == (0, ""), err
+    assert "1 of the chains in the archive" in out
+    # when: it settles again and is archived in a later segment
+    settled_on([kept], 2)
+    archive()
+    assert ArchivedIntent.objects.get(intent_id=kept.id).segment.number == 2
+    # then: its earlier record in segment 1 is an earlier state of the chain segment 2 holds
+    code, out, err = verify()
+    assert (code, err) == (0, ""), err
+    assert "audit archive verified: 2 segment(s) signed and linked, 3 intents" in out
+
+
+def test_i36_a_segment_removed_from_the_index_is_named_and_its_chains_are_deleted_ones(
+    archive_dir: Path,
+) -> None:
+    # given: two segments over chains checkpoint #1 covered
+    first, second = cancelled(2), cancelled(1)
+    audit_checkpoint_create()
+    settled_on(first, 4)
+    settled_on(second, 3)
+    archive()
+    name, _, manifest = segment_files(archive_dir, 1)
+    # when: segment 1 and its intents are deleted from the index (its files stay)
+    ArchivedIntent.objects.filter(segment__number=1).delete()
+    ArchiveSegment.objects.filter(number=1).delete()
+    # then: the gap is named, its files are unindexed, its chains are deleted ones again
+    code, _, err = verify()
+    assert code == 1
+    assert "deleted segment: segment 1 missing from the archive index before segment 2" in err
+    assert f"unindexed: archive file {name} is in the archive directory" in err
+    assert f"unindexed: archive file {manifest.relative_to(archive_dir)} is in the archive directory" in err
+    for intent in first:
+        assert f"deleted chain: intent {intent.id} has no events but checkpoint #1 saw seq 2" in err
+    assert str(second[0].id) not in err
