@@ -6,5 +6,7 @@ tables for append-only, signed archive files, without losing what they prove.
 - ``files``: where segment files live and how they are written (``.partial``, fsync, rename);
 - ``manifests``: the signed statement of a segment and its inclusion proofs;
 - ``services``: ``archive_run`` (write, then delete in small batches; resumable);
-- ``selectors``: where an archived intent is, and reading it back from its file.
+- ``selectors``: where an archived intent is, and reading it back from its file;
+- ``verification``: ``archive_verify``, every file and manifest against its signed statement,
+  the index and the checkpoints (``manage.py verify_audit``).
 """

@@ -41,7 +41,8 @@ class CheckpointReport:
     exists), where it came from, the faults (at most ``limit``; ``omitted`` counts the rest),
     the live table's event count (None when not counted), the file lines read (``source``
     "file"), and the stored checkpoints signed over acknowledged faults, as ``(number,
-    statement["accepted"])``."""
+    statement["accepted"])``. ``archived`` counts the checkpointed chains the archive holds
+    instead of the live table (not faults)."""
 
     checkpoint: SignedCheckpoint | None
     source: str
@@ -53,6 +54,13 @@ class CheckpointReport:
     #: file lines whose checkpoint the database lost in a restore that a recovery re-baselined
     restored_lines: int = 0
     accepted: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    #: checkpointed chains not in the live table because they were archived (issue 36): their
+    #: archive index row is ``archived`` at the checkpointed head or after it
+    archived: int = 0
+    #: those archived after they grew past the checkpointed head, as ``(intent_id, checkpointed
+    #: seq, checkpointed hash)``: the archive file's chain must hold that event
+    #: (``operations.archive.verification.archive_verify``'s ``expected_events``)
+    archived_later: list[tuple[str, int, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:

@@ -3,6 +3,11 @@ whether it can be trusted at all), with the live audit table (``compare_heads``:
 so each checkpointed head must still be there), and with the heads about to be signed next
 (``CheckpointSuccessor``, before ``operations.audit.signing`` signs a new checkpoint). What a
 comparison finds is named in ``operations.audit.checkpoint_faults``.
+
+Chains leave the live table on purpose when they are archived (issue 36): a checkpointed chain
+with no live event is then looked up in the archive index (``ArchivedIntent``), the same rule in
+all three comparisons, so neither ``verify_audit``, nor the signer, nor a recovery's re-baseline
+takes an archived chain for a deleted one.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from operations.audit.checkpoint_faults import (
 from operations.audit.checkpoints import FETCH_ROWS, CheckpointError, SignedCheckpoint, leaf_input
 from operations.audit.keys import key_id, signature_valid
 from operations.audit.merkle import MerkleRoot
+from operations.models import ArchivedIntent
 
 # For a batch of checkpointed heads: the live event at the head's seq, and the chain's last seq.
 COMPARE_SQL = """
@@ -108,18 +114,22 @@ def report_heads(
     report: CheckpointReport, checkpoint: SignedCheckpoint, live: Iterable[LiveHead], total: int
 ) -> None:
     """Name what the live table lost of ``checkpoint``'s heads: ``live`` holds (at least) every
-    head that is not intact, ``total`` is the checkpoint's number of heads."""
+    head that is not intact, ``total`` is the checkpoint's number of heads.
+
+    A chain with no live event left is not lost when the archive index holds it as
+    ``archived`` at the checkpointed head or past it (issue 36; ``_archived_or_deleted``): the
+    archiver deletes a chain only in the transaction that marks it so, after the signed archive
+    file holding it was written, and ``operations.archive.verification`` proves that file.
+    """
     number = checkpoint.number
     deleted_chains: list[CheckpointFault] = []
+    missing: list[tuple[str, int, str]] = []  # no live event: archived, or deleted
     for intent_id, seq, head_hash, live_hash, live_seq in live:
         if live_seq is None:
-            deleted_chains.append(
-                CheckpointFault(
-                    DELETED_CHAIN,
-                    f"intent {intent_id} has no events but checkpoint #{number} saw seq {seq}",
-                    intent_id,
-                )
-            )
+            missing.append((intent_id, seq, head_hash))
+            if len(missing) >= FETCH_ROWS:
+                deleted_chains += _archived_or_deleted(report, number, missing)
+                missing = []
         elif live_hash is None and live_seq < seq:
             report.add(
                 CheckpointFault(
@@ -145,6 +155,7 @@ def report_heads(
                     intent_id,
                 )
             )
+    deleted_chains += _archived_or_deleted(report, number, missing)
     if total and len(deleted_chains) == total:
         live_events = "" if report.live_events is None else f"holds {report.live_events} events; "
         report.faults.insert(
@@ -158,6 +169,66 @@ def report_heads(
         return
     for fault in deleted_chains:
         report.add(fault)
+
+
+def _archived_or_deleted(
+    report: CheckpointReport, number: int, missing: list[tuple[str, int, str]]
+) -> list[CheckpointFault]:
+    """The checkpointed heads ``(intent_id, seq, hash)`` of chains with no live event, looked up
+    in the archive index (one query): each ``archived`` there at the same seq and hash, or at a
+    later seq, is counted in ``report.archived`` (the later ones also listed in
+    ``report.archived_later``, for the archive check to find the checkpointed event in the
+    file). One archived at an earlier seq or another hash is a fault added to ``report``
+    (``deleted tail`` / ``recomputed chain``, naming the file); the rest are returned as
+    ``deleted chain`` faults (the caller decides whether they add up to a truncation)."""
+    if not missing:
+        return []
+    index = {
+        str(intent_id): (state, head_seq, head_hash, file_name)
+        for intent_id, state, head_seq, head_hash, file_name in ArchivedIntent.objects.filter(
+            intent_id__in=[intent_id for intent_id, _, _ in missing]
+        ).values_list("intent_id", "state", "head_seq", "head_hash", "segment__file_name")
+    }
+    deleted: list[CheckpointFault] = []
+    for intent_id, seq, head_hash in missing:
+        state, archived_seq, archived_hash, file_name = index.get(intent_id, (None, 0, "", ""))
+        if state != ArchivedIntent.State.ARCHIVED:
+            unarchived = (
+                f" (the archive index holds it as {state} in {file_name}: written, never deleted as archived)"
+                if state
+                else ""
+            )
+            deleted.append(
+                CheckpointFault(
+                    DELETED_CHAIN,
+                    f"intent {intent_id} has no events but checkpoint #{number} saw seq {seq}{unarchived}",
+                    intent_id,
+                )
+            )
+        elif archived_seq > seq:
+            report.archived += 1
+            report.archived_later.append((intent_id, seq, head_hash))
+        elif archived_seq == seq and archived_hash == head_hash:
+            report.archived += 1
+        elif archived_seq == seq:
+            report.add(
+                CheckpointFault(
+                    RECOMPUTED_CHAIN,
+                    f"intent {intent_id} was archived in {file_name} with seq {seq} hashing to "
+                    f"{archived_hash[:12]}…, checkpoint #{number} saw {head_hash[:12]}…",
+                    intent_id,
+                )
+            )
+        else:
+            report.add(
+                CheckpointFault(
+                    DELETED_TAIL,
+                    f"intent {intent_id} was archived in {file_name} at seq {archived_seq} but checkpoint "
+                    f"#{number} saw seq {seq}",
+                    intent_id,
+                )
+            )
+    return deleted
 
 
 class CheckpointSuccessor:

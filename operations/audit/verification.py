@@ -66,7 +66,9 @@ def checkpoint_verify(
     checkpoint, stored or in the file, cannot be trusted; the message says which copy; its
     heads are then not compared), ``deleted checkpoint`` (a gap or broken link in the stored
     series, or a file's checkpoint missing from the database), and against the heads:
-    ``deleted chain`` (no event left for an intent), ``deleted tail`` (the chain ends before
+    ``deleted chain`` (no event left for an intent, and the archive index does not hold it as
+    archived: an archived chain is counted in ``report.archived`` instead, see
+    ``checkpoint_heads.report_heads``), ``deleted tail`` (the chain ends before
     the checkpointed seq), ``deleted event`` (the checkpointed event is gone but later ones
     exist), ``recomputed chain`` (the event at the checkpointed seq has another hash),
     ``truncation`` (every checkpointed chain is gone; it replaces the per-chain ``deleted

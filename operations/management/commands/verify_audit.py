@@ -9,8 +9,9 @@ Exit codes:
   chains cannot be seen.
 - 1: something was found; each finding is named on stderr (a chain break with its event id,
   ``deleted tail``, ``deleted chain``, ``recomputed chain``, ``truncation``, ``bad signature``,
-  ``deleted checkpoint``...).
-- 2: verification could not run: no public key to check a checkpoint with, or an unreadable
+  ``deleted checkpoint``...; the archive's: ``missing archive file``, ``altered archive file``,
+  ``swapped manifest``, ``broken archived chain``, ``bad inclusion proof``...).
+- 2: verification could not run: no public key to check a checkpoint or the archive with, or an unreadable
   ``--checkpoint-file`` (not UTF-8, a line that is not a checkpoint line; a chain break found
   before that still exits 1).
 
@@ -24,6 +25,13 @@ stored checkpoints alone. File lines whose checkpoints a restore took from the d
 recovery re-baselined (``manage.py recover``) are counted, not faults; the re-baseline itself
 is listed with its reason.
 
+The archive (issue 36) is verified too whenever there is one (``operations.archive.verification``):
+every segment file and manifest against its signed statement and the archive index, every
+archived chain from its first event, its head, and its inclusion proofs against the signed
+checkpoints; a missing, edited or swapped file is named with the file and the intent (exit 1).
+A checkpointed chain that is not in the live table is no fault when the archive holds it.
+``--live-only`` skips the archive files (the archive index still accounts for archived chains).
+
 Checkpoints signed over acknowledged faults (``audit_checkpoint --accept-faults``) are listed on
 stdout with their reason on every run; they do not change the exit code.
 """
@@ -35,6 +43,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from operations.archive.verification import ArchiveReport, archive_exists, archive_verify
 from operations.audit.chain_checks import audit_verify
 from operations.audit.checkpoint_faults import CheckpointReport
 from operations.audit.checkpoint_file import checkpoint_file_path
@@ -65,6 +74,12 @@ class Command(BaseCommand):
             "file exists",
         )
         parser.add_argument(
+            "--live-only",
+            action="store_true",
+            help="do not read the archive files (the chains archived are still accounted for by the archive "
+            "index when checkpoints are compared)",
+        )
+        parser.add_argument(
             "--require-checkpoint",
             action="store_true",
             help="exit 1 when the log has events but there is no checkpoint to check them against",
@@ -86,6 +101,13 @@ class Command(BaseCommand):
             if report.omitted:
                 self.stderr.write(f"audit checkpoint {number}: {report.omitted} more findings not listed")
             failed = failed or not report.ok
+        archive = None if options["live_only"] else self._verify_archive(report, failed)
+        if archive is not None:
+            for finding in archive.findings:
+                self.stderr.write(f"audit archive: {finding}")
+            if archive.omitted:
+                self.stderr.write(f"audit archive: {archive.omitted} more findings not listed")
+            failed = failed or not archive.ok
         # Re-baselines are shown on every run, whatever else was found.
         for rebaselined, accepted in report.accepted if report is not None else []:
             gap = restored_gap(accepted)
@@ -114,11 +136,14 @@ class Command(BaseCommand):
         self.stdout.write(f"audit chain intact: {events} events verified")
         if report is not None and report.checkpoint is not None:
             statement = report.checkpoint.statement
+            since = (
+                f"{report.archived} of the chains in the archive"
+                if report.archived
+                else f"{events - int(statement['events'])} events written since"
+            )
             self.stdout.write(
                 f"audit checkpoint #{statement['number']} ({self._source(report)}, {statement['created_at']}) "
-                "verified: "
-                f"{statement['chains']} chains and {statement['events']} events all present, "
-                f"{events - int(statement['events'])} events written since"
+                f"verified: {statement['chains']} chains and {statement['events']} events all present, {since}"
             )
         elif events:
             self.stderr.write(
@@ -127,6 +152,30 @@ class Command(BaseCommand):
             )
             if options["require_checkpoint"]:
                 raise SystemExit(1)
+        if archive is not None:
+            self.stdout.write(
+                f"audit archive verified: {archive.segments} segment(s) signed and linked, {archive.intents} "
+                f"intents and {archive.events} events in their files, {archive.proofs} inclusion proof(s) "
+                "against signed checkpoints"
+            )
+
+    def _verify_archive(self, report: CheckpointReport | None, failed: bool) -> ArchiveReport | None:
+        """The archive's report (None when there is no archive). The checkpointed heads of
+        chains archived after they grew (``report.archived_later``) must be in their files.
+
+        Raises:
+            CommandError: no public key (exit 2), unless something was found already (exit 1).
+        """
+        if not archive_exists():
+            return None
+        try:
+            public_key = public_key_load()
+        except AuditKeyError as exc:
+            if failed:
+                self.stderr.write(f"the archive was not checked: {exc}")
+                raise SystemExit(1) from exc
+            raise CommandError(f"cannot verify the archive: {exc}", returncode=2) from exc
+        return archive_verify(public_key, expected_events=report.archived_later if report is not None else ())
 
     def _walk_chains(self) -> bool:
         """Print the chain breaks (the first ``MAX_BREAKS_SHOWN``); True when there was one."""
