@@ -207,3 +207,8 @@ def files_set_aside(committed: set[str]) -> list[str]:
         os.replace(path, target.with_name(f"{target.name}.{os.getpid()}.{path.stat().st_mtime_ns}"))
         moved.append(name)
     return moved
+
+
+def manifest_name(file_name: str) -> str:
+    """The manifest beside a segment's data file (``files.segment_names``)."""
+    return file_name.removesuffix(DATA_SUFFIX) + MANIFEST_SUFFIX

@@ -43,7 +43,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from operations.archive.verification import ArchiveReport, archive_exists, archive_verify
+from operations.archive.verification import archive_exists, archive_verify
+from operations.archive.verification_findings import ArchiveReport
 from operations.audit.chain_checks import audit_verify
 from operations.audit.checkpoint_faults import CheckpointReport
 from operations.audit.checkpoint_file import checkpoint_file_path
