@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from operations.audit.trail import GENESIS, event_hash
-from operations.idempotency import canonical_json, sha256_hex
+from operations.idempotency import canonical_json, fingerprint_document, fingerprint_hash, sha256_hex
 from operations.policies.rules import Policy
 from operations.services.business import business_key
 from operations.services.transitions import EXECUTE_TASK
@@ -133,11 +133,14 @@ def intent_rows(*, load: Load, i: int, intent_id: uuid.UUID, state: str, created
     amount = 20_000 + i % 9000 if gated else 1000 + i % 9000
     client_key = f"{load.tag}-{i}"
     idempotency_key = "el_" + sha256_hex(intent_id.bytes)[:48]  # the real key's form and length
-    request_hash = sha256_hex(client_key.encode())
-    provider_reference = "ch_" + intent_id.hex[:24]
-    worker = f"worker:{WORKER}"
     arguments = {"amount": amount, "currency": "EUR", "customer": f"cus_{i % 9973}"}
     reference = f"{load.tag}-order-{i // 2}"
+    request_hash = fingerprint_hash(fingerprint_document(
+        tenant=tenant, action="payments.charge", action_version=1, arguments=arguments,
+        reference=reference, fingerprint_version=2,
+    ))  # fmt: skip
+    provider_reference = "ch_" + intent_id.hex[:24]
+    worker = f"worker:{WORKER}"
     rows = IntentRows(intent={})
     claimed_at = created + timedelta(milliseconds=CLAIM_MS)
     finished_at = created + timedelta(milliseconds=FINISH_MS)

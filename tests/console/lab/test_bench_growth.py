@@ -26,6 +26,7 @@ from console.lab.bench.growth import _archiver
 from console.lab.bench.shapes import EVENTS_BY_STATE, rows_per_table
 from console.lab.sandbox_provider.database import dsn_from_settings_dict
 from operations.audit.chain_checks import audit_verify
+from operations.audit.request_integrity import stored_request_problem
 from operations.engine.protocol import execute_intent
 from operations.models import Attempt, AuditEvent, Intent, OutboxMessage, Outcome
 from tests.factories import make_agent
@@ -176,6 +177,8 @@ def test_i36_a_generated_succeeded_intent_has_the_rows_of_one_the_real_path_ran(
     # then: the same rows, moves and keys
     assert generated_shape == real_shape
     assert len(real_shape["events"]) == rows_per_table("SUCCEEDED")["events"]
+    # and its stored request proves itself as a real one does (request_hash, policy and key seal)
+    assert stored_request_problem(Intent.objects.get(id=loaded["ids_sample"][0])) is None
 
 
 def test_i36_the_archive_phase_times_the_console_and_the_api_before_and_after_archiving(
