@@ -97,7 +97,7 @@ def render(r: dict[str, Any], command: str) -> str:
         f"| ceiling / commits per intent | {ratios['intents_per_second_bound_by_commits']} intents/s |",
         f"| achieved / that bound | {ratios['achieved_over_commit_bound']} |",
         "",
-        f"Console at {o['console_rows']:,} intents (loaded with COPY in {r['console']['load']['copy_seconds']} s; status rollup refreshed after the load in {r['console']['load']['status_rollup_refresh_ms']} ms, as the beat would), server time in-process, {o['page_repeat']} requests each:",
+        f"Console at {o['console_rows']:,} intents (loaded with their outbox messages, attempts, outcomes and audit chains by COPY in {r['console']['load']['copy_seconds']} s; status rollup refreshed after the load in {r['console']['load']['status_rollup_refresh_ms']} ms, as the beat would), server time in-process, {o['page_repeat']} requests each:",
         "",
         "| page | p50 ms | p95 ms | queries | seq scan on a big table | slowest query ms | its indexes |",
         "|---|---|---|---|---|---|---|",
@@ -125,4 +125,88 @@ def render(r: dict[str, Any], command: str) -> str:
           for api in (r["api"], *r.get("api_compare", ()))
           for k, n in (("trivial", "trivial DRF view"), ("submit", "POST /api/v1/intents"))),
     ]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1_000_000:,.1f} MB"
+
+
+def render_growth(r: dict[str, Any], command: str) -> str:
+    """The growth phase (bytes per intent per table) and the archive phase (p95 before and after
+    archiving, and the sizes), whichever ``r`` holds (``console.lab.bench.growth.run``)."""
+    m = r["machine"]
+    lines = [
+        f"Command: `{command}`",
+        "",
+        f"Machine: {m['cpus']} CPU ({m['cpu']}), PostgreSQL {m['postgresql']}, Python {m['python']}.",
+        "",
+    ]
+    if "growth" in r:
+        g = r["growth"]
+        labels = {"intent": "intent", "outbox": "outbox message", "attempts": "attempt", "outcomes": "outcome",
+                  "events": "audit events"}  # fmt: skip
+        shape = ", ".join(f"{n} {labels.get(name, name)}" for name, n in g["rows_per_intent"].items() if n)
+        lines += [
+            f"Growth at {g['intents']:,} intents, each {g['state']} by the happy path with the rows the real write"
+            f" path leaves ({shape}; audit chains hashed as operations.audit.trail does), loaded with COPY in"
+            f" {g['load_seconds']} s, then VACUUM ANALYZE: no dead row versions, so a lower bound for a live"
+            " database. Bytes are pg_total_relation_size (heap, indexes, TOAST) grown since the empty database,"
+            " divided by the intents.",
+            f"Not generated, though the real path writes them for some intents: {g['not_generated']}.",
+            "",
+            "| table | rows | rows per intent | bytes per intent | of which indexes | of which TOAST |",
+            "|---|---|---|---|---|---|",
+            *(f"| {t['table']} | {t['rows']:,} | {t['rows_per_intent']} | {t['bytes_per_intent']:,} |"
+              f" {t['index_bytes_per_intent']:,} | {t['toast_bytes_per_intent']:,} |" for t in g["tables"]),
+            f"| total | | | {g['total_bytes_per_intent']:,} | | |",
+            "",
+            f"Database size: {_mb(g['database_bytes'])}.",
+            "",
+        ]  # fmt: skip
+    if "archive" in r:
+        a = r["archive"]
+        load, before, after = a["load"], a["before"], a["after"]
+        lines += [
+            f"Archive at {load['rows']:,} intents: {load['archivable']:,} settled before the cutoff"
+            f" ({a['cutoff'][:10]}), {load['live']:,} live after it (loaded with COPY in {load['copy_seconds']} s);"
+            f" server time in-process, {r['options']['page_repeat']} requests each, before and after"
+            " operations.archive.services.archive_run then VACUUM (ANALYZE) of the ledger's tables.",
+            "",
+        ]
+        if after is None:
+            lines += [f"The archiver is {a['archiver']}: only the figures before archiving.", ""]
+        archive = a["archive"]
+        if archive is not None:
+            lines += [
+                f"Archived {archive['intents_archived']:,} intents in {archive['segments']} segment(s) in"
+                f" {archive['seconds']} s (VACUUM (ANALYZE) {archive['vacuum_analyze_seconds']} s);"
+                f" archive on disk {_mb(archive['bytes_on_disk'])} ({_mb(archive['bytes_written'])} written).",
+                "",
+            ]
+        lines += [
+            "| page | p50 ms before | p95 ms before | p50 ms after | p95 ms after |",
+            "|---|---|---|---|---|",
+        ]
+        for name, page in before["pages"].items():
+            later = (after or {}).get("pages", {}).get(name) or {}
+            lines.append(
+                f"| {name} | {page['p50_ms']} | {page['p95_ms']} | {later.get('p50_ms', '')} | {later.get('p95_ms', '')} |"
+            )
+        sizes = [("intents in the live tables", f"{before['intent_rows']:,}",
+                  f"{after['intent_rows']:,}" if after else ""),
+                 ("ledger tables (pg_total_relation_size)", _mb(before["ledger_table_bytes"]),
+                  _mb(after["ledger_table_bytes"]) if after else ""),
+                 ("live database (pg_database_size)", _mb(before["database_bytes"]),
+                  _mb(after["database_bytes"]) if after else ""),
+                 ("archive on disk", "", _mb(archive["bytes_on_disk"]) if archive else "")]  # fmt: skip
+        lines += [
+            "",
+            "| size | before | after |",
+            "|---|---|---|",
+            *(f"| {name} | {was} | {now} |" for name, was, now in sizes),
+            "",
+            "VACUUM (not FULL) makes the deleted rows' space reusable by new rows; it does not give it back to"
+            " the file system, so the files keep their size until new intents fill it.",
+        ]
     return "\n".join(lines) + "\n"

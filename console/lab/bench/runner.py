@@ -38,6 +38,8 @@ class Options:
     reconcile_batch: int = 500
     page_repeat: int = 20
     ceiling_seconds: float = 3.0
+    #: intents of the growth phase (bytes per intent per table)
+    growth_intents: int = 100_000
     database: str = "effect_ledger_bench"
     keep: bool = False
     #: gunicorn of the end-to-end runs and of the API table; ``api_compare`` are also measured
@@ -50,11 +52,13 @@ class Options:
     ledger_pool: CeleryPool = CeleryPool("prefork", 1)
 
 
-def _log(message: str) -> None:
+def log(message: str) -> None:
+    """Print a progress line, timestamped."""
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def _machine() -> dict[str, Any]:
+def machine() -> dict[str, Any]:
+    """The machine, PostgreSQL and broker the figures were measured on (the report's first line)."""
     cpu = ""
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
         cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
@@ -77,11 +81,11 @@ def run(options: Options) -> dict[str, Any]:
     cluster: LocalCluster | None = None
     try:
         call_command("migrate", verbosity=0)
-        results: dict[str, Any] = {"options": _labelled(options), "machine": _machine()}
+        results: dict[str, Any] = {"options": _labelled(options), "machine": machine()}
         from operations.api.authentication import agent_create
 
         _, token = agent_create(name="bench", tenant="acme")
-        _log("measuring the single-row commit ceiling")
+        log("measuring the single-row commit ceiling")
         results["ceiling"] = {
             "one_client": database.commit_ceiling(bench_db, clients=1, seconds=options.ceiling_seconds),
             "many_clients": database.commit_ceiling(
@@ -107,16 +111,16 @@ def run(options: Options) -> dict[str, Any]:
             for i in range(options.workers)
         ]
         beat = cluster.start_beat()
-        _log(
+        log(
             f"{options.workers} worker(s) {ledger.label}, gunicorn x{options.api_workers} {web.label} at {api_url},"
             f" sandbox at {sandbox_url}"
         )
         e2e.run_half_load(target, intents=4 * options.clients, rate=20, clients=options.clients)  # warm-up
-        _log(f"end to end at full load: {options.intents} intents, {options.clients} clients")
+        log(f"end to end at full load: {options.intents} intents, {options.clients} clients")
         full = e2e.run_full_load(target, intents=options.intents, clients=options.clients)
         results["full"] = full
         half_rate = max(1.0, full["intents_per_second"] / 2)
-        _log(f"end to end at half load: {half_rate:.0f} intents/s")
+        log(f"end to end at half load: {half_rate:.0f} intents/s")
         results["half"] = e2e.run_half_load(
             # at most a minute of it: latency at a steady rate needs time, not volume
             target,
@@ -126,13 +130,13 @@ def run(options: Options) -> dict[str, Any]:
         )
         for process in [*workers, beat]:
             process.kill_group()
-        _log("API submit vs trivial view (workers stopped)")
+        log("API submit vs trivial view (workers stopped)")
         results["api"] = e2e.run_api(target, clients=options.clients, seconds=options.api_seconds)
         results["api"]["web"] = web.label
         results["api_compare"] = _api_alternatives(options, cluster, target)
-        _log("statement profile of one happy-path intent (in-process)")
+        log("statement profile of one happy-path intent (in-process)")
         results["profile"] = profile.happy_path(token=token)
-        _log(f"bulk-loading {options.console_rows} intents (COPY)")
+        log(f"bulk-loading {options.console_rows} intents (COPY)")
         results["console"] = _console_and_reconciler(options, results)
         results["ratios"] = _ratios(results)
         return results
@@ -168,7 +172,7 @@ def _bare_baseline(options: Options, cluster: LocalCluster, target: e2e.Target) 
                                  prefetch=config.prefetch, queue=queue)
             for i in range(options.workers)
         ]  # fmt: skip
-        _log(f"bare Celery baseline {config.label}: {options.intents} effects")
+        log(f"bare Celery baseline {config.label}: {options.intents} effects")
         e2e.run_bare(target, effects=max(20, options.intents // 10), queue=queue)  # warm-up
         run = e2e.run_bare(target, effects=options.intents, queue=queue)
         runs.append({"pool": config.label, **run})
@@ -183,7 +187,7 @@ def _api_alternatives(options: Options, cluster: LocalCluster, target: e2e.Targe
     """``run_api`` on a fresh gunicorn per ``options.api_compare`` configuration."""
     out = []
     for web in options.api_compare:
-        _log(f"API with gunicorn x{options.api_workers} {web.label}")
+        log(f"API with gunicorn x{options.api_workers} {web.label}")
         process, url = services.start_gunicorn(
             cluster, workers=options.api_workers, worker_class=web.worker_class, threads=web.threads
         )
@@ -204,7 +208,7 @@ def _console_and_reconciler(options: Options, results: dict[str, Any]) -> dict[s
     began = time.perf_counter()
     status_rollup_refresh()
     rollup_ms = round((time.perf_counter() - began) * 1000, 1)
-    _log(
+    log(
         f"loaded in {main['seconds'] + unknown['seconds']:.0f} s (+ VACUUM ANALYZE {vacuum:.0f} s,"
         f" status rollup {rollup_ms:.0f} ms); timing pages"
     )
@@ -213,13 +217,13 @@ def _console_and_reconciler(options: Options, results: dict[str, Any]) -> dict[s
     pages = console_at_scale(
         reference="bulk-order-1234", intent_id=str(main["ids_sample"][3]), repeat=options.page_repeat
     )
-    _log(f"reconciler: {options.unknown_small} UNKNOWN rows")
+    log(f"reconciler: {options.unknown_small} UNKNOWN rows")
     passes = 2
     small = reconciler.timed_passes(passes=passes, batch=options.reconcile_batch)
     more = options.unknown_large - options.unknown_small
     bulk.load_intents(dsn, count=more, status="UNKNOWN", tag="unk2")
     bulk.analyze(dsn)
-    _log(f"reconciler: {options.unknown_large} UNKNOWN rows")
+    log(f"reconciler: {options.unknown_large} UNKNOWN rows")
     large = reconciler.timed_passes(passes=passes, batch=options.reconcile_batch)
     results["reconciler"] = {
         "batch": options.reconcile_batch,

@@ -1,5 +1,7 @@
 """``manage.py bench``: measure Effect Ledger end to end, against a bare-Celery baseline, the
-database's commit ceiling, the console and the reconciler at scale, and the API (issue 7)."""
+database's commit ceiling, the console and the reconciler at scale, and the API (issue 7); or,
+with ``--growth`` / ``--archive-growth``, what an intent costs the disk and what archiving 90 %
+of the intents does to the console's and the API's p95 (issue 36)."""
 
 from __future__ import annotations
 
@@ -64,6 +66,20 @@ class Command(BaseCommand):
         parser.add_argument(
             "--flame-seconds", type=float, default=20.0, help="seconds recorded per flame graph"
         )
+        parser.add_argument(
+            "--growth",
+            action="store_true",
+            help="only measure the growth: bytes per intent per table at --growth-intents intents (issue 36)",
+        )
+        parser.add_argument(
+            "--growth-intents", type=int, default=100_000, help="intents of --growth (default 100000)"
+        )
+        parser.add_argument(
+            "--archive-growth",
+            action="store_true",
+            help="only time the console and the API at --console-rows intents before and after archiving"
+            " 90 %% of them, with the database's and the archive's sizes (issue 36)",
+        )
         parser.add_argument("--api-seconds", type=float, default=8.0, help="seconds per API run (default 8)")
         parser.add_argument("--console-rows", type=int, default=1_000_000, help="intents bulk-loaded")
         parser.add_argument("--skip-console-scale", action="store_true",
@@ -103,9 +119,17 @@ class Command(BaseCommand):
         if options["skip_console_scale"]:
             bench.console_rows, bench.unknown_small, bench.unknown_large = 2000, 20, 200
             bench.reconcile_batch, bench.page_repeat, bench.ceiling_seconds = 10, 3, 1.0
-        results = runner.run(bench)
         command = "python manage.py bench " + " ".join(shlex.quote(a) for a in sys.argv[2:] if a)
-        markdown = report.render(results, command)
+        if options["growth"] or options["archive_growth"]:
+            from console.lab.bench import growth
+
+            bench.growth_intents = options["growth_intents"]
+            results = growth.run(bench, growth_phase=options["growth"], archive_phase=options["archive_growth"],
+                                 log=runner.log)  # fmt: skip
+            markdown = report.render_growth(results, command)
+        else:
+            results = runner.run(bench)
+            markdown = report.render(results, command)
         self.stdout.write(markdown)
         if options["json_path"]:
             with open(options["json_path"], "w") as out:
