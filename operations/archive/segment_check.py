@@ -18,6 +18,7 @@ from operations.archive.files import (
     manifest_read,
     records_read_file,
 )
+from operations.archive.proofs import CheckpointRoots, proof_problem, statement_signed
 from operations.archive.verification_findings import (
     ALTERED_FILE,
     ALTERED_HEAD,
@@ -39,40 +40,10 @@ from operations.archive.verification_findings import (
     ArchiveReport,
 )
 from operations.audit.chain_checks import _chain_breaks, _is_exported_event
-from operations.audit.checkpoints import checkpoint_statement, leaf_input
-from operations.audit.keys import key_id, signature_valid
-from operations.audit.merkle import MerkleRoot, inclusion_verify
-from operations.idempotency import CanonicalizationError, canonical_json
-from operations.models import ArchivedIntent, ArchiveSegment, AuditCheckpoint, AuditEvent, Intent
-
-
-def _signed(public_key: Ed25519PublicKey, signature: Any, statement: Any) -> bool:
-    """Whether ``signature`` (hex text) is the key's signature of the canonical ``statement``."""
-    try:
-        message = canonical_json(statement)
-    except (CanonicalizationError, TypeError):  # not canonical JSON: nothing was signed
-        return False
-    return isinstance(signature, str) and signature_valid(public_key, signature, message)
-
-
-class _CheckpointRoots:
-    """The stored checkpoints a proof names: ``(root bytes, chains)`` when the row exists and is
-    signed by the key, else the reason it cannot be used (looked up once per number)."""
-
-    def __init__(self, public_key: Ed25519PublicKey) -> None:
-        self.public_key = public_key
-        self._known: dict[int, tuple[bytes, int] | str] = {}
-
-    def get(self, number: int) -> tuple[bytes, int] | str:
-        if number not in self._known:
-            row = AuditCheckpoint.objects.defer("heads").filter(number=number).first()
-            if row is None:
-                self._known[number] = f"checkpoint #{number} is not in the database"
-            elif not _signed(self.public_key, row.signature, checkpoint_statement(row)):
-                self._known[number] = f"checkpoint #{number} is not signed by this key"
-            else:
-                self._known[number] = (bytes.fromhex(row.root), row.chains)
-        return self._known[number]
+from operations.audit.checkpoints import leaf_input
+from operations.audit.keys import key_id
+from operations.audit.merkle import MerkleRoot
+from operations.models import ArchivedIntent, ArchiveSegment, AuditEvent, Intent
 
 
 class _SegmentCheck:
@@ -84,7 +55,7 @@ class _SegmentCheck:
         report: ArchiveReport,
         segment: ArchiveSegment,
         public_key: Ed25519PublicKey,
-        roots: _CheckpointRoots,
+        roots: CheckpointRoots,
         expected: dict[str, list[tuple[int, str]]],
     ) -> None:
         self.report, self.segment, self.public_key = report, segment, public_key
@@ -163,7 +134,7 @@ class _SegmentCheck:
                 f"archive manifest {name} (segment {self.segment.number}) was signed by another key "
                 f"(key id {str(signed.get('key_id'))[:16]}…): not the manifest written for this file",
             )
-        elif not _signed(self.public_key, signature, signed):
+        elif not statement_signed(self.public_key, signature, signed):
             self.add(
                 BAD_SIGNATURE,
                 f"archive manifest {name} (segment {self.segment.number}) does not match its signature: "
@@ -362,50 +333,12 @@ class _SegmentCheck:
                     )
 
     def _proof(self, where: str, intent_id: str, proof: dict[str, Any], hashes: dict[int, str]) -> None:
-        """One inclusion proof: the checkpoint's leaf is in the archived chain, and the path
-        leads from it to that signed checkpoint's root (RFC 9162 §2.1.3.2)."""
-        leaf, number = proof.get("leaf"), proof.get("checkpoint")
-        index, size, path = proof.get("leaf_index"), proof.get("tree_size"), proof.get("path")
-        if not (
-            isinstance(leaf, list)
-            and len(leaf) == 3
-            and leaf[0] == intent_id
-            and isinstance(leaf[1], int)
-            and isinstance(leaf[2], str)
-            and isinstance(number, int)
-            and isinstance(index, int)
-            and isinstance(size, int)
-            and isinstance(path, list)
-            and all(isinstance(step, str) for step in path)
-        ):
-            self.add(BAD_PROOF, f"{where}: its inclusion proof is malformed", intent_id)
-            return
-        if hashes.get(leaf[1]) != leaf[2]:
-            self.add(
-                BAD_PROOF,
-                f"{where}: the chain lacks seq {leaf[1]} ({leaf[2][:12]}…), which checkpoint #{number} signed",
-                intent_id,
-            )
-            return
-        checkpoint = self.roots.get(number)
-        if isinstance(checkpoint, str):
-            self.add(BAD_PROOF, f"{where}: its inclusion proof cannot be checked: {checkpoint}", intent_id)
-            return
-        root, chains = checkpoint
-        try:
-            siblings = [bytes.fromhex(step) for step in path]
-        except ValueError:
-            siblings = []
-        if size != chains or not inclusion_verify(
-            leaf_input(intent_id, leaf[1], leaf[2]).encode(), index, size, siblings, root
-        ):
-            self.add(
-                BAD_PROOF,
-                f"{where}: its inclusion proof does not lead to checkpoint #{number}'s signed root",
-                intent_id,
-            )
-            return
-        self.report.proofs += 1
+        """One inclusion proof (``proofs.proof_problem``), counted when it holds."""
+        problem = proof_problem(intent_id, proof, hashes, self.roots)
+        if problem:
+            self.add(BAD_PROOF, f"{where}: {problem}", intent_id)
+        else:
+            self.report.proofs += 1
 
     def _live_rows(self) -> None:
         """``archived`` intents with rows left in the live tables; ``superseded`` ones whose live

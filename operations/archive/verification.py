@@ -41,7 +41,8 @@ from operations.archive.files import (
     manifest_name,
 )
 from operations.archive.manifests import GENESIS, statement_hash
-from operations.archive.segment_check import _CheckpointRoots, _SegmentCheck, _signed
+from operations.archive.proofs import CheckpointRoots, statement_signed
+from operations.archive.segment_check import _SegmentCheck
 from operations.archive.verification_findings import (
     BAD_SIGNATURE,
     DELETED_SEGMENT,
@@ -84,7 +85,7 @@ def archive_verify(
     expected: dict[str, list[tuple[int, str]]] = {}
     for intent_id, seq, head_hash in expected_events:
         expected.setdefault(intent_id, []).append((seq, head_hash))
-    roots = _CheckpointRoots(public_key)
+    roots = CheckpointRoots(public_key)
     indexed: set[str] = set()
     expected_number, previous = 1, None
     for segment in ArchiveSegment.objects.order_by("number").iterator(chunk_size=100):
@@ -180,7 +181,7 @@ def _series_check(
                 file=name,
             )
         )
-    elif not _signed(public_key, segment.signature, statement):
+    elif not statement_signed(public_key, segment.signature, statement):
         report.add(
             ArchiveFinding(
                 BAD_SIGNATURE,
