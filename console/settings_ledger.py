@@ -191,7 +191,7 @@ EFFECT_LEDGER: dict[str, Any] = {
     # says is due, a segment file per day of settlement.
     "ARCHIVE_PERIOD_SECONDS": env_period("EFFECT_LEDGER_ARCHIVE_PERIOD_SECONDS", 3600.0),
     # Intents deleted per transaction once archived (each transaction locks this many intents).
-    "ARCHIVE_DELETE_BATCH": env_int("EFFECT_LEDGER_ARCHIVE_DELETE_BATCH", 200, minimum=1),
+    "ARCHIVE_DELETE_BATCH": env_int("EFFECT_LEDGER_ARCHIVE_DELETE_BATCH", 500, minimum=1),
     # Intents one archive file holds at most (a day with more is written as several parts).
     "ARCHIVE_SEGMENT_INTENTS": env_int("EFFECT_LEDGER_ARCHIVE_SEGMENT_INTENTS", 50000, minimum=1),
     # Beat period of the status rollup (operations.services.status_rollup_refresh): the counts

@@ -4,7 +4,7 @@ One run, under the ``archive`` lease (one archiver at a time, on any host):
 
 1. **Set aside** what a killed run left without a committed segment (``files.files_set_aside``).
 2. **Finish** every segment still ``written``: delete its intents' live rows (step 4).
-3. **Write** the next segment: the oldest UTC day of settlement with eligible intents
+3. **Write** the next segment: the oldest UTC day of submission with eligible intents
    (``ELIGIBLE``), at most ``ARCHIVE_SEGMENT_INTENTS`` of them, read in one REPEATABLE READ
    snapshot; the file, then its signed manifest, each written whole and fsynced; then, in one
    transaction, the ``ArchiveSegment`` row and one ``ArchivedIntent`` per intent (``pending``,
@@ -87,28 +87,24 @@ class ArchiveReport:
 
 
 def _due(before: datetime) -> tuple[date, list[uuid.UUID]] | None:
-    """The next segment's day and intents: the oldest UTC day of settlement that has eligible
-    intents due, and up to ``ARCHIVE_SEGMENT_INTENTS`` of them (oldest first)."""
+    """The next segment's day and intents: the oldest UTC day of *submission* that has eligible
+    intents due, and up to ``ARCHIVE_SEGMENT_INTENTS`` of them. One statement, walking the
+    intents from the oldest on the ``intent_created`` index (an intent settles after it was
+    submitted: every one due was submitted before the cutoff), so each segment costs a range of
+    that index, never a scan and sort of the table."""
     params = due_params(before)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT (i.updated_at AT TIME ZONE 'UTC')::date FROM {Intent._meta.db_table} i "
-            f"WHERE i.updated_at < {CUTOFF} AND {ELIGIBLE} ORDER BY i.updated_at LIMIT 1",
-            params,
+            f"SELECT i.id, (i.created_at AT TIME ZONE 'UTC')::date FROM {Intent._meta.db_table} i "
+            f"WHERE i.created_at < %(before)s AND i.updated_at < {CUTOFF} AND {ELIGIBLE} "
+            "ORDER BY i.created_at, i.id DESC LIMIT %(limit)s",
+            {**params, "limit": int(settings.EFFECT_LEDGER["ARCHIVE_SEGMENT_INTENTS"])},
         )
-        row = cursor.fetchone()
-        if row is None:
-            return None
-        (day,) = row
-        cursor.execute(
-            f"SELECT i.id FROM {Intent._meta.db_table} i "
-            f"WHERE i.updated_at < {CUTOFF} AND {ELIGIBLE} "
-            "AND i.updated_at >= %(day)s::timestamp AT TIME ZONE 'UTC' "
-            "AND i.updated_at < (%(day)s::date + 1)::timestamp AT TIME ZONE 'UTC' "
-            "ORDER BY i.updated_at, i.id LIMIT %(limit)s",
-            {**params, "day": day, "limit": int(settings.EFFECT_LEDGER["ARCHIVE_SEGMENT_INTENTS"])},
-        )
-        return day, [intent_id for (intent_id,) in cursor.fetchall()]
+        rows = cursor.fetchall()
+    if not rows:
+        return None
+    day = rows[0][1]
+    return day, [intent_id for intent_id, submitted in rows if submitted == day]
 
 
 class _Segment:
@@ -309,7 +305,7 @@ def archive_run(
     max_segments: int | None = None,
 ) -> ArchiveReport:
     """Archive every settled intent that settled before ``before`` and is past its tenant's
-    retention (the module docstring's steps), one segment per UTC day of settlement (or part
+    retention (the module docstring's steps), one segment per UTC day of submission (or part
     of one). ``before`` is a timezone-aware time; retention still applies (a later ``before``
     archives nothing younger than ``INTENT_RETENTION_DAYS``). ``progress`` receives one line
     per step; ``max_segments`` stops after writing that many (``None``: until nothing is due).

@@ -83,7 +83,7 @@ class Migration(migrations.Migration):
                     "number",
                     models.PositiveBigIntegerField(help_text="1-based position in the series", unique=True),
                 ),
-                ("period", models.DateField(help_text="the UTC day its intents settled (their last change)")),
+                ("period", models.DateField(help_text="the UTC day its intents were submitted")),
                 (
                     "file_name",
                     models.CharField(help_text="relative to ARCHIVE_DIR", max_length=300, unique=True),
@@ -192,6 +192,8 @@ class Migration(migrations.Migration):
                 "indexes": [
                     models.Index(fields=["tenant", "principal", "client_key"], name="archived_intent_key"),
                     models.Index(fields=["reference"], name="archived_intent_reference"),
+                    models.Index(fields=["client_key"], name="archived_intent_client_key"),
+                    models.Index(fields=["idempotency_key"], name="archived_intent_provider_key"),
                     models.Index(fields=["segment", "state"], name="archived_intent_segment"),
                 ],
                 "constraints": [

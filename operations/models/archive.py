@@ -27,7 +27,7 @@ class ArchiveSegment(models.Model):
         COMPLETE = "complete", "Complete"
 
     number = models.PositiveBigIntegerField(unique=True, help_text="1-based position in the series")
-    period = models.DateField(help_text="the UTC day its intents settled (their last change)")
+    period = models.DateField(help_text="the UTC day its intents were submitted")
     file_name = models.CharField(max_length=300, unique=True, help_text="relative to ARCHIVE_DIR")
     state = models.CharField(max_length=10, choices=State.choices, default=State.WRITTEN)
     intents = models.PositiveIntegerField(help_text="intents (records) in the file")
@@ -110,6 +110,9 @@ class ArchivedIntent(models.Model):
         indexes = [
             models.Index(fields=["tenant", "principal", "client_key"], name="archived_intent_key"),
             models.Index(fields=["reference"], name="archived_intent_reference"),
+            # The console's search matches a whole Idempotency-Key or provider key.
+            models.Index(fields=["client_key"], name="archived_intent_client_key"),
+            models.Index(fields=["idempotency_key"], name="archived_intent_provider_key"),
             models.Index(fields=["segment", "state"], name="archived_intent_segment"),
         ]
 
