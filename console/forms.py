@@ -233,7 +233,7 @@ class IntentSearchForm(ListFilterForm):
         required=False,
         max_length=200,
         label="intent_id or reference",
-        help_text="whole id, 8+ hex digits, or reference",
+        help_text="whole id, 8+ hex digits, or reference; archived intents also by whole Idempotency-Key",
     )
     status = forms.ChoiceField(required=False, choices=[("", "any")] + list(Intent.Status.choices))
     principal = forms.CharField(

@@ -85,6 +85,8 @@ urlpatterns = [
     ),
     path("intents/", views.intent_list, name="intents"),
     path("intents/<uuid:intent_id>/", views.intent_detail, name="intent-detail"),
+    # An archived intent (issue 36), read-only from its archive file.
+    path("archive/intents/<uuid:intent_id>/", views.archived_intent_detail, name="archived-intent"),
     path("audit/", views.audit_log, name="audit"),
     path("audit/export.csv", views.audit_export, name="audit-export"),
     path("audit/export.jsonl", views.audit_export_jsonl, name="audit-export-jsonl"),

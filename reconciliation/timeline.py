@@ -26,8 +26,10 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 
-from operations.models import AuditEvent, Intent
+from operations.archive.selectors import archived_rows
+from operations.models import Approval, Attempt, AuditEvent, Intent, Outcome
 from reconciliation.models import Evidence, ProviderEvent
 
 #: Records of one step are written in one transaction: further apart, they are two steps.
@@ -221,8 +223,32 @@ def _evidence_entry(evidence: Evidence) -> TimelineEntry:
 def timeline_records(intent: Intent) -> list[TimelineEntry]:
     """Every audit event, approval, attempt (start and finish), outcome, piece of evidence and
     provider event of ``intent``, one entry each, oldest first (before merging and grouping)."""
+    return _entries_of(
+        events=intent.audit_events.order_by("seq"),
+        approvals=(
+            (approval, approval.approver.get_username())
+            for approval in intent.approvals.select_related("approver").order_by("created_at")
+        ),
+        attempts=intent.attempts.order_by("attempt_no"),
+        outcomes=intent.outcomes.order_by("created_at"),
+        evidence=Evidence.objects.filter(intent=intent).order_by("created_at", "id"),
+        provider_events=ProviderEvent.objects.filter(intent=intent).order_by("received_at", "id"),
+    )
+
+
+def _entries_of(
+    *,
+    events: Iterable[AuditEvent],
+    approvals: Iterable[tuple[Approval, str]],
+    attempts: Iterable[Attempt],
+    outcomes: Iterable[Outcome],
+    evidence: Iterable[Evidence],
+    provider_events: Iterable[ProviderEvent],
+) -> list[TimelineEntry]:
+    """One entry per record given (approvals with their approver's username), oldest first:
+    the live intent's rows (``timeline_records``) or an archived record's (``record_timeline``)."""
     entries: list[TimelineEntry] = []
-    for event in intent.audit_events.order_by("seq"):
+    for event in events:
         moved = f"{event.from_status or '·'} → {event.to_status}" if event.to_status else ""
         entries.append(
             TimelineEntry(
@@ -235,8 +261,7 @@ def timeline_records(intent: Intent) -> list[TimelineEntry]:
                 keys=_audit_keys(event),
             )
         )
-    for approval in intent.approvals.select_related("approver").order_by("created_at"):
-        username = approval.approver.get_username()
+    for approval, username in approvals:
         entries.append(
             TimelineEntry(
                 approval.created_at,
@@ -248,7 +273,7 @@ def timeline_records(intent: Intent) -> list[TimelineEntry]:
                 keys=(f"approval:user:{username}",),
             )
         )
-    for attempt in intent.attempts.order_by("attempt_no"):
+    for attempt in attempts:
         entries.append(
             TimelineEntry(
                 attempt.started_at,
@@ -270,7 +295,7 @@ def timeline_records(intent: Intent) -> list[TimelineEntry]:
                     keys=(f"attempt-end:{attempt.fence}",),
                 )
             )
-    for outcome in intent.outcomes.order_by("created_at"):
+    for outcome in outcomes:
         entries.append(
             TimelineEntry(
                 outcome.created_at,
@@ -281,15 +306,32 @@ def timeline_records(intent: Intent) -> list[TimelineEntry]:
                 keys=(f"outcome:{outcome.provider_reference}",) if outcome.provider_reference else (),
             )
         )
-    entries.extend(
-        _evidence_entry(evidence)
-        for evidence in Evidence.objects.filter(intent=intent).order_by("created_at", "id")
-    )
-    entries.extend(
-        _provider_event_entry(event)
-        for event in ProviderEvent.objects.filter(intent=intent).order_by("received_at", "id")
-    )
+    entries.extend(_evidence_entry(piece) for piece in evidence)
+    entries.extend(_provider_event_entry(event) for event in provider_events)
     return sorted(entries, key=lambda entry: entry.at)
+
+
+def record_timeline(record: dict[str, Any]) -> list[Line]:
+    """The timeline of an archived intent, from its record as read from its archive file
+    (docs/reference/archive-format.md): the same lines as ``intent_timeline`` gives a live
+    intent. An approver is named by username when the account still exists, else ``#<id>``."""
+    approvals = sorted(archived_rows(record, Approval), key=lambda approval: approval.created_at)
+    users = dict(
+        get_user_model()
+        .objects.filter(pk__in={approval.approver_id for approval in approvals})
+        .values_list("pk", "username")
+    )
+    entries = _entries_of(
+        events=archived_rows(record, AuditEvent),
+        approvals=(
+            (approval, users.get(approval.approver_id, f"#{approval.approver_id}")) for approval in approvals
+        ),
+        attempts=archived_rows(record, Attempt),
+        outcomes=archived_rows(record, Outcome),
+        evidence=archived_rows(record, Evidence),
+        provider_events=archived_rows(record, ProviderEvent),
+    )
+    return group_lookups(merge_steps(entries))
 
 
 def body_removed_note() -> str:

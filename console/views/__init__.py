@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from console.views.approvals import approval_approve, approval_detail, approval_reject, approvals_inbox
+from console.views.archive import archived_intent_detail
 from console.views.assignment import intent_assign_view
 from console.views.audit import audit_export, audit_export_jsonl, audit_log, audit_verify_view
 from console.views.auth import login_view
@@ -28,6 +29,7 @@ __all__ = [
     "approval_detail",
     "approval_reject",
     "approvals_inbox",
+    "archived_intent_detail",
     "audit_export",
     "audit_export_jsonl",
     "audit_log",

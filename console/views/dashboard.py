@@ -14,6 +14,7 @@ from console.permissions import console_role_required, on_every_tenant, reader_s
 from console.views.common import HtmxHttpRequest, page_or_partial
 from operations import selectors
 from operations.access.tenants import EVERY_TENANT
+from operations.archive.selectors import storage_sizes
 from operations.metrics import process_counters, render_metrics
 from operations.selectors import ledger_gauges
 from reconciliation.models import ProviderFinding
@@ -82,9 +83,10 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     """Whether execution runs (paused after the database went back in time; the fence epoch,
     the restore guard and the latest recovery runs), counts by state, approvals waiting, UNKNOWN by age, compensations, duplicate findings and
     held intents (likely duplicates among them) waiting for an operator, the oldest held age,
-    absorbed duplicates, provider findings (open per kind, and being compensated), stale fences, outbox backlog and the last hour's throughput; htmx
+    absorbed duplicates, provider findings (open per kind, and being compensated), stale fences, outbox backlog, the live database's size and the
+    archive's (issue 36) and the last hour's throughput; htmx
     refreshes the figures. Every figure counts the tenants the user may read; those that belong
-    to no tenant (counters, outbox, failover and recoveries) are shown to a role on every tenant
+    to no tenant (counters, outbox, failover and recoveries, storage) are shown to a role on every tenant
     only, except that execution is paused (it stops every tenant's intents)."""
     scope = reader_scope(request.user)
     every_tenant = on_every_tenant(request.user)
@@ -104,6 +106,7 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
         # Figures of no tenant (this machine's counters, the outbox, failover): every tenant only.
         "every_tenant": every_tenant,
         "counters": process_counters() if every_tenant else {},
+        "storage": storage_sizes() if every_tenant else None,
         "execution": selectors.execution_status(),
         "tenants": None if scope.every else sorted(scope.names),
         "throughput_svg": throughput_svg(minutes),

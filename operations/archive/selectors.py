@@ -4,14 +4,20 @@ read back from its segment file."""
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db.models import Q, QuerySet
+from django.db import connection, models
+from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import Now
 
 from operations.archive.files import ArchiveFileError, records_read_file
-from operations.models import ArchivedIntent
+from operations.archive.records import head_of
+from operations.audit.chain_checks import verify_export
+from operations.models import ArchivedIntent, ArchiveSegment
+
+ModelT = TypeVar("ModelT", bound=models.Model)
 
 
 def archived_for_key(*, tenant: str, principal: str, client_key: str) -> ArchivedIntent | None:
@@ -68,3 +74,80 @@ def archived_record(archived: ArchivedIntent) -> dict[str, Any]:
         if record.get("intent", {}).get("id") == wanted:
             return record
     raise ArchiveFileError(f"archive file {archived.segment.file_name} does not hold intent {wanted}")
+
+
+def archived_by_id(intent_id: uuid.UUID, *, tenants: list[str] | None = None) -> ArchivedIntent | None:
+    """The archived intent ``intent_id`` (state ``archived``) with its segment, of ``tenants``
+    only when given (None: every tenant); None when it is not archived or not theirs (the
+    console's tenant scope: another tenant's archived intent is as absent as a live one)."""
+    found = ArchivedIntent.objects.select_related("segment").filter(
+        intent_id=intent_id, state=ArchivedIntent.State.ARCHIVED
+    )
+    if tenants is not None:
+        found = found.filter(tenant__in=tenants)
+    return found.first()
+
+
+def archived_rows(record: dict[str, Any], model: type[ModelT]) -> list[ModelT]:
+    """The rows of ``model``'s table in ``record`` (its audit events for ``AuditEvent``) as
+    unsaved instances, in the file's order, for rendering only (never saved). Columns the model
+    no longer has are left out, and binary ones too (``to_jsonb`` wrote them as ``\\x`` hex)."""
+    table = model._meta.db_table
+    rows = record["audit_events"] if table == "operations_auditevent" else record["rows"].get(table, [])
+    fields = {
+        field.attname: field
+        for field in model._meta.concrete_fields
+        if not isinstance(field, models.BinaryField)
+    }
+    return [
+        model(**{name: fields[name].to_python(value) for name, value in row.items() if name in fields})
+        for row in rows
+    ]
+
+
+def archived_chain_problems(archived: ArchivedIntent, record: dict[str, Any]) -> list[str]:
+    """What is wrong with the audit chain of ``record`` as read from its file: each event's hash
+    against its content and its link to the one before, from seq 1
+    (``operations.audit.chain_checks.verify_export``), and its head against the head the index
+    kept when it was written (``head_seq``, ``head_hash``). Empty when the chain verifies. The
+    file against its signed manifest is ``verify_audit``'s (it reads the whole file)."""
+    events = record.get("audit_events") or []
+    problems = []
+    if events:
+        lines = (json.dumps(event, ensure_ascii=False, separators=(",", ":")) for event in events)
+        try:
+            report = verify_export(lines, complete=True)
+        except ValueError as exc:
+            return [f"the audit events in the file are not exported events: {exc}"]
+        problems += [f"event {event.event_id}: {event.problem}" for event in report.breaks]
+    seq, head = head_of(record)
+    if (seq, head) != (archived.head_seq, archived.head_hash):
+        problems.append(
+            f"the chain in the file ends at seq {seq} ({head[:12]}), the index recorded seq "
+            f"{archived.head_seq} ({archived.head_hash[:12]})"
+        )
+    return problems
+
+
+def storage_sizes() -> dict[str, int]:
+    """The live database's size and the archive's, for the dashboard; cheap whatever the size
+    of the ledger (no count over a big table).
+
+    ``live_bytes``: ``pg_database_size(current_database())``, every table, index and TOAST of
+    the database as PostgreSQL stats its files (no row read, no lock taken); ``archive_bytes``:
+    the compressed segment files (sum of ``ArchiveSegment.bytes``, as written); ``segments``;
+    ``archived_intents``: the records written to them (sum of ``ArchiveSegment.intents``, those
+    superseded since included). ``ArchiveSegment`` holds one row per file, so it is summed whole.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_database_size(current_database())")
+        (live_bytes,) = cursor.fetchone()
+    totals = ArchiveSegment.objects.aggregate(
+        archive_bytes=Sum("bytes"), segments=Count("id"), archived_intents=Sum("intents")
+    )
+    return {
+        "live_bytes": int(live_bytes),
+        "archive_bytes": int(totals["archive_bytes"] or 0),
+        "segments": int(totals["segments"]),
+        "archived_intents": int(totals["archived_intents"] or 0),
+    }

@@ -20,6 +20,7 @@ until it is placed in one of them.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +28,9 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from django.utils import timezone
 
-from operations.models import Attempt, Intent, WebhookDelivery
+from operations.models import ArchivedIntent, ArchiveSegment, Attempt, Intent, WebhookDelivery
 from operations.services import agent_callback_set, intent_cancel
 from reconciliation.models import (
     DuplicateFinding,
@@ -327,6 +329,36 @@ def _provider_events(client: Client, role: str, scope: str, own: World, other: W
     assert (rows["orphan"].event_id in body) == (scope == "every")
 
 
+def _archived(tenant: str, number: int) -> ArchivedIntent:
+    """An archived intent of ``tenant`` as the archive's index holds it (issue 36); its file is
+    not written, so its page shows the missing file by name (the archiver's own tests write
+    files: tests/console/test_archive_pages.py)."""
+    now = timezone.now()
+    segment = ArchiveSegment.objects.create(
+        number=number, period=now.date(), file_name=f"matrix/{tenant}.jsonl.gz", intents=1, events=1,
+        bytes=10, file_sha256="0" * 64, root="0" * 64, manifest={}, signature="0" * 128,
+    )  # fmt: skip
+    return ArchivedIntent.objects.create(
+        intent_id=uuid.uuid4(), segment=segment, state=ArchivedIntent.State.ARCHIVED, tenant=tenant,
+        principal="agent:agent-1", client_key=f"key-{tenant}", idempotency_key=f"ik-{tenant}",
+        reference=f"archived-{tenant}", action="payments.charge", status="SUCCEEDED", request_hash="0" * 64,
+        fingerprint_version=2, head_seq=1, head_hash="0" * 64, rows_digest="0" * 32, created_at=now,
+        settled_at=now, key_expires_at=now,
+    )  # fmt: skip
+
+
+def _archived_intent(client: Client, role: str, scope: str, own: World, other: World) -> None:
+    """An archived intent is read in its tenant's scope, its page and the search alike."""
+    ours, theirs = _archived(OWN, 1), _archived(OTHER, 2)
+    page = client.get(reverse("archived-intent", args=[ours.intent_id]))
+    assert page.status_code == 200 and ours.segment.file_name in page.content.decode()
+    expected = 200 if scope == "every" else 404
+    assert client.get(reverse("archived-intent", args=[theirs.intent_id])).status_code == expected
+    assert client.get(reverse("intent-detail", args=[theirs.intent_id])).status_code == expected
+    found = client.get(reverse("intents"), {"q": theirs.reference}).content.decode()
+    assert (theirs.segment.file_name in found) == (scope == "every")
+
+
 def _ids(world: World) -> list[str]:
     return [str(world.gated.id), str(world.unknown.id), str(world.held.id)]
 
@@ -350,6 +382,7 @@ CASES: dict[str, Check] = {
     "duplicate-resolve": _duplicate,
     "intents": _list_page("intents", _ids),
     "intent-detail": _detail("intent-detail", lambda w: w.gated),
+    "archived-intent": _archived_intent,
     "audit": _list_page("audit", _ids),
     "audit-export": _list_page("audit-export", _ids),
     "audit-export-jsonl": _list_page("audit-export-jsonl", _ids),
