@@ -43,6 +43,19 @@ class ArchivedIntentSerializer(IntentDetailSerializer):
         record: dict[str, Any] = self.context["record"]
         return record
 
+    def held_behind_principal(self, instance: Intent) -> str | None:
+        """The earlier intent may be live or archived too."""
+        if instance.held_behind_id is None:
+            return None
+        live = Intent.objects.filter(id=instance.held_behind_id).values_list("principal", flat=True).first()
+        if live is not None:
+            return live
+        return (
+            ArchivedIntent.objects.filter(intent_id=instance.held_behind_id)
+            .values_list("principal", flat=True)
+            .first()
+        )
+
     def get_outcome(self, intent: Intent) -> dict[str, Any] | None:
         from operations.archive.records import outcomes_of  # the record's rows as models
 

@@ -120,11 +120,8 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
         agent = self.context.get("agent")
         if agent is not None and data.get("held_behind") is not None:
             principal = agent_sees_principal(agent)
-            if (
-                principal is not None
-                and instance.held_behind is not None
-                and instance.held_behind.principal != principal
-            ):
+            earlier = self.held_behind_principal(instance)
+            if principal is not None and earlier is not None and earlier != principal:
                 data["held_behind"] = None
                 if data.get("likely_duplicate"):
                     data["likely_duplicate"] = {
@@ -133,6 +130,10 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
                         "reason": OTHERS_DUPLICATE,
                     }
         return data
+
+    def held_behind_principal(self, instance: Intent) -> str | None:
+        """The principal of the intent ``instance`` is held behind (None: none)."""
+        return instance.held_behind.principal if instance.held_behind is not None else None
 
     class Meta:
         model = Intent

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import connection
@@ -110,24 +110,46 @@ def intent_of(record: dict[str, Any]) -> Intent:
     return Intent(**{name: fields[name].to_python(value) for name, value in row.items() if name in fields})
 
 
-#: The audit events a replay's answer is made of: the newest decision a person made
-#: (``operations.selectors.intent_latest_decision``) and the newest likely-duplicate finding
-#: (``intent_likely_duplicate``) are among them.
-def _answers_event(event: dict[str, Any]) -> bool:
-    if event["event"] == "likely_duplicate":
-        return True
-    return bool(event["actor"].startswith("user:") and event["to_status"])
+#: The intent's columns the API's answer shows or decides by (``IntentDetailSerializer``): the
+#: rest of the row (its policy snapshot, leases, schedules) stays in the file only.
+ANSWER_COLUMNS = (
+    "id", "tenant", "principal", "action", "action_version", "arguments", "request_hash",
+    "fingerprint_version", "reference", "metadata", "status", "held_behind_id", "hold_reason",
+    "escalated_at", "attempt_count", "approval_expires_at", "last_error", "created_at", "updated_at",
+)  # fmt: skip
+#: The outcome's columns the answer shows (``OutcomeSerializer``) and orders by.
+ANSWER_OUTCOME_COLUMNS = ("id", "source", "provider_reference", "response_digest", "created_at")
+ANSWER_EVENT_COLUMNS = ("seq", "event", "from_status", "to_status", "actor", "reason", "data", "created_at")
+
+
+def _last(rows: list[dict[str, Any]], keep: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+    kept = [row for row in rows if keep(row)]
+    return kept[-1:]
 
 
 def answer_record(record: dict[str, Any]) -> dict[str, Any]:
     """What the API's answer for the archived intent is made of, kept in its ``ArchivedIntent``
-    row (``answer``) so a replay needs no file: the record cut to its intent row, its outcomes
-    and the audit events that answer says something about (``operations.api.archived``
-    renders it)."""
+    row (``answer``) so a replay needs no file, and small (a few hundred bytes): the intent's
+    ``ANSWER_COLUMNS``, its newest outcome, and the two audit events the answer can show, the
+    newest likely-duplicate finding (``intent_likely_duplicate``) and the newest decision a
+    person made (``intent_latest_decision``). ``operations.api.archived`` renders it."""
+    events = record["audit_events"]
+    outcomes = sorted(
+        record["rows"].get(Outcome._meta.db_table, []), key=lambda row: (row["created_at"], row["id"])
+    )
+    chosen = _last(events, lambda event: event["event"] == "likely_duplicate") + _last(
+        events, lambda event: bool(event["actor"].startswith("user:") and event["to_status"])
+    )
     return {
-        "intent": record["intent"],
-        "audit_events": [event for event in record["audit_events"] if _answers_event(event)],
-        "rows": {table: rows for table, rows in record["rows"].items() if table == Outcome._meta.db_table},
+        "intent": {name: record["intent"][name] for name in ANSWER_COLUMNS if name in record["intent"]},
+        "audit_events": sorted(
+            ({name: event[name] for name in ANSWER_EVENT_COLUMNS} for event in chosen), key=lambda e: e["seq"]
+        ),
+        "rows": {
+            Outcome._meta.db_table: [
+                {name: row[name] for name in ANSWER_OUTCOME_COLUMNS} for row in outcomes[-1:]
+            ]
+        },
     }
 
 
