@@ -78,9 +78,10 @@ def cancelled(count: int) -> list[Intent]:
 
 
 def settled_on(intents: list[Intent], days_ago: int) -> None:
-    """Date the intents' settlement ``days_ago`` days back, at noon UTC (one segment per day)."""
+    """Date the intents' submission and settlement ``days_ago`` days back, at noon UTC (a segment
+    holds one day of submissions)."""
     noon = (timezone.now() - timedelta(days=days_ago)).replace(hour=12, minute=0, second=0, microsecond=0)
-    Intent.objects.filter(id__in=[i.id for i in intents]).update(updated_at=noon)
+    Intent.objects.filter(id__in=[i.id for i in intents]).update(created_at=noon, updated_at=noon)
 
 
 def archive() -> None:
