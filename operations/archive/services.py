@@ -15,12 +15,14 @@ One run, under the ``archive`` lease (one archiver at a time, on any host):
    them and mark them ``archived`` in the same transaction; one that changed is ``superseded``
    and kept. A kill at any point loses nothing: before the segment's commit its intents are
    all live and unindexed; after it, each batch is deleted and marked together or not at all.
-5. Repeat 3-4 until nothing is due; renew the lease between steps (lost: stop).
+5. Repeat 3-4 until nothing is due. A thread renews the lease all along; when a renewal finds it
+   lost (taken over after it lapsed), the run stops at its next step.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,7 +31,7 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 
 from operations.archive import files
 from operations.archive.eligibility import CUTOFF, ELIGIBLE, SETTLED_AND_FREE, due_params
@@ -57,10 +59,10 @@ from operations.services.leases import HeldLease, lease_release, lease_renew, le
 
 #: The lease one archiver holds for its run (``operations.services.leases``).
 ARCHIVE_LEASE = "archive"
-#: Seconds the lease lasts without renewal; renewed after each segment is written and after each
-#: delete batch. Writing one segment (``ARCHIVE_SEGMENT_INTENTS``, 50,000 by default: about a
-#: minute here) happens in one read-only snapshot and must end within it.
-LEASE_SECONDS = 900.0
+#: Seconds the lease lasts without renewal. A thread renews it every third of that while the run
+#: lasts (its own database connection: the run's may be inside a long read-only snapshot), so a
+#: run killed with ``kill -9`` holds it at most this long, and the next run may start then.
+LEASE_SECONDS = 60.0
 #: Intents read from the database per statement group while a segment is written.
 READ_CHUNK = 500
 
@@ -268,7 +270,10 @@ LOCKED_TRIES, LOCKED_WAIT_SECONDS = 5, 0.5
 
 
 def _finish_segment(
-    segment: ArchiveSegment, report: ArchiveReport, renew: Callable[[], None], progress: Callable[[str], None]
+    segment: ArchiveSegment,
+    report: ArchiveReport,
+    check_lease: Callable[[], None],
+    progress: Callable[[str], None],
 ) -> None:
     """Step 4 of the module docstring for every pending intent of ``segment``; marks it
     ``complete`` when none is left (a run leaves it ``written`` when some stay locked)."""
@@ -278,7 +283,7 @@ def _finish_segment(
         archived, superseded = _delete_batch(segment, batch)
         report.intents_archived += archived
         report.superseded += superseded
-        renew()
+        check_lease()
         if archived or superseded:
             pending = segment.archived_intents.filter(state=ArchivedIntent.State.PENDING).count()
             progress(
@@ -324,7 +329,9 @@ def archive_run(
     lease = lease_try_acquire(name=ARCHIVE_LEASE, ttl_seconds=LEASE_SECONDS)
     if lease is None:
         raise ArchiveBusyError("another archiver holds the archive lease: one run at a time")
-    renew = _renewer(lease)
+    keeper = _LeaseKeeper(lease)
+    keeper.start()
+    check_lease = keeper.check
     report = ArchiveReport()
     try:
         committed = set(ArchiveSegment.objects.values_list("file_name", flat=True))
@@ -333,27 +340,48 @@ def archive_run(
         for name in report.set_aside:
             say(f"set aside {name}: left by a run that stopped before its segment was committed")
         for segment in ArchiveSegment.objects.filter(state=ArchiveSegment.State.WRITTEN).order_by("number"):
-            _finish_segment(segment, report, renew, say)
+            _finish_segment(segment, report, check_lease, say)
         while max_segments is None or report.segments < max_segments:
             due = _due(before)
             if due is None:
                 break
             day, ids = due
             segment = _write_segment(day, ids)
-            renew()
+            check_lease()
             report.segments += 1
             report.bytes_written += segment.bytes
             say(f"segment {segment.number}: wrote {segment.intents} intents of {day} to {segment.file_name}")
-            _finish_segment(segment, report, renew, say)
+            _finish_segment(segment, report, check_lease, say)
     finally:
+        keeper.stop()
         with contextlib.suppress(Exception):
             lease_release(lease)
     return report
 
 
-def _renewer(lease: HeldLease) -> Callable[[], None]:
-    def renew() -> None:
-        if not lease_renew(lease, ttl_seconds=LEASE_SECONDS):
+class _LeaseKeeper(threading.Thread):
+    """Renews the run's lease every ``LEASE_SECONDS / 3`` on its own connection until stopped;
+    ``check()`` (called by the run between steps) raises once a renewal found it lost."""
+
+    def __init__(self, lease: HeldLease) -> None:
+        super().__init__(name="archive-lease", daemon=True)
+        self.lease, self.lost, self.stopping = lease, False, threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stopping.wait(LEASE_SECONDS / 3):
+                if not lease_renew(self.lease, ttl_seconds=LEASE_SECONDS):
+                    self.lost = True
+                    return
+        except DatabaseError:
+            self.lost = True  # unreachable for a whole period: another run may take over
+        finally:
+            connection.close()
+
+    def check(self) -> None:
+        if self.lost:
             raise ArchiveLeaseLostError("the archive lease expired and was taken over: this run stopped")
 
-    return renew
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join()

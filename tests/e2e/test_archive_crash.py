@@ -152,7 +152,7 @@ def archiver_sessions() -> int:
 
 
 def lease_expired() -> None:
-    """Stand for the wait until a killed archiver's lease expires (``LEASE_SECONDS``, 15 minutes):
+    """Stand for the wait until a killed archiver's lease expires (``LEASE_SECONDS``, 60 s):
     the lease row is moved into the past, nothing else."""
     with connection.cursor() as cursor:
         cursor.execute(

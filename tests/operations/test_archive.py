@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -408,3 +409,61 @@ def test_c29_a_retry_racing_the_deletion_of_its_archived_intent_replays_and_neve
     (result,) = results
     assert result.created is False and result.archived is not None
     assert str(result.intent.id) == str(intent.id) and not Intent.objects.exists()
+
+
+def test_i36_a_run_whose_lease_was_taken_over_stops_at_its_next_step(sandbox: Any, monkeypatch: Any) -> None:
+    """The lease is renewed by a thread while the run lasts; one that lapsed and was taken over
+    (this run stalled longer than the lease) stops the run before it deletes anything more."""
+    from operations.archive import services
+    from operations.archive.services import ArchiveLeaseLostError
+
+    intents = [executed(submit()) for _ in range(2)]
+    aged(*intents)
+    monkeypatch.setattr(services, "LEASE_SECONDS", 0.6)
+    write = services._write_segment
+
+    def stalled(*args: Any, **kwargs: Any) -> Any:
+        segment = write(*args, **kwargs)
+        with connection.cursor() as cursor:  # another archiver took the lapsed lease over
+            cursor.execute("UPDATE operations_lease SET holder = 'another' WHERE name = 'archive'")
+        time.sleep(0.5)  # the keeper's next renewal finds it gone
+        return segment
+
+    monkeypatch.setattr(services, "_write_segment", stalled)
+    with pytest.raises(ArchiveLeaseLostError):
+        run()
+    # the segment was committed; none of its intents was deleted by the run that lost the lease
+    assert ArchivedIntent.objects.filter(state=ArchivedIntent.State.PENDING).count() == 2
+    assert all(Intent.objects.filter(id=intent.id).exists() for intent in intents)
+
+
+def test_i36_a_long_step_keeps_the_lease_and_a_second_archiver_waits(sandbox: Any, monkeypatch: Any) -> None:
+    """A segment write longer than the lease does not let a second archiver in: the keeper thread
+    renews it meanwhile (and a run killed outright holds it only ``LEASE_SECONDS``)."""
+    import threading
+
+    from operations.archive import services
+
+    intents = [executed(submit()) for _ in range(2)]
+    aged(*intents)
+    monkeypatch.setattr(services, "LEASE_SECONDS", 0.6)
+    write = services._write_segment
+    second: list[Any] = []
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(1.5)  # longer than the lease
+
+        def other_host() -> None:
+            try:
+                second.append(lease_try_acquire(name="archive", ttl_seconds=30))
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=other_host)
+        thread.start()
+        thread.join()
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(services, "_write_segment", slow)
+    report = run()
+    assert second == [None] and report.intents_archived == 2
