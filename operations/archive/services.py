@@ -93,20 +93,27 @@ def _due(before: datetime) -> tuple[date, list[uuid.UUID]] | None:
     intents due, and up to ``ARCHIVE_SEGMENT_INTENTS`` of them. One statement, walking the
     intents from the oldest on the ``intent_created`` index (an intent settles after it was
     submitted: every one due was submitted before the cutoff), so each segment costs a range of
-    that index, never a scan and sort of the table."""
-    params = due_params(before)
+    that index (the oldest due one, then its day), never a scan and sort of the table."""
+    params = {**due_params(before), "limit": int(settings.EFFECT_LEDGER["ARCHIVE_SEGMENT_INTENTS"])}
+    due = f"i.updated_at < {CUTOFF} AND {ELIGIBLE}"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT i.id, (i.created_at AT TIME ZONE 'UTC')::date FROM {Intent._meta.db_table} i "
-            f"WHERE i.created_at < %(before)s AND i.updated_at < {CUTOFF} AND {ELIGIBLE} "
-            "ORDER BY i.created_at, i.id DESC LIMIT %(limit)s",
-            {**params, "limit": int(settings.EFFECT_LEDGER["ARCHIVE_SEGMENT_INTENTS"])},
+            f"SELECT (i.created_at AT TIME ZONE 'UTC')::date FROM {Intent._meta.db_table} i "
+            f"WHERE i.created_at < %(before)s AND {due} ORDER BY i.created_at, i.id DESC LIMIT 1",
+            params,
         )
-        rows = cursor.fetchall()
-    if not rows:
-        return None
-    day = rows[0][1]
-    return day, [intent_id for intent_id, submitted in rows if submitted == day]
+        first = cursor.fetchone()
+        if first is None:
+            return None
+        (day,) = first
+        cursor.execute(
+            f"SELECT i.id FROM {Intent._meta.db_table} i "
+            "WHERE i.created_at >= %(day)s::timestamp AT TIME ZONE 'UTC' "
+            "AND i.created_at < LEAST(%(before)s, (%(day)s::date + 1)::timestamp AT TIME ZONE 'UTC') "
+            f"AND {due} ORDER BY i.created_at, i.id DESC LIMIT %(limit)s",
+            {**params, "day": day},
+        )
+        return day, [intent_id for (intent_id,) in cursor.fetchall()]
 
 
 class _Segment:
