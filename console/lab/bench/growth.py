@@ -216,6 +216,22 @@ def _vacuum_analyze(dsn: str) -> float:
     return round(time.perf_counter() - began, 1)
 
 
+def _compacted(dsn: str) -> dict[str, Any]:
+    """``VACUUM FULL`` every ledger table (each rewritten without its dead rows: what the live
+    rows take), then their total bytes, of which the archive's index in the database."""
+    began = time.perf_counter()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in table_sizes(dsn):
+            conn.execute(f'VACUUM (FULL, ANALYZE) "{table}"')
+    sizes = table_sizes(dsn)
+    index = ("operations_archivedintent", "operations_archivesegment")
+    return {
+        "ledger_table_bytes": sum(size["total"] for size in sizes.values()),
+        "archive_index_bytes": sum(sizes.get(table, {}).get("total", 0) for table in index),
+        "seconds": round(time.perf_counter() - began, 1),
+    }
+
+
 def archive_growth(dsn: str, *, rows: int, unknown: int, repeat: int, token: str, log: Log,
                    now: datetime | None = None) -> dict[str, Any]:  # fmt: skip
     """Load ``rows`` intents into the empty ledger at ``dsn``: ``ARCHIVED_SHARE`` of them settled
@@ -226,8 +242,9 @@ def archive_growth(dsn: str, *, rows: int, unknown: int, repeat: int, token: str
     ``operations.archive.services.archive_run``, ``VACUUM (ANALYZE)``, and time them again.
 
     Returns ``load``, ``cutoff``, ``before`` and ``after`` (``pages``, ``database_bytes``,
-    ``intent_rows``, ``ledger_table_bytes``), ``archive`` (the archiver's report and the
-    archive's bytes on disk). When the archiver is not built yet, ``archiver`` says so and
+    ``intent_rows``, ``ledger_table_bytes``), ``compacted`` (the ledger's tables after ``VACUUM
+    FULL``, of them the archive index), ``archive`` (the archiver's report and the archive's
+    bytes on disk). When the archiver is not built yet, ``archiver`` says so and
     ``after`` and ``archive`` are None.
 
     Raises:
@@ -273,6 +290,8 @@ def archive_growth(dsn: str, *, rows: int, unknown: int, repeat: int, token: str
     log(f"archive: {report.intents_archived:,} intents archived in {seconds:.0f} s, VACUUM (ANALYZE) {vacuum:.0f} s;"
         " timing again")  # fmt: skip
     result["after"] = _measure(dsn, token=token, intent_id=intent_id, reference=reference, repeat=repeat)
+    log("archive: VACUUM FULL of the ledger's tables, to size what the live rows take")
+    result["compacted"] = _compacted(dsn)
     result["archive"] = {
         "intents_archived": report.intents_archived,
         "segments": report.segments,

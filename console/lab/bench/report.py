@@ -200,6 +200,11 @@ def render_growth(r: dict[str, Any], command: str) -> str:
                  ("live database (pg_database_size)", _mb(before["database_bytes"]),
                   _mb(after["database_bytes"]) if after else ""),
                  ("archive on disk", "", _mb(archive["bytes_on_disk"]) if archive else "")]  # fmt: skip
+        compacted = a.get("compacted")
+        if compacted:
+            sizes += [("ledger tables after VACUUM FULL", "", _mb(compacted["ledger_table_bytes"])),
+                      ("of which the archive index (operations_archivedintent, _archivesegment)", "",
+                       _mb(compacted["archive_index_bytes"]))]  # fmt: skip
         lines += [
             "",
             "| size | before | after |",
@@ -207,6 +212,8 @@ def render_growth(r: dict[str, Any], command: str) -> str:
             *(f"| {name} | {was} | {now} |" for name, was, now in sizes),
             "",
             "VACUUM (not FULL) makes the deleted rows' space reusable by new rows; it does not give it back to"
-            " the file system, so the files keep their size until new intents fill it.",
+            " the file system, so the files keep their size until new intents fill it (and the archive index's"
+            " rows, updated once from pending to archived, leave a dead version each until then). The last rows"
+            " are after VACUUM FULL, once the timings were taken: what the live rows take.",
         ]
     return "\n".join(lines) + "\n"
