@@ -11,14 +11,9 @@ from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter
 
-from operations.api.intent_representation import (
-    OUTCOME_STATUSES,
-    IntentDetailSerializer,
-    LikelyDuplicateSerializer,
-    OutcomeSerializer,
-    ResolutionSerializer,
-)
-from operations.models import ArchivedIntent, AuditEvent, Intent
+from operations.api.intent_representation import IntentDetailSerializer
+from operations.models import ArchivedIntent, AuditEvent, Intent, Outcome
+from operations.selectors.intents import may_be_likely_duplicate
 
 
 def _event(row: dict[str, Any]) -> AuditEvent:
@@ -56,40 +51,25 @@ class ArchivedIntentSerializer(IntentDetailSerializer):
             .first()
         )
 
-    def get_outcome(self, intent: Intent) -> dict[str, Any] | None:
+    def latest_outcome(self, intent: Intent) -> Outcome | None:
         from operations.archive.records import outcomes_of  # the record's rows as models
 
-        if intent.status not in OUTCOME_STATUSES:
-            return None
         outcomes = sorted(outcomes_of(self._record()), key=lambda outcome: (outcome.created_at, outcome.id))
-        return OutcomeSerializer(outcomes[-1]).data if outcomes else None
+        return outcomes[-1] if outcomes else None
 
-    def get_likely_duplicate(self, intent: Intent) -> dict[str, Any] | None:
-        if intent.held_behind_id is None or intent.hold_reason:
-            return None
-        held_for_a_person = intent.status == Intent.Status.HELD and intent.escalated_at is not None
-        if not (held_for_a_person or intent.status == Intent.Status.REJECTED):
+    def likely_duplicate_event(self, intent: Intent) -> AuditEvent | None:
+        if not may_be_likely_duplicate(intent):
             return None
         rows = [row for row in self._record()["audit_events"] if row["event"] == "likely_duplicate"]
-        if not rows:
-            return None
-        event = _event(rows[-1])
-        earlier = event.data.get("earlier") if isinstance(event.data, dict) else None
-        return LikelyDuplicateSerializer(
-            {
-                "earlier_intent": earlier or intent.held_behind_id,
-                "reason": event.reason,
-                "at": event.created_at,
-            }
-        ).data
+        return _event(rows[-1]) if rows else None
 
-    def get_resolution(self, intent: Intent) -> dict[str, Any] | None:
+    def latest_decision(self, intent: Intent) -> AuditEvent | None:
         rows = [
             row
             for row in self._record()["audit_events"]
-            if row["actor"].startswith("user:") and row["to_status"] != ""
+            if row["actor"].startswith("user:") and row["to_status"]
         ]
-        return ResolutionSerializer(_event(rows[-1])).data if rows else None
+        return _event(rows[-1]) if rows else None
 
 
 def archived_representation(archived: ArchivedIntent, context: dict[str, Any]) -> dict[str, Any]:

@@ -164,13 +164,21 @@ class IntentSerializer(serializers.ModelSerializer[Intent]):
     def get_outcome(self, intent: Intent) -> dict[str, Any] | None:
         if intent.status not in OUTCOME_STATUSES:  # outcomes are written only with these
             return None
-        outcome = intent_latest_outcome(intent)
+        outcome = self.latest_outcome(intent)
         return OutcomeSerializer(outcome).data if outcome else None
+
+    def latest_outcome(self, intent: Intent) -> Outcome | None:
+        """The outcome the answer shows (``intent_latest_outcome``)."""
+        return intent_latest_outcome(intent)
+
+    def likely_duplicate_event(self, intent: Intent) -> AuditEvent | None:
+        """The event ``likely_duplicate`` shows (``intent_likely_duplicate``)."""
+        return intent_likely_duplicate(intent)
 
     @extend_schema_field(LikelyDuplicateSerializer(allow_null=True))
     def get_likely_duplicate(self, intent: Intent) -> dict[str, Any] | None:
-        """The reason of its ``likely_duplicate`` audit event (``intent_likely_duplicate``)."""
-        event = intent_likely_duplicate(intent)
+        """The reason of its ``likely_duplicate`` audit event (``likely_duplicate_event``)."""
+        event = self.likely_duplicate_event(intent)
         if event is None:
             return None
         earlier = event.data.get("earlier") if isinstance(event.data, dict) else None
@@ -216,5 +224,9 @@ class IntentDetailSerializer(IntentSerializer):
     def get_resolution(self, intent: Intent) -> dict[str, Any] | None:
         """The newest approval, rejection, operator resolution, release or cancel by a person
         (``intent_latest_decision``); null when no person decided anything on it."""
-        event = intent_latest_decision(intent)
+        event = self.latest_decision(intent)
         return ResolutionSerializer(event).data if event else None
+
+    def latest_decision(self, intent: Intent) -> AuditEvent | None:
+        """The decision ``resolution`` shows (``intent_latest_decision``)."""
+        return intent_latest_decision(intent)

@@ -14,7 +14,7 @@ import gzip
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import date
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -66,6 +66,34 @@ class _HashingWriter:
         self.target.flush()
 
 
+def _write_once(name: str, what: str, write: Callable[[BinaryIO], object]) -> None:
+    """Create the file ``name`` (relative to the archive directory) whole or not at all: ``write``
+    fills ``<name>.partial``, which is flushed, fsynced and renamed, and the directory fsynced.
+
+    Raises:
+        ArchiveFileError: it exists already (an archive file is never overwritten) or cannot be
+            written (the ``.partial`` is removed).
+    """
+    path = archive_dir() / name
+    partial = path.with_name(path.name + PARTIAL)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            raise ArchiveFileError(
+                f"archive {what} {name} exists already: an archive file is never overwritten"
+            )
+        with open(partial, "wb") as raw:
+            write(raw)
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(partial, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        raise ArchiveFileError(f"cannot write archive {what} {name}: {exc.strerror or exc}") from exc
+
+
 def records_write(name: str, lines: Iterable[dict[str, Any]]) -> tuple[str, int]:
     """Write ``lines`` (JSON objects) as the gzip-compressed JSON Lines file ``name`` (relative
     to the archive directory), durably; returns (sha256 hex, bytes) of the compressed file.
@@ -74,29 +102,18 @@ def records_write(name: str, lines: Iterable[dict[str, Any]]) -> tuple[str, int]
         ArchiveFileError: it exists already (an archive file is never overwritten) or cannot be
             written.
     """
-    path = archive_dir() / name
-    partial = path.with_name(path.name + PARTIAL)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
-            raise ArchiveFileError(
-                f"archive file {name} exists already: an archive file is never overwritten"
-            )
-        with open(partial, "wb") as raw:
-            sink = _HashingWriter(raw)
-            with gzip.GzipFile(fileobj=sink, mode="wb", mtime=0) as compressed:
-                for line in lines:
-                    compressed.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode())
-                    compressed.write(b"\n")
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(partial, path)
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            partial.unlink()
-        raise ArchiveFileError(f"cannot write archive file {name}: {exc.strerror or exc}") from exc
-    return sink.sha256.hexdigest(), sink.bytes
+    hashing: list[_HashingWriter] = []
+
+    def write(raw: BinaryIO) -> None:
+        sink = _HashingWriter(raw)
+        hashing.append(sink)
+        with gzip.GzipFile(fileobj=sink, mode="wb", mtime=0) as compressed:
+            for line in lines:
+                compressed.write(json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode())
+                compressed.write(b"\n")
+
+    _write_once(name, "file", write)
+    return hashing[0].sha256.hexdigest(), hashing[0].bytes
 
 
 def manifest_write(name: str, manifest: dict[str, Any]) -> None:
@@ -105,23 +122,8 @@ def manifest_write(name: str, manifest: dict[str, Any]) -> None:
     Raises:
         ArchiveFileError: it exists already or cannot be written.
     """
-    path = archive_dir() / name
-    partial = path.with_name(path.name + PARTIAL)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists():
-            raise ArchiveFileError(f"archive manifest {name} exists already: it is never overwritten")
-        with open(partial, "w", encoding="utf-8") as handle:
-            json.dump(manifest, handle, ensure_ascii=False, indent=1)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(partial, path)
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            partial.unlink()
-        raise ArchiveFileError(f"cannot write archive manifest {name}: {exc.strerror or exc}") from exc
+    document = json.dumps(manifest, ensure_ascii=False, indent=1) + "\n"
+    _write_once(name, "manifest", lambda raw: raw.write(document.encode()))
 
 
 def records_read_file(name: str) -> Iterator[dict[str, Any]]:

@@ -96,12 +96,19 @@ def intent_likely_duplicate(intent: Intent) -> AuditEvent | None:
     Read only for an intent that can have one (HELD and escalated behind an earlier intent, or
     REJECTED after being held), so the representation of every other intent, the happy path's
     included, costs no query."""
-    if intent.held_behind_id is None or intent.hold_reason:
-        return None
-    held_for_a_person = intent.status == Intent.Status.HELD and intent.escalated_at is not None
-    if not (held_for_a_person or intent.status == Intent.Status.REJECTED):
+    if not may_be_likely_duplicate(intent):
         return None
     return intent.audit_events.filter(event="likely_duplicate").order_by("-seq").first()
+
+
+def may_be_likely_duplicate(intent: Intent) -> bool:
+    """Whether ``intent`` can have a ``likely_duplicate`` event: held behind an earlier intent
+    for its business action (not for a person's other reason), and HELD for a person or
+    REJECTED by the policy."""
+    if intent.held_behind_id is None or intent.hold_reason:
+        return False
+    held_for_a_person = intent.status == Intent.Status.HELD and intent.escalated_at is not None
+    return held_for_a_person or intent.status == Intent.Status.REJECTED
 
 
 def approvals_inbox(*, scope: TenantScope, filters: ListFilters | None = None) -> QuerySet[Intent]:
