@@ -467,3 +467,101 @@ def test_i36_a_long_step_keeps_the_lease_and_a_second_archiver_waits(sandbox: An
     monkeypatch.setattr(services, "_write_segment", slow)
     report = run()
     assert second == [None] and report.intents_archived == 2
+
+
+# --- settings, the check, the periodic job ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("environ", "message"),
+    [
+        (
+            {"EFFECT_LEDGER_INTENT_RETENTION_DAYS": "0"},
+            "EFFECT_LEDGER_INTENT_RETENTION_DAYS must be at least 1",
+        ),
+        (
+            {"EFFECT_LEDGER_INTENT_RETENTION_DAYS": "nan"},
+            "EFFECT_LEDGER_INTENT_RETENTION_DAYS must be a finite",
+        ),
+        ({"EFFECT_LEDGER_KEY_RETENTION_DAYS": "-1"}, "EFFECT_LEDGER_KEY_RETENTION_DAYS must be at least 1"),
+        (
+            {"EFFECT_LEDGER_TENANT_RETENTION_DAYS": "[1]"},
+            "EFFECT_LEDGER_TENANT_RETENTION_DAYS must be a JSON object",
+        ),
+        (
+            {"EFFECT_LEDGER_TENANT_RETENTION_DAYS": "{acme: 3"},
+            "EFFECT_LEDGER_TENANT_RETENTION_DAYS must be a JSON",
+        ),
+        ({"EFFECT_LEDGER_TENANT_RETENTION_DAYS": '{"acme": 0}'}, "tenant 'acme' needs days from 1"),
+        ({"EFFECT_LEDGER_TENANT_RETENTION_DAYS": '{"acme": true}'}, "tenant 'acme' needs days from 1"),
+        (
+            {"EFFECT_LEDGER_ARCHIVE_PERIOD_SECONDS": "0"},
+            "EFFECT_LEDGER_ARCHIVE_PERIOD_SECONDS must be at least",
+        ),
+        (
+            {"EFFECT_LEDGER_ARCHIVE_DELETE_BATCH": "0"},
+            "EFFECT_LEDGER_ARCHIVE_DELETE_BATCH must be at least 1",
+        ),
+        (
+            {"EFFECT_LEDGER_ARCHIVE_SEGMENT_INTENTS": "x"},
+            "EFFECT_LEDGER_ARCHIVE_SEGMENT_INTENTS must be an integer",
+        ),
+    ],
+)
+def test_i36_bad_archive_settings_stop_the_process_at_start_up(environ: dict[str, str], message: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    child = subprocess.run(  # noqa: S603 - this interpreter, fixed code
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=settings.BASE_DIR,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings", **environ},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode != 0 and message in child.stderr, child.stderr[-500:]
+
+
+def test_i36_a_key_retention_shorter_than_an_intent_retention_is_refused_by_check(settings: Any) -> None:
+    from operations.checks import retention_check
+
+    assert retention_check() == []
+    settings.EFFECT_LEDGER = {
+        **settings.EFFECT_LEDGER,
+        "KEY_RETENTION_DAYS": 100.0,
+        "TENANT_RETENTION_DAYS": {"acme": 365.0},
+    }
+    (error,) = retention_check()
+    assert (
+        error.id == "operations.E007" and "shorter than the longest intent retention (365 days)" in error.msg
+    )
+
+
+def test_i36_the_beat_runs_the_archive_once_per_period(sandbox: Any) -> None:
+    from console.celery import app
+    from operations import tasks
+    from operations.models import PeriodicJobRun
+
+    entry = app.conf.beat_schedule["archive"]
+    assert entry["task"] == "operations.archive" and entry["kwargs"] == {"claim_period": 3600.0}
+    intent = executed(submit())
+    aged(intent)
+    # the first beat of the period archives; a second beat's run of the same period does nothing
+    assert tasks.archive(claim_period=3600)["archived"] == 1
+    assert PeriodicJobRun.objects.get(name="operations.archive").last_error == ""
+    other = executed(submit())
+    aged(other)
+    assert tasks.archive(claim_period=3600) == {}
+    assert Intent.objects.filter(id=other.id).exists()
+    # a run another archiver holds the lease for is not an error
+    lease = lease_try_acquire(name="archive", ttl_seconds=30)
+    assert lease is not None
+    try:
+        assert tasks.archive() == {"busy": 1}
+    finally:
+        lease_release(lease)
