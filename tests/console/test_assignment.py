@@ -29,6 +29,13 @@ pytestmark = pytest.mark.django_db
 S = Intent.Status
 
 
+@pytest.fixture(autouse=True)
+def no_provider(settings: Any) -> None:
+    """No sandbox provider answers here (a closed port): the lookups a resolution makes find
+    nothing to say, whatever else runs on this machine's default sandbox port."""
+    settings.SANDBOX_PROVIDER_URL = "http://127.0.0.1:9"
+
+
 @pytest.fixture
 def otto(db: Any) -> Any:
     return UserFactory(username="otto", groups=["operator"])
