@@ -162,8 +162,9 @@ class _Segment:
         )
 
 
-def _write_segment(day: date, ids: list[uuid.UUID]) -> ArchiveSegment:
-    """Step 3 of the module docstring: the files of the next segment, then its rows."""
+def _write_segment(day: date, ids: list[uuid.UUID]) -> ArchiveSegment | None:
+    """Step 3 of the module docstring: the files of the next segment, then its rows; None when
+    none of ``ids`` is eligible any more in the snapshot it is written from."""
     private_key = signing_key_load()
     previous = ArchiveSegment.objects.order_by("-number").first()
     number = previous.number + 1 if previous else 1
@@ -176,6 +177,15 @@ def _write_segment(day: date, ids: list[uuid.UUID]) -> ArchiveSegment:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             cursor.execute("SELECT statement_timestamp()")
             (now,) = cursor.fetchone()
+            # In this snapshot, what is still eligible (one may have changed since it was chosen).
+            cursor.execute(
+                f"SELECT i.id FROM {Intent._meta.db_table} i WHERE i.id = ANY(%(ids)s) AND {ELIGIBLE} "
+                "ORDER BY i.created_at, i.id DESC",
+                {**due_params(now), "ids": ids},
+            )
+            ids = [intent_id for (intent_id,) in cursor.fetchall()]
+        if not ids:
+            return None
         sha256, size = files.records_write(data_name, segment.records(ids))
         checkpoint = checkpoint_latest()
     manifest = manifest_build(
@@ -346,8 +356,8 @@ def archive_run(
         report.set_aside = files.files_set_aside(committed)
         for name in report.set_aside:
             say(f"set aside {name}: left by a run that stopped before its segment was committed")
-        for segment in ArchiveSegment.objects.filter(state=ArchiveSegment.State.WRITTEN).order_by("number"):
-            _finish_segment(segment, report, check_lease, say)
+        for unfinished in ArchiveSegment.objects.filter(state=ArchiveSegment.State.WRITTEN).order_by("number"):
+            _finish_segment(unfinished, report, check_lease, say)
         while max_segments is None or report.segments < max_segments:
             due = _due(before)
             if due is None:
@@ -355,6 +365,8 @@ def archive_run(
             day, ids = due
             segment = _write_segment(day, ids)
             check_lease()
+            if segment is None:
+                continue
             report.segments += 1
             report.bytes_written += segment.bytes
             say(f"segment {segment.number}: wrote {segment.intents} intents of {day} to {segment.file_name}")
