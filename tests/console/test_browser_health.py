@@ -37,6 +37,7 @@ def test_i16_5_health_page_shows_every_signal_and_refreshes(page: Any, settings:
         "operations.send_notifications",
         "reconciliation.reconcile_statements",
         "reconciliation.prune",
+        "operations.archive",
     ):
         periodic_job_record(name=name, started_at=timezone.now(), duration_ms=12)
     for kind in KINDS:
