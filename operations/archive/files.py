@@ -14,6 +14,7 @@ import gzip
 import hashlib
 import json
 import os
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from datetime import date
 from pathlib import Path
@@ -145,7 +146,7 @@ def records_read_file(name: str) -> Iterator[dict[str, Any]]:
                 if not isinstance(record, dict):
                     raise ArchiveFileError(f"archive file {name} line {number} is not a JSON object")
                 yield record
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise ArchiveFileError(
             f"cannot read archive file {name}: {getattr(exc, 'strerror', None) or exc}"
         ) from exc

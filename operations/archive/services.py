@@ -46,7 +46,7 @@ from operations.archive.records import (
     rows_digests,
 )
 from operations.audit.checkpoints import checkpoint_latest
-from operations.audit.keys import signing_key_load
+from operations.audit.signing import current_signing_key
 from operations.models import (
     SETTLED_STATUS_VALUES,
     ArchivedIntent,
@@ -165,7 +165,7 @@ class _Segment:
 def _write_segment(day: date, ids: list[uuid.UUID]) -> ArchiveSegment | None:
     """Step 3 of the module docstring: the files of the next segment, then its rows; None when
     none of ``ids`` is eligible any more in the snapshot it is written from."""
-    private_key = signing_key_load()
+    private_key, _ = current_signing_key()
     previous = ArchiveSegment.objects.order_by("-number").first()
     number = previous.number + 1 if previous else 1
     data_name, manifest_name = files.segment_names(day, number)
@@ -335,7 +335,8 @@ def archive_run(
     Raises:
         ArchiveBusyError: another archiver holds the lease.
         ArchiveLeaseLostError: the lease was lost mid-run (what was committed stands).
-        operations.audit.keys.AuditKeyError: no signing key to sign the manifests with.
+        operations.audit.keys.AuditKeyError: no signing key to sign the manifests with, or not
+            the key that signed the newest checkpoint and segment (``current_signing_key``).
         operations.archive.files.ArchiveFileError: a file cannot be written (nothing of its
             segment is committed; its intents stay live).
         ValueError: ``before`` is naive.
@@ -356,7 +357,9 @@ def archive_run(
         report.set_aside = files.files_set_aside(committed)
         for name in report.set_aside:
             say(f"set aside {name}: left by a run that stopped before its segment was committed")
-        for unfinished in ArchiveSegment.objects.filter(state=ArchiveSegment.State.WRITTEN).order_by("number"):
+        for unfinished in ArchiveSegment.objects.filter(state=ArchiveSegment.State.WRITTEN).order_by(
+            "number"
+        ):
             _finish_segment(unfinished, report, check_lease, say)
         while max_segments is None or report.segments < max_segments:
             due = _due(before)

@@ -29,7 +29,7 @@ from operations.audit.checkpoints import CheckpointError, SignedCheckpoint, chec
 from operations.audit.keys import AuditKeyError, key_id, signing_key_load, signing_key_path
 from operations.audit.trail import GENESIS
 from operations.idempotency import canonical_json
-from operations.models import AuditCheckpoint
+from operations.models import ArchiveSegment, AuditCheckpoint
 from operations.restore.check import restore_detection
 
 logger = logging.getLogger("operations.audit.checkpoints")
@@ -126,16 +126,7 @@ def audit_checkpoint_create(
             raise DatabaseBehindError(f"audit checkpoint refused: {detection.reason}; run manage.py recover")
         if detection.state == "foreign":
             raise DatabaseBehindError(f"audit checkpoint refused: {detection.reason}")
-    first = not AuditCheckpoint.objects.exists()
-    private_key = signing_key_load(create=None if first else False)
-    signer_id = key_id(private_key.public_key())
-    newest_key = AuditCheckpoint.objects.order_by("-number").values_list("key_id", flat=True).first()
-    if newest_key is not None and newest_key != signer_id:
-        raise AuditKeyError(
-            f"the signing key at {signing_key_path()} (key id {signer_id[:16]}) is not the key that signed the "
-            f"newest checkpoint (key id {newest_key[:16]}): the key file was replaced or the wrong one is "
-            "configured. Restore the original key; nothing was signed (key rotation is not supported yet)"
-        )
+    private_key, signer_id = current_signing_key()
     try:
         row = _sign_locked(only_if_changed, accept_faults_reason, restored_after, private_key, signer_id)
     except _Unchanged:
@@ -144,6 +135,36 @@ def audit_checkpoint_create(
         return None
     checkpoint_publish(SignedCheckpoint.from_row(row))
     return row
+
+
+def current_signing_key() -> tuple[Any, str]:
+    """The audit signing key that may sign the next checkpoint or archive manifest, and its key
+    id. It is created (where configured) only while nothing was signed yet: a key file missing
+    once checkpoints or archive segments exist was lost or removed, and a fresh key would sign on
+    as if nothing happened; and it must be the key that signed the newest checkpoint and the
+    newest archive segment.
+
+    Raises:
+        operations.audit.keys.AuditKeyError: no usable key, or another key than the one that
+            signed so far (nothing is signed).
+    """
+    newest_checkpoint = AuditCheckpoint.objects.order_by("-number").values_list("key_id", flat=True).first()
+    newest_segment = ArchiveSegment.objects.order_by("-number").values_list("manifest", flat=True).first()
+    signed_so_far = {
+        "checkpoint": newest_checkpoint,
+        "archive segment": newest_segment.get("key_id") if isinstance(newest_segment, dict) else None,
+    }
+    first = newest_checkpoint is None and newest_segment is None
+    private_key = signing_key_load(create=None if first else False)
+    signer_id = key_id(private_key.public_key())
+    for what, newest_key in signed_so_far.items():
+        if newest_key is not None and newest_key != signer_id:
+            raise AuditKeyError(
+                f"the signing key at {signing_key_path()} (key id {signer_id[:16]}) is not the key that signed the "
+                f"newest {what} (key id {str(newest_key)[:16]}): the key file was replaced or the wrong one is "
+                "configured. Restore the original key; nothing was signed (key rotation is not supported yet)"
+            )
+    return private_key, signer_id
 
 
 class _Unchanged(Exception):

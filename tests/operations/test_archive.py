@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.apps import apps
 from django.core.management import CommandError, call_command
-from django.db import connection
+from django.db import connection, connections
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -348,8 +348,6 @@ def test_c29_a_retry_racing_the_deletion_of_its_archived_intent_replays_and_neve
     (which sees that commit) keeps the insert from making a second intent."""
     import threading
 
-    import psycopg
-
     from operations.archive import services
     from operations.archive.services import _DELETES
     from operations.services import intent_submit
@@ -359,26 +357,25 @@ def test_c29_a_retry_racing_the_deletion_of_its_archived_intent_replays_and_neve
     intent = executed(submit(client_key="k-race"))
     aged(intent)
     services._write_segment(timezone.now().date() - timedelta(days=100), [intent.id])
-    settings_dict = connection.settings_dict
     deleted, release = threading.Event(), threading.Event()
 
-    def archiver() -> None:  # the delete batch, held open until released
-        with psycopg.connect(
-            host=settings_dict["HOST"],
-            port=settings_dict["PORT"],
-            user=settings_dict["USER"],
-            dbname=settings_dict["NAME"],
-            autocommit=False,
-        ) as conn:
-            conn.execute("SELECT 1 FROM operations_intent WHERE id = %s FOR UPDATE", [intent.id])
-            for statement in _DELETES:
-                conn.execute(statement, {"ids": [intent.id]})
-            conn.execute(
-                "UPDATE operations_archivedintent SET state = 'archived' WHERE intent_id = %s", [intent.id]
-            )
+    def archiver() -> None:  # the delete batch, held open until released, on its own connection
+        own = connections.create_connection("default")  # the test database, however it is reached
+        try:
+            own.set_autocommit(False)
+            with own.cursor() as cursor:
+                cursor.execute("SELECT 1 FROM operations_intent WHERE id = %s FOR UPDATE", [intent.id])
+                for statement in _DELETES:
+                    cursor.execute(statement, {"ids": [intent.id]})
+                cursor.execute(
+                    "UPDATE operations_archivedintent SET state = 'archived' WHERE intent_id = %s",
+                    [intent.id],
+                )
             deleted.set()
             release.wait(10)
-            conn.commit()
+            own.commit()
+        finally:
+            own.close()
 
     results: list[Any] = []
 
@@ -565,3 +562,55 @@ def test_i36_the_beat_runs_the_archive_once_per_period(sandbox: Any) -> None:
         assert tasks.archive() == {"busy": 1}
     finally:
         lease_release(lease)
+
+
+def test_i36_once_anything_was_signed_the_archive_never_creates_or_uses_another_key(
+    sandbox: Any, settings: Any, tmp_path: Path
+) -> None:
+    """A key file missing after checkpoints or segments exist was lost or replaced: the archive
+    refuses, as ``audit_checkpoint`` does, instead of signing on with a fresh key (found by a
+    newcomer: it created one, and every later ``verify_audit`` failed)."""
+    from operations.audit.keys import AuditKeyError
+
+    first = executed(submit())
+    aged(first)
+    run()  # segment 1, signed with the configured key
+    second = executed(submit())
+    aged(second)
+    settings.EFFECT_LEDGER = {
+        **settings.EFFECT_LEDGER,
+        "AUDIT_SIGNING_KEY_FILE": str(tmp_path / "new" / "key.pem"),
+    }
+    with pytest.raises(AuditKeyError, match="no audit signing key"):
+        run()
+    assert not (tmp_path / "new" / "key.pem").exists()
+    # and another key that exists is refused too, naming what it did not sign
+    from operations.audit.keys import signing_key_create
+
+    signing_key_create(tmp_path / "new" / "key.pem")
+    with pytest.raises(AuditKeyError, match="is not the key that signed the newest archive segment"):
+        run()
+    assert ArchiveSegment.objects.count() == 1 and Intent.objects.filter(id=second.id).exists()
+
+
+def test_i36_a_corrupt_segment_file_is_a_finding_and_a_named_page_not_a_traceback(
+    sandbox: Any, archive_dir: Path, admin_client: Any
+) -> None:
+    intent = executed(submit(reference="order-corrupt"))
+    aged(intent)
+    run()
+    (segment,) = ArchiveSegment.objects.all()
+    path = archive_dir / segment.file_name
+    data = bytearray(path.read_bytes())
+    data[20] ^= 0xFF  # inside the deflate stream: zlib's error, not gzip's
+    path.write_bytes(bytes(data))
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(SystemExit) as exited:
+        call_command("verify_audit", "--database-only", stdout=out, stderr=err)
+    assert exited.value.code == 1
+    assert (
+        f"cannot read archive file {segment.file_name}" in err.getvalue()
+        or segment.file_name in err.getvalue()
+    )
+    page = admin_client.get(f"/archive/intents/{intent.id}/")
+    assert page.status_code == 200 and segment.file_name in page.content.decode()

@@ -21,8 +21,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_date
 
-from operations.archive.files import ArchiveFileError
-from operations.archive.services import ArchiveBusyError, ArchiveLeaseLostError, archive_run
+from operations.archive.files import ArchiveFileError, archive_dir
+from operations.archive.services import LEASE_SECONDS, ArchiveBusyError, ArchiveLeaseLostError, archive_run
 from operations.audit.keys import AuditKeyError
 from operations.management.commands.recover import EARLIEST, _moment
 
@@ -64,7 +64,11 @@ class Command(BaseCommand):
         try:
             before = _before(options["before"]) if options["before"] else timezone.now()
         except ValueError as exc:
-            raise CommandError(str(exc).replace("--since", "--before"), returncode=2) from exc
+            message = str(exc).replace("--since", "--before")
+            raise CommandError(
+                message.replace("not a restore point of this ledger", "nothing of this ledger is older"),
+                returncode=2,
+            ) from exc
         max_segments = options["max_segments"]
         if max_segments is not None and max_segments < 1:
             raise CommandError("--max-segments must be at least 1", returncode=2)
@@ -73,9 +77,19 @@ class Command(BaseCommand):
                 before=before, progress=lambda line: self.stdout.write(line), max_segments=max_segments
             )
         except ArchiveBusyError as exc:
-            raise CommandError(f"{exc}; nothing was done", returncode=2) from exc
-        except (ArchiveLeaseLostError, ArchiveFileError, AuditKeyError) as exc:
-            self.stderr.write(f"archive stopped: {exc} (what was committed stands; run it again)")
+            raise CommandError(
+                f"{exc}; nothing was done (a run killed without finishing holds it for at most "
+                f"{LEASE_SECONDS:.0f} s)",
+                returncode=2,
+            ) from exc
+        except AuditKeyError as exc:
+            self.stderr.write(f"archive refused: {exc}")
+            raise SystemExit(1) from exc
+        except (ArchiveLeaseLostError, ArchiveFileError) as exc:
+            self.stderr.write(
+                f"archive stopped: {exc} (archive directory {archive_dir()}; what was committed stands: "
+                "fix the cause and run it again)"
+            )
             raise SystemExit(1) from exc
         self.stdout.write(
             f"archived {report.intents_archived} intents in {report.segments} new segments "
