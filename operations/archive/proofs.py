@@ -1,16 +1,20 @@
-"""Checking what an archive segment's signatures and inclusion proofs claim: a statement
-signed by the audit key (``statement_signed``), the signed checkpoints proofs lead to
-(``CheckpointRoots``), and one inclusion proof (``proof_problem``)."""
+"""Checking what an archive segment's signatures, inclusion proofs and records claim: a
+statement signed by the audit key (``statement_signed``), the signed checkpoints proofs lead to
+(``CheckpointRoots``), one inclusion proof (``proof_problem``), and a record's stored request
+against its own chain (``record_request_problem``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from django.core.exceptions import ValidationError
 
+from operations.archive.records import intent_of
 from operations.audit.checkpoints import checkpoint_statement, leaf_input
 from operations.audit.keys import signature_valid
 from operations.audit.merkle import inclusion_verify
+from operations.audit.request_integrity import MISMATCH_HOLD, stored_request_problem
 from operations.idempotency import CanonicalizationError, canonical_json
 from operations.models import AuditCheckpoint
 
@@ -80,3 +84,18 @@ def proof_problem(
     ):
         return f"its inclusion proof does not lead to checkpoint #{number}'s signed root"
     return ""
+
+
+def record_request_problem(intent: dict[str, Any], events: list[dict[str, Any]]) -> str:
+    """Why an archived record's stored request (arguments, reference, action...) does not prove
+    itself ("" when it does): it must still hash to its ``request_hash`` and match its
+    ``submitted`` event, as a live intent's must (``stored_request_problem``). An argument edited
+    in the file, outside the hash chain, is found here."""
+    try:
+        stand_in = intent_of({"intent": intent})
+    except (TypeError, ValueError, ValidationError) as exc:
+        return f"the intent's row cannot be read ({exc})"
+    first = events[0] if events else {}
+    recorded = first.get("data") if first.get("seq") == 1 and first.get("event") == "submitted" else None
+    problem = stored_request_problem(stand_in, recorded=recorded)
+    return problem.removeprefix(MISMATCH_HOLD + ": ").removesuffix("; nothing is sent") if problem else ""

@@ -18,11 +18,12 @@ from operations.archive.files import (
     manifest_read,
     records_read_file,
 )
-from operations.archive.proofs import CheckpointRoots, proof_problem, statement_signed
+from operations.archive.proofs import CheckpointRoots, proof_problem, record_request_problem, statement_signed
 from operations.archive.verification_findings import (
     ALTERED_FILE,
     ALTERED_HEAD,
     ALTERED_HEADS,
+    ALTERED_RECORD,
     BAD_PROOF,
     BAD_SIGNATURE,
     BROKEN_CHAIN,
@@ -269,6 +270,9 @@ class _SegmentCheck:
                 f"{where}: the intent is {intent.get('status')} but its audit chain left it {moved[-1]}",
                 intent_id,
             )
+        problem = record_request_problem(intent, events)
+        if problem:
+            self.add(ALTERED_RECORD, f"{where}: {problem}", intent_id)
         head = (events[-1]["seq"], events[-1]["hash"])
         listed = heads[position] if position < len(heads) else None
         if heads and listed != [intent_id, *head]:

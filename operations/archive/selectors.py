@@ -13,6 +13,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import Now
 
 from operations.archive.files import ArchiveFileError, records_read_file
+from operations.archive.proofs import record_request_problem
 from operations.archive.records import head_of
 from operations.audit.chain_checks import verify_export
 from operations.models import ArchivedIntent, ArchiveSegment
@@ -109,7 +110,8 @@ def archived_chain_problems(archived: ArchivedIntent, record: dict[str, Any]) ->
     """What is wrong with the audit chain of ``record`` as read from its file: each event's hash
     against its content and its link to the one before, from seq 1
     (``operations.audit.chain_checks.verify_export``), and its head against the head the index
-    kept when it was written (``head_seq``, ``head_hash``). Empty when the chain verifies. The
+    kept when it was written (``head_seq``, ``head_hash``), and the intent's stored request against
+    its chain (``record_request_problem``: an edited argument). Empty when all verify. The
     file against its signed manifest is ``verify_audit``'s (it reads the whole file)."""
     events = record.get("audit_events") or []
     problems = []
@@ -126,6 +128,10 @@ def archived_chain_problems(archived: ArchivedIntent, record: dict[str, Any]) ->
             f"the chain in the file ends at seq {seq} ({head[:12]}), the index recorded seq "
             f"{archived.head_seq} ({archived.head_hash[:12]})"
         )
+    if events and isinstance(record.get("intent"), dict):
+        request = record_request_problem(record["intent"], events)
+        if request:
+            problems.append(f"the intent's row: {request}")
     return problems
 
 

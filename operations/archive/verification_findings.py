@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 MISSING_FILE = "missing archive file"
 UNREADABLE_FILE = "unreadable archive file"
 ALTERED_FILE = "altered archive file"
+ALTERED_RECORD = "altered record"
 BAD_SIGNATURE = "bad signature"
 UNKNOWN_KEY = "unknown key"
 SWAPPED_MANIFEST = "swapped manifest"

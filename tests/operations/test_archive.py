@@ -614,3 +614,31 @@ def test_i36_a_corrupt_segment_file_is_a_finding_and_a_named_page_not_a_tracebac
     )
     page = admin_client.get(f"/archive/intents/{intent.id}/")
     assert page.status_code == 200 and segment.file_name in page.content.decode()
+
+
+def test_c30_an_argument_edited_in_an_archive_file_is_named_with_its_intent(
+    sandbox: Any, archive_dir: Path, admin_client: Any
+) -> None:
+    """The amount is outside the hash chain, but the request it hashes to is in the chain's
+    ``submitted`` event: verify_audit and the console name the intent (found by a newcomer: only
+    the file was named, and the console showed the edited amount as genuine)."""
+    import gzip
+
+    intent = executed(submit(arguments=charge_arguments(amount=147)))
+    aged(intent)
+    run()
+    (segment,) = ArchiveSegment.objects.all()
+    path = archive_dir / segment.file_name
+    records = [json.loads(line) for line in gzip.decompress(path.read_bytes()).splitlines()]
+    records[0]["intent"]["arguments"]["amount"] = 999999
+    path.write_bytes(gzip.compress(b"".join(json.dumps(r).encode() + b"\n" for r in records)))
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.raises(SystemExit):
+        call_command("verify_audit", "--database-only", stdout=out, stderr=err)
+    assert (
+        f"altered record: archive file {segment.file_name}" in err.getvalue()
+        and str(intent.id) in err.getvalue()
+    )
+    assert "no longer hash to the request_hash" in err.getvalue()
+    page = admin_client.get(f"/archive/intents/{intent.id}/").content.decode()
+    assert "no longer hash to the request_hash" in page
