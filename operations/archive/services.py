@@ -22,7 +22,6 @@ One run, under the ``archive`` lease (one archiver at a time, on any host):
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -31,10 +30,11 @@ from datetime import date, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 
 from operations.archive import files
 from operations.archive.eligibility import CUTOFF, ELIGIBLE, SETTLED_AND_FREE, due_params
+from operations.archive.lease import ArchiveLeaseKeeper, archive_lease_try_acquire
 from operations.archive.manifests import GENESIS, manifest_build, statement_hash
 from operations.archive.records import (
     INTENT_TABLES,
@@ -55,25 +55,14 @@ from operations.models import (
     Intent,
     IntentWaiter,
 )
-from operations.services.leases import HeldLease, lease_release, lease_renew, lease_try_acquire
+from operations.services.leases import lease_release
 
-#: The lease one archiver holds for its run (``operations.services.leases``).
-ARCHIVE_LEASE = "archive"
-#: Seconds the lease lasts without renewal. A thread renews it every third of that while the run
-#: lasts (its own database connection: the run's may be inside a long read-only snapshot), so a
-#: run killed with ``kill -9`` holds it at most this long, and the next run may start then.
-LEASE_SECONDS = 60.0
 #: Intents read from the database per statement group while a segment is written.
 READ_CHUNK = 500
 
 
 class ArchiveBusyError(Exception):
     """Another archiver holds the lease (a run is going on elsewhere)."""
-
-
-class ArchiveLeaseLostError(Exception):
-    """The lease expired and another archiver took it over: this run stopped where it was
-    (everything it committed stands; the other run finishes the rest)."""
 
 
 @dataclass
@@ -344,10 +333,10 @@ def archive_run(
     if before.tzinfo is None:
         raise ValueError("before must be a timezone-aware time")
     say = progress or (lambda line: None)
-    lease = lease_try_acquire(name=ARCHIVE_LEASE, ttl_seconds=LEASE_SECONDS)
+    lease = archive_lease_try_acquire()
     if lease is None:
         raise ArchiveBusyError("another archiver holds the archive lease: one run at a time")
-    keeper = _LeaseKeeper(lease)
+    keeper = ArchiveLeaseKeeper(lease)
     keeper.start()
     check_lease = keeper.check
     report = ArchiveReport()
@@ -379,31 +368,3 @@ def archive_run(
         with contextlib.suppress(Exception):
             lease_release(lease)
     return report
-
-
-class _LeaseKeeper(threading.Thread):
-    """Renews the run's lease every ``LEASE_SECONDS / 3`` on its own connection until stopped;
-    ``check()`` (called by the run between steps) raises once a renewal found it lost."""
-
-    def __init__(self, lease: HeldLease) -> None:
-        super().__init__(name="archive-lease", daemon=True)
-        self.lease, self.lost, self.stopping = lease, False, threading.Event()
-
-    def run(self) -> None:
-        try:
-            while not self.stopping.wait(LEASE_SECONDS / 3):
-                if not lease_renew(self.lease, ttl_seconds=LEASE_SECONDS):
-                    self.lost = True
-                    return
-        except DatabaseError:
-            self.lost = True  # unreachable for a whole period: another run may take over
-        finally:
-            connection.close()
-
-    def check(self) -> None:
-        if self.lost:
-            raise ArchiveLeaseLostError("the archive lease expired and was taken over: this run stopped")
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join()

@@ -411,12 +411,13 @@ def test_c29_a_retry_racing_the_deletion_of_its_archived_intent_replays_and_neve
 def test_i36_a_run_whose_lease_was_taken_over_stops_at_its_next_step(sandbox: Any, monkeypatch: Any) -> None:
     """The lease is renewed by a thread while the run lasts; one that lapsed and was taken over
     (this run stalled longer than the lease) stops the run before it deletes anything more."""
+    from operations.archive import lease as lease_module
     from operations.archive import services
-    from operations.archive.services import ArchiveLeaseLostError
+    from operations.archive.lease import ArchiveLeaseLostError
 
     intents = [executed(submit()) for _ in range(2)]
     aged(*intents)
-    monkeypatch.setattr(services, "LEASE_SECONDS", 0.6)
+    monkeypatch.setattr(lease_module, "LEASE_SECONDS", 0.6)
     write = services._write_segment
 
     def stalled(*args: Any, **kwargs: Any) -> Any:
@@ -439,11 +440,12 @@ def test_i36_a_long_step_keeps_the_lease_and_a_second_archiver_waits(sandbox: An
     renews it meanwhile (and a run killed outright holds it only ``LEASE_SECONDS``)."""
     import threading
 
+    from operations.archive import lease as lease_module
     from operations.archive import services
 
     intents = [executed(submit()) for _ in range(2)]
     aged(*intents)
-    monkeypatch.setattr(services, "LEASE_SECONDS", 0.6)
+    monkeypatch.setattr(lease_module, "LEASE_SECONDS", 0.6)
     write = services._write_segment
     second: list[Any] = []
 

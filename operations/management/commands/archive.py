@@ -22,7 +22,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date
 
 from operations.archive.files import ArchiveFileError, archive_dir
-from operations.archive.services import LEASE_SECONDS, ArchiveBusyError, ArchiveLeaseLostError, archive_run
+from operations.archive.lease import LEASE_SECONDS, ArchiveLeaseLostError
+from operations.archive.services import ArchiveBusyError, archive_run
 from operations.audit.keys import AuditKeyError
 from operations.management.commands.recover import EARLIEST, _moment
 
