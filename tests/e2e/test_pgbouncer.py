@@ -335,3 +335,49 @@ def test_i35_one_idempotency_key_through_pgbouncer_makes_one_intent(
     ]
     assert Intent.objects.count() == 1
     assert {r.json()["intent_id"] for r in responses} == {str(Intent.objects.get().id)}
+
+
+def test_i36_the_archive_through_pgbouncer_archives_verifies_and_leaves_no_lease(
+    pgbouncer: PgBouncer, sandbox: Any, tmp_path: Any
+) -> None:
+    """``manage.py archive`` and ``verify_audit`` behind the pooler in transaction mode: the
+    segment's REPEATABLE READ snapshot, the ``SET LOCAL`` that lets its deletes through, and the
+    lease renewed on a second connection all hold on pooled connections."""
+    import subprocess
+
+    from django.utils import timezone
+
+    from operations.engine.protocol import execute_intent
+    from operations.models import ArchivedIntent
+
+    intents = [submit() for _ in range(3)]
+    for intent in intents:
+        execute_intent(intent.id)
+    Intent.objects.filter(id__in=[i.id for i in intents]).update(
+        created_at=timezone.now() - timedelta(days=100), updated_at=timezone.now() - timedelta(days=100)
+    )
+    env = _pooled_env(
+        pgbouncer,
+        EFFECT_LEDGER_ARCHIVE_DIR=str(tmp_path / "archive"),
+        EFFECT_LEDGER_AUDIT_SIGNING_KEY_FILE=str(tmp_path / "audit.pem"),
+        EFFECT_LEDGER_AUDIT_SIGNING_KEY_CREATE="1",
+        EFFECT_LEDGER_AUDIT_CHECKPOINT_FILE=str(tmp_path / "checkpoints.jsonl"),
+    )
+    archived = subprocess.run(  # noqa: S603 - this interpreter, fixed arguments
+        [sys.executable, "manage.py", "archive"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert archived.returncode == 0, archived.stdout[-2000:] + archived.stderr[-2000:]
+    assert "archived 3 intents in 1 new segments" in archived.stdout
+    assert ArchivedIntent.objects.filter(state="archived").count() == 3 and not Intent.objects.exists()
+    assert not lease_held(name="archive")
+    verified = subprocess.run(  # noqa: S603 - this interpreter, fixed arguments
+        [sys.executable, "manage.py", "verify_audit", "--database-only"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert verified.returncode == 0, verified.stdout[-2000:] + verified.stderr[-2000:]
+    assert "audit archive verified" in verified.stdout
