@@ -267,25 +267,17 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 
-# Caches. "default" stays in each process's memory (the audit page's verification result, the
-# sign-in tests). "throttle" holds the API's rate-limit windows (operations/api/throttling.py) and must
-# be shared by every web process: Redis when EFFECT_LEDGER_CACHE_URL names one (redis:// or
-# rediss://; any other scheme refuses to start), else the database's table effect_ledger_cache
-# (created by migration 0021).
+# Caches: "default" stays in each process's memory (the audit page's verification result, the
+# sign-in tests). The API's rate-limit windows (operations/api/rate_windows.py) are shared by
+# every web process: in Redis when EFFECT_LEDGER_CACHE_URL names one (redis:// or rediss://; any
+# other scheme refuses to start), else in the database's UNLOGGED table operations_ratewindow.
 EFFECT_LEDGER_CACHE_URL = env_str("EFFECT_LEDGER_CACHE_URL")
 if EFFECT_LEDGER_CACHE_URL and not EFFECT_LEDGER_CACHE_URL.startswith(("redis://", "rediss://")):
     raise ValueError(
         f"environment variable EFFECT_LEDGER_CACHE_URL must be a redis:// or rediss:// URL, got "
         f"{EFFECT_LEDGER_CACHE_URL.split('://')[0]!r}"
     )
-CACHES: dict[str, Any] = {
-    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    "throttle": (
-        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": EFFECT_LEDGER_CACHE_URL}
-        if EFFECT_LEDGER_CACHE_URL
-        else {"BACKEND": "django.core.cache.backends.db.DatabaseCache", "LOCATION": "effect_ledger_cache"}
-    ),
-}
+CACHES: dict[str, Any] = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024  # API bodies over 64 KiB are refused with 413
 
@@ -297,12 +289,9 @@ REST_FRAMEWORK: dict[str, Any] = {
     "EXCEPTION_HANDLER": "operations.api.support.problem_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
-    # Per agent and per tenant, on the shared "throttle" cache; rates in EFFECT_LEDGER
+    # Per agent and per tenant, one round trip to the shared windows; rates in EFFECT_LEDGER
     # (console/settings_ledger.py).
-    "DEFAULT_THROTTLE_CLASSES": [
-        "operations.api.throttling.AgentRateThrottle",
-        "operations.api.throttling.TenantRateThrottle",
-    ],
+    "DEFAULT_THROTTLE_CLASSES": ["operations.api.throttling.LedgerRateThrottle"],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Effect Ledger API",

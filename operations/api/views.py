@@ -29,7 +29,6 @@ from operations.api.serializers import (
     IntentPreviewSerializer,
     PreviewResponseSerializer,
 )
-from operations.api.throttling import FirstRefusalThrottling
 from operations.archive.selectors import archived_get
 from operations.exceptions import ActionNotAllowed
 from operations.models import Agent, Intent
@@ -186,7 +185,7 @@ class IntentPagination(CursorPagination):
         }
 
 
-class IntentCollectionView(FirstRefusalThrottling, APIView):
+class IntentCollectionView(APIView):
     """``POST`` submits an intent (an action the agent's scopes include); ``GET`` lists the
     intents it may see (``IntentPagination``)."""
 
@@ -249,7 +248,7 @@ class IntentCollectionView(FirstRefusalThrottling, APIView):
         )
 
 
-class IntentDetailView(FirstRefusalThrottling, APIView):
+class IntentDetailView(APIView):
     """``GET`` one intent the agent may see (its tenant's, or only its own: ``Agent.scope``);
     with ``?wait=SECONDS``, once its status changes or the seconds run out (``operations.api.waiting``)."""
 
@@ -283,7 +282,7 @@ class IntentDetailView(FirstRefusalThrottling, APIView):
         return Response(IntentDetailSerializer(intent, context=_context(request)).data, headers=headers)
 
 
-class IntentCancelView(FirstRefusalThrottling, APIView):
+class IntentCancelView(APIView):
     """``POST`` cancels an intent that has not started running; 409 otherwise."""
 
     @extend_schema(
@@ -303,7 +302,7 @@ class IntentCancelView(FirstRefusalThrottling, APIView):
         return Response(IntentSerializer(intent, context=_context(request)).data)
 
 
-class IntentPreviewView(FirstRefusalThrottling, APIView):
+class IntentPreviewView(APIView):
     """``POST`` a dry run: what exactly would happen; persists nothing."""
 
     @extend_schema(
@@ -334,7 +333,7 @@ class IntentPreviewView(FirstRefusalThrottling, APIView):
         return Response(PreviewResponseSerializer(payload).data)
 
 
-class ActionListView(FirstRefusalThrottling, APIView):
+class ActionListView(APIView):
     """``GET`` the actions this agent may submit (``selectors.agent_actions``): each with its
     versions and their argument JSON schemas, its risk tier and whether it needs approval."""
 
@@ -352,7 +351,7 @@ def _callback(url: str, stored_secret: str, new_secret: str | None = None) -> di
     return {"url": url, "secret_hint": secret_hint(stored_secret), "secret": new_secret}
 
 
-class CallbackView(FirstRefusalThrottling, APIView):
+class CallbackView(APIView):
     """The agent's own callback URL for signed webhooks of its intents' terminal states
     (``operations.services.webhooks``): ``GET`` it, ``PUT`` it (the signing secret is answered
     once, when made), ``DELETE`` it."""

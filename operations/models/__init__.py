@@ -30,6 +30,7 @@ from operations.models.intents import (
 from operations.models.leases import Lease
 from operations.models.notifications import Notification, NotificationDelivery, NotificationRecipient
 from operations.models.outbox import OutboxMessage
+from operations.models.rate_windows import RateWindow
 from operations.models.restore import FENCE_EPOCH_STRIDE, ExecutionControl, RecoveryRun
 from operations.models.scheduling import BeatHeartbeat, PeriodicClaim
 from operations.models.status_rollup import StatusRollup
@@ -64,6 +65,7 @@ __all__ = [
     "NotificationRecipient",
     "Outcome",
     "OutboxMessage",
+    "RateWindow",
     "PeriodicClaim",
     "PeriodicJobRun",
     "RecoveryRun",

@@ -1,5 +1,5 @@
 """The API's rate limit holds across web processes (issue 18, item 7): two real gunicorn
-processes share the limit's window (the database cache table here, Redis when configured)."""
+processes share the limit's window (the database's table here, Redis when configured)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from django.core.cache import caches
 
 from console.lab.cluster import Process, database_url
-from operations.api.throttling import THROTTLE_CACHE
+from operations.models import RateWindow
 from tests.factories import make_agent
 from tests.support.workers import wait_for
 
@@ -25,13 +24,13 @@ LIMIT = 6
 @pytest.fixture
 def two_web_processes(transactional_db: None) -> Iterator[list[str]]:
     """Two gunicorn processes on the test database, limited to ``LIMIT`` requests a minute per agent."""
-    caches[THROTTLE_CACHE].clear()
+    RateWindow.objects.all().delete()
     env = {
         **os.environ,
         "DATABASE_URL": database_url(),
         "EFFECT_LEDGER_RATE_AGENT": f"{LIMIT}/min",
         "EFFECT_LEDGER_RATE_TENANT": "off",
-        "EFFECT_LEDGER_CACHE_URL": "",  # the database's cache table, as a deployment without Redis
+        "EFFECT_LEDGER_CACHE_URL": "",  # the database's windows, as a deployment without Redis
         "PYTHONUNBUFFERED": "1",
     }
     servers = []

@@ -246,19 +246,17 @@ def test_i12_6_an_action_whose_arguments_changed_gets_one_branch_per_schema() ->
 
 def test_i18_7_a_429_and_an_action_not_allowed_403_match_the_document(settings: Any) -> None:
     # given: one request a minute per agent, and an agent that may only send email
-    from django.core.cache import caches
-
-    from operations.api.throttling import THROTTLE_CACHE
+    from operations.models import RateWindow
     from tests.factories import make_agent
 
-    caches[THROTTLE_CACHE].clear()
+    settings.EFFECT_LEDGER_CACHE_URL = ""
     _, token = make_agent("mailer", actions=["email.*"])
     mailer = APIClient()
     mailer.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     # when
     refused = [post(mailer, charge()), post(mailer, charge(), key=None, url=f"{URL}/preview")]
     settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "RATE_AGENT": "1/min"}
-    caches[THROTTLE_CACHE].clear()
+    RateWindow.objects.all().delete()
     assert mailer.get(URL).status_code == 200
     throttled = [mailer.get(URL), mailer.get(f"{URL}/{uuid.uuid4()}"), post(mailer, charge())]
     # then: documented, with Retry-After on every 429

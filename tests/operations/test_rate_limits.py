@@ -1,33 +1,72 @@
-"""The API's rate limits (issue 18, item 7): per agent and per tenant, on the cache every web
-process shares, answered 429 with Retry-After. Two real web processes: tests/e2e/test_rate_limits.py."""
+"""The API's rate limits (issue 18, item 7; one round trip since issue 37): per agent and per
+tenant, on windows every web process shares (PostgreSQL, or Redis when configured), answered
+429 with Retry-After. Two real web processes: tests/e2e/test_rate_limits.py."""
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Iterator
 from typing import Any
 
+import psycopg
 import pytest
-from django.core.cache import caches
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
+from console.lab.bench.profile import Tally, tallying
 from console.settings_ledger import _rate
+from operations.api import rate_windows, throttling
+from operations.api.rate_windows import REDIS_PREFIX, Limit, postgres_statement, retry_after, windows_check
 from operations.api.rates import rate_parse
-from operations.api.throttling import THROTTLE_CACHE
+from operations.models import RateWindow
 from tests.factories import make_agent
 
 pytestmark = pytest.mark.django_db
 
 URL = "/api/v1/intents"
+#: The Redis the Redis-store tests use (database 15); they skip when none answers there.
+REDIS_URL = os.environ.get("EFFECT_LEDGER_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def redis_or_skip() -> str:
+    """``REDIS_URL`` emptied of earlier windows; skips the test when no Redis answers there."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    try:
+        for key in client.scan_iter(f"{REDIS_PREFIX}*"):
+            client.delete(key)
+    except redis.RedisError as error:
+        pytest.skip(f"no Redis at {REDIS_URL} ({error}): set EFFECT_LEDGER_TEST_REDIS_URL")
+    return REDIS_URL
+
+
+@pytest.fixture(params=["postgres", "redis"])
+def store(request: pytest.FixtureRequest, settings: Any) -> str:
+    """Each test on both stores: the database's table, and Redis."""
+    RateWindow.objects.all().delete()
+    settings.EFFECT_LEDGER_CACHE_URL = redis_or_skip() if request.param == "redis" else ""
+    return str(request.param)
 
 
 @pytest.fixture
-def rates(settings: Any) -> Any:
-    """Set the limits (and start from empty windows)."""
-    caches[THROTTLE_CACHE].clear()
+def rates(store: str, settings: Any) -> Any:
+    """Set the limits (windows start empty: ``store``)."""
 
     def set_rates(agent: str | None, tenant: str | None) -> None:
         settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "RATE_AGENT": agent, "RATE_TENANT": tenant}
 
     return set_rates
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The limiter's clock, set by the test (Unix seconds; starts at a window's edge)."""
+    now = [1_800_000_000.0]
+    monkeypatch.setattr(throttling, "clock", lambda: now[0])
+    return now
 
 
 def client_of(name: str, tenant: str = "acme") -> APIClient:
@@ -37,12 +76,14 @@ def client_of(name: str, tenant: str = "acme") -> APIClient:
     return client
 
 
-def assert_throttled(response: Any) -> None:
+def assert_throttled(response: Any, *, at_most: int = 120) -> int:
     assert response.status_code == 429, response.content
     assert response["Content-Type"] == "application/problem+json"
-    assert 1 <= int(response["Retry-After"]) <= 60
+    wait = int(response["Retry-After"])
+    assert 1 <= wait <= at_most
     problem = response.json()
     assert (problem["status"], problem["code"]) == (429, "rate-limited")
+    return wait
 
 
 def test_i18_7_an_agent_over_its_limit_gets_429_with_retry_after(rates: Any) -> None:
@@ -112,3 +153,156 @@ def test_i18_7_requests_an_agent_s_own_limit_refused_do_not_use_up_its_colleague
     assert answers == [200] * 3 + [429] * 17
     assert [colleague.get(URL).status_code for _ in range(2)] == [200, 200]
     assert_throttled(colleague.get(URL))
+
+
+def test_i37_a_burst_across_the_window_edge_passes_no_more_than_the_limit(
+    rates: Any, clock: list[float]
+) -> None:
+    # given: 3 a minute, all 3 used in the last second of a window
+    rates("3/min", None)
+    bot = client_of("bot")
+    clock[0] += 59
+    assert [bot.get(URL).status_code for _ in range(3)] == [200] * 3
+    # when: the next window opens (a fixed window would serve 3 more at once)
+    clock[0] += 2
+    refused = bot.get(URL)
+    # then: refused, and told when the earlier three weigh little enough to serve one more ...
+    wait = assert_throttled(refused)
+    assert 19 <= wait <= 21  # 3 * (1 - t / 60) + 1 <= 3 from t = 20 s into the window
+    # ... which is true: two seconds early it is still refused, a second after it is served
+    clock[0] += wait - 2
+    assert bot.get(URL).status_code == 429
+    clock[0] += 3
+    assert bot.get(URL).status_code == 200
+
+
+def test_i37_refused_requests_are_not_counted_so_a_retrying_agent_is_served_again(
+    rates: Any, clock: list[float]
+) -> None:
+    # given: 2 a minute, used up, then 50 refused retries within the same window
+    rates("2/min", None)
+    bot = client_of("bot")
+    assert [bot.get(URL).status_code for _ in range(2)] == [200, 200]
+    assert {bot.get(URL).status_code for _ in range(50)} == {429}
+    # when: two windows later (its served requests have aged out)
+    clock[0] += 120
+    # then: served; the 50 refusals left nothing behind
+    assert [bot.get(URL).status_code for _ in range(2)] == [200, 200]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i37_concurrent_requests_never_pass_the_limit(store: str) -> None:
+    # given: a limit of 25, and 8 threads each on its own database connection
+    limit = Limit("agent:race:60", 25, 60)
+    served: list[bool] = []
+    lock, start = threading.Lock(), threading.Barrier(8)
+
+    def hammer() -> None:
+        start.wait()
+        try:
+            for _ in range(10):
+                verdict = windows_check([limit], now=1_800_000_010.0)
+                with lock:
+                    served.append(verdict.refused is None)
+        finally:
+            connections.close_all()
+
+    # when: 80 requests at once
+    threads = [threading.Thread(target=hammer) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # then: exactly the limit was served (DRF's read-then-write window let a burst past it)
+    assert (served.count(True), served.count(False)) == (25, 55)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i37_the_limits_cost_one_statement_that_stands_in_for_the_health_check(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: both limits on (the defaults), the database store, health checks on, a warm client
+    settings.EFFECT_LEDGER_CACHE_URL = ""
+    assert connection.settings_dict["CONN_HEALTH_CHECKS"]
+    client = client_of("bot")
+    assert client.get(URL).status_code == 200  # the token is verified and cached
+    checks: list[bool] = []
+    usable = connection.is_usable
+
+    def counted() -> bool:
+        checks.append(True)
+        return usable()
+
+    monkeypatch.setattr(connection, "is_usable", counted)
+    tally = Tally()
+    # when: one more request (a list: one read of its own)
+    with tallying(tally), CaptureQueriesContext(connection) as captured:
+        tally.step = "list"
+        connection.close_if_unusable_or_obsolete()  # request_started does it (the test client not)
+        assert client.get(URL).status_code == 200
+    # then: the two limits took one statement, and Django's own health check (a SELECT 1 and a
+    # commit of its own) did not run: the limits' statement was it. Before: six statements of
+    # Django's database cache plus the health check.
+    limit_statements = [q["sql"] for q in captured.captured_queries if "operations_ratewindow" in q["sql"]]
+    assert len(limit_statements) == 1, tally.sql
+    assert tally.statements["list"] == 2 and tally.commits["list"] == 2, tally.sql
+    assert checks == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i37_a_connection_the_server_dropped_is_replaced_by_the_limits_statement(settings: Any) -> None:
+    # given: a served request, then the server ends this process's connection (a restart, a pooler)
+    settings.EFFECT_LEDGER_CACHE_URL = ""
+    client = client_of("bot")
+    assert client.get(URL).status_code == 200
+    pid = connection.connection.info.backend_pid
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None), params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+    # when: the next request
+    connection.close_if_unusable_or_obsolete()  # request_started does it (the test client not)
+    answer = client.get(URL)
+    # then: served on a new connection, as Django's health check would have arranged
+    assert answer.status_code == 200, answer.content
+    assert connection.connection.info.backend_pid != pid
+
+
+def test_i37_when_redis_cannot_be_reached_requests_are_served_and_it_is_logged(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings.EFFECT_LEDGER_CACHE_URL = "redis://127.0.0.1:1/0"
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "RATE_AGENT": "1/min"}
+    bot = client_of("bot")
+    assert [bot.get(URL).status_code for _ in range(3)] == [200] * 3
+    assert "rate limits not checked" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("hits", "previous", "elapsed", "expected"),
+    [
+        (2, 0, 10.0, 0.0),  # room in this window
+        (3, 0, 10.0, 50.0 + 20.0),  # full: the next window, once 3 * (1 - t/60) <= 2
+        (0, 3, 1.0, 19.0),  # the previous window weighs 3 * (1 - 1/60): wait until t = 20
+        (1, 6, 30.0, 20.0),  # 6 * (1 - t/60) + 1 + 1 <= 3: t >= 50
+    ],
+)
+def test_i37_retry_after_is_when_the_window_would_serve_the_request(
+    hits: int, previous: int, elapsed: float, expected: float
+) -> None:
+    limit = Limit("agent:x:60", 3, 60)
+    assert retry_after(limit, now=1_800_000_000.0 + elapsed, hits=hits, previous=previous) == pytest.approx(
+        expected
+    )
+
+
+def test_i37_the_statement_is_built_once_per_number_of_limits() -> None:
+    assert postgres_statement(2) is postgres_statement(2)
+    assert postgres_statement(1).count("INSERT INTO operations_ratewindow") == 1
+    assert postgres_statement(2).count("INSERT INTO operations_ratewindow") == 2
+
+
+@pytest.fixture(autouse=True)
+def _no_redis_script_across_urls() -> Iterator[None]:
+    yield
+    rate_windows._redis_script.cache_clear()

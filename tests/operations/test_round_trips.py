@@ -64,9 +64,8 @@ def test_i13_the_generic_http_adapter_costs_the_same_three_write_transactions(
 
 
 def _assert_three_write_transactions(action: str, arguments: dict[str, Any]) -> None:
-    # given: rate limits off: on the database cache (no Redis) they add two reads and two
-    # write transactions of their own to every API request, which test_throttle_cost counts;
-    # this test counts the protocol's
+    # given: rate limits off: their one statement per request (standing in for the connection's
+    # health check) is counted by tests/operations/test_rate_limits.py; this test counts the protocol's
     from django.conf import settings
 
     settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "RATE_AGENT": None, "RATE_TENANT": None}
@@ -139,29 +138,3 @@ def test_i13_with_the_cache_off_a_revocation_takes_effect_at_once(settings: Any)
     assert client.get("/api/v1/intents").status_code == 200
     Agent.objects.filter(id=agent.id).update(is_active=False)
     assert client.get("/api/v1/intents").status_code == 401
-
-
-@pytest.mark.django_db(transaction=True)
-def test_throttle_cost_on_the_database_cache_per_request(settings: Any) -> None:
-    # given: the default rates on the database cache (no Redis configured)
-    from django.core.cache import caches
-
-    from operations.api.throttling import THROTTLE_CACHE
-
-    caches[THROTTLE_CACHE].clear()
-    _, token = make_agent()
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
-    assert client.get("/api/v1/intents").status_code == 200  # the token is verified and cached
-    tally = Tally()
-    connection.ensure_connection()
-    # when: one more request (a list: one read of its own)
-    with tallying(tally):
-        tally.step = "list"
-        assert client.get("/api/v1/intents").status_code == 200
-    # then: the figure docs/how-to/connect-an-agent.md's "Rate limits" gives. Each of the two windows (agent, tenant)
-    # costs Django's database cache a read, a COUNT(*) (its cull check) and a write transaction:
-    # six commits of the throttle's besides the list's own read. Redis takes them off PostgreSQL.
-    cache_statements = [sql for _, sql in tally.sql if "effect_ledger_cache" in sql]
-    assert len(cache_statements) >= 6, tally.sql
-    assert tally.commits["list"] == 7, tally.sql
