@@ -38,10 +38,12 @@ def start_gunicorn(
     cluster: LocalCluster, *, workers: int, worker_class: str = "sync", threads: int = 1
 ) -> tuple[Process, str]:
     """Serve ``console.wsgi`` with ``console.lab.bench.settings`` (real routes plus
-    ``/bench/trivial``) on ``workers`` processes of ``worker_class`` (``sync``, or ``gthread``
+    ``/bench/trivial``, the rate limits on) on ``workers`` processes of ``worker_class`` (``sync``, or ``gthread``
     with ``threads`` threads each); return the process and its base URL."""
     port = free_port()
-    env = {**cluster.env, "DJANGO_SETTINGS_MODULE": "console.lab.bench.settings"}
+    # The rate limits on, as deployed, at a rate the load never reaches: their cost is measured.
+    env = {**cluster.env, "DJANGO_SETTINGS_MODULE": "console.lab.bench.settings",
+           "EFFECT_LEDGER_RATE_AGENT": "1000000/min", "EFFECT_LEDGER_RATE_TENANT": "1000000/min"}  # fmt: skip
     command = [sys.executable, "-m", "gunicorn", "console.wsgi:application", "-b", f"127.0.0.1:{port}",
                "-w", str(workers), "-k", worker_class, "--threads", str(threads), "--backlog", "2048",
                "--log-level", "warning", "--no-control-socket"]  # fmt: skip
