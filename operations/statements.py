@@ -19,9 +19,11 @@ like any other. Constraint and trigger checks are the same as for separate state
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, cast
 
 from django.db import connection, models
+from django.db.models.expressions import DatabaseDefault
 from django.db.models.sql import InsertQuery, UpdateQuery
 
 
@@ -40,20 +42,56 @@ def insert_statement(instance: models.Model, *, returning: str = "", on_conflict
     """The ``INSERT`` the ORM would run for ``instance`` (``save(force_insert=True)``), with
     ``ON CONFLICT <on_conflict>`` and ``RETURNING <returning>`` when given. Field defaults and
     ``auto_now_add`` are applied to the instance as ``save`` would; an auto primary key is left
-    to the database."""
+    to the database.
+
+    The SQL is compiled by the ORM once per model and shape (which columns take the database's
+    default) and reused (issue 37: compiling it was a tenth of a submit's time); the parameters
+    are each field's ``get_db_prep_save`` of its ``pre_save`` value, as the ORM's compiler makes
+    them. A value that is any other expression is compiled by the ORM every time."""
     model = type(instance)
-    fields = [
+    fields = _insert_fields(model)
+    values = [field.pre_save(instance, True) for field in fields]
+    defaults = tuple(isinstance(value, DatabaseDefault) for value in values)
+    cacheable = all(
+        default or not hasattr(value, "resolve_expression")
+        for value, default in zip(values, defaults, strict=True)
+    )
+    key = (model, defaults)
+    sql = _INSERT_SQL.get(key) if cacheable else None
+    if sql is None:
+        sql, params = _orm_insert(instance, fields)
+        if cacheable:
+            _INSERT_SQL[key] = sql
+    else:
+        params = tuple(
+            field.get_db_prep_save(value, connection=connection)
+            for field, value, default in zip(fields, values, defaults, strict=True)
+            if not default
+        )
+    if on_conflict:
+        sql = f"{sql} ON CONFLICT {on_conflict}"
+    return Statement(f"{sql} RETURNING {returning}" if returning else sql, tuple(params), bool(returning))
+
+
+#: ``insert_statement``'s compiled SQL by (model, which fields take the database's default).
+_INSERT_SQL: dict[tuple[type[models.Model], tuple[bool, ...]], str] = {}
+
+
+@cache
+def _insert_fields(model: type[models.Model]) -> list[models.Field[Any, Any]]:
+    return [
         f
         for f in model._meta.local_concrete_fields
         if not f.generated and not (f.primary_key and isinstance(f, models.AutoField))
     ]
-    query = InsertQuery(model)
+
+
+def _orm_insert(instance: models.Model, fields: list[models.Field[Any, Any]]) -> tuple[str, tuple[Any, ...]]:
+    """The ORM's own compilation of the ``INSERT`` of ``instance`` (it calls ``pre_save`` again)."""
+    query = InsertQuery(type(instance))
     query.insert_values(fields, [instance])
-    compiler = query.get_compiler(connection=connection)
-    ((sql, params),) = compiler.as_sql()
-    if on_conflict:
-        sql = f"{sql} ON CONFLICT {on_conflict}"
-    return Statement(f"{sql} RETURNING {returning}" if returning else sql, tuple(params), bool(returning))
+    ((sql, params),) = query.get_compiler(connection=connection).as_sql()
+    return sql, tuple(params)
 
 
 def update_statement(
