@@ -71,6 +71,24 @@ def tree_cpu_seconds(pid: int, *, descendants: bool = True) -> float:
     return float(total)
 
 
+def wait_until_quiet(pid: int, *, below: float = 0.05, window: float = 1.0, timeout: float = 60.0) -> bool:
+    """Wait until the tree of ``pid`` used less than ``below`` cores (CPU seconds per second)
+    over ``window`` seconds: a process done starting up (importing, connecting). Returns False
+    after ``timeout`` seconds, or when the process is gone, without raising."""
+    deadline = time.monotonic() + timeout
+    try:
+        last = tree_cpu_seconds(pid)
+        while time.monotonic() < deadline:
+            time.sleep(window)
+            now = tree_cpu_seconds(pid)
+            if now - last < below * window:
+                return True
+            last = now
+    except psutil.NoSuchProcess:
+        pass
+    return False
+
+
 def _tree_size(pid: int, descendants: bool) -> int:
     with contextlib.suppress(psutil.NoSuchProcess):
         return 1 + (len(psutil.Process(pid).children(recursive=True)) if descendants else 0)

@@ -200,6 +200,7 @@ def record(*, out_dir: str, seconds: float, database_name: str) -> Iterator[str]
         yield "recording a Celery worker (-P solo) executing the submitted intents, and beat, side by side"
         beat = cluster.start_beat()  # first: it starts up while the worker gets ready
         worker = cluster.start_worker("flame-w", pool="solo")
+        cpu.wait_until_quiet(beat.popen.pid)  # its start-up (imports) is not what it costs
         meter = cpu.Meter([cpu.Group("worker", (worker.popen.pid,)), cpu.Group("beat", (beat.popen.pid,))])
         meter.start()
         recorders = [*_sample(worker.popen.pid, target_dir / "worker", seconds),

@@ -113,6 +113,20 @@ def test_i37_a_root_that_exits_between_samples_marks_its_group_incomplete() -> N
     assert reading["groups"]["gone"] == {"cpu_ms": 0, "processes": 0, "ours": True, "complete": False}
 
 
+def test_i37_wait_until_quiet_returns_once_a_process_is_done_starting_up() -> None:
+    # given a process that burns 0.3 s of CPU, then idles; and one that exits
+    busy = subprocess.Popen([sys.executable, "-c", BURN.format(seconds=0.3) + "time.sleep(30)\n"])
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    try:
+        # when / then
+        assert cpu.wait_until_quiet(busy.pid, window=0.5, timeout=30) is True
+        assert cpu.wait_until_quiet(gone.pid, window=0.5, timeout=30) is False
+    finally:
+        busy.kill()
+        busy.wait()
+
+
 @pytest.mark.django_db
 def test_i37_the_postgresql_server_is_found_from_a_backend_of_this_connection() -> None:
     # given this test's connection to the local server
