@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import psycopg
 
+from console.lab.bench import cpu
 from console.lab.bench.database import db_counters, server_dsn, settle_stats
 from console.lab.bench.load import Sample, closed_loop, open_loop
 from console.lab.bench.stats import summary_ms
@@ -89,14 +91,21 @@ def _finished(target: Target, prefix: str, samples: list[Sample], timeout: float
     }
 
 
-def run_full_load(target: Target, *, intents: int, clients: int) -> dict[str, Any]:
+def run_full_load(
+    target: Target, *, intents: int, clients: int, cpu_groups: Sequence[cpu.Group] = ()
+) -> dict[str, Any]:
     """Closed loop: ``clients`` agents submit ``intents`` as fast as the API answers; measured
-    until the last is SUCCEEDED, with the ``pg_stat_database`` delta of the ledger database."""
+    until the last is SUCCEEDED, with the ``pg_stat_database`` delta of the ledger database and,
+    under ``"cpu"``, the CPU of ``cpu_groups`` over the same interval (``cpu.per_unit``, per
+    intent)."""
     prefix = f"full-{uuid.uuid4().hex[:6]}"
     settle_stats()
     before = db_counters(target.ledger_db)
+    meter = cpu.Meter(cpu_groups)
+    meter.start()
     samples = closed_loop(_charge_sender(target, prefix), total=intents, clients=clients)
     result = _finished(target, prefix, samples, timeout=max(120.0, intents / 5))
+    reading = meter.stop()
     settle_stats()
     delta = db_counters(target.ledger_db).minus(before)
     polls = result.pop("_polls")
@@ -110,6 +119,8 @@ def run_full_load(target: Target, *, intents: int, clients: int) -> dict[str, An
         "rows_updated_per_intent": round(delta.tuples_updated / n, 2),
         "note": "whole-database delta over the run (API, relay, workers, beat); bench polls subtracted",
     }
+    if cpu_groups:
+        result["cpu"] = cpu.per_unit(reading, result["intents"])
     return result
 
 
@@ -123,13 +134,18 @@ def run_half_load(target: Target, *, intents: int, rate: float, clients: int) ->
     return result
 
 
-def run_bare(target: Target, *, effects: int, queue: str) -> dict[str, Any]:
+def run_bare(
+    target: Target, *, effects: int, queue: str, cpu_groups: Sequence[cpu.Group] = ()
+) -> dict[str, Any]:
     """Publish ``effects`` ``bench.bare_charge`` tasks and time them until the sandbox holds
-    every charge (first publication to last charge row)."""
+    every charge (first publication to last charge row); under ``"cpu"``, the CPU of
+    ``cpu_groups`` from the first publication until every charge is seen (per effect)."""
     from console.celery import app
 
     prefix = f"bare-{uuid.uuid4().hex[:6]}"
     url = f"{target.sandbox_url.rstrip('/')}/v1/charges"
+    meter = cpu.Meter(cpu_groups)
+    meter.start()
     started = time.time()
     with app.producer_or_acquire() as producer:
         for seq in range(effects):
@@ -149,17 +165,21 @@ def run_bare(target: Target, *, effects: int, queue: str) -> dict[str, Any]:
             effects,
             max(120.0, effects / 5),
         )
+        reading = meter.stop()
         row = conn.execute(
             "SELECT EXTRACT(EPOCH FROM max(created_at)) FROM sandbox.charges WHERE idempotency_key LIKE %s",
             [f"{prefix}-%"],
         ).fetchone()
     last = float(row[0]) if row and row[0] is not None else time.time()
-    return {
+    result: dict[str, Any] = {
         "effects": effects,
         "publish_seconds": round(published - started, 3),
         "seconds": round(last - started, 3),
         "effects_per_second": round(effects / (last - started), 1),
     }
+    if cpu_groups:
+        result["cpu"] = cpu.per_unit(reading, effects)
+    return result
 
 
 def run_api(target: Target, *, clients: int, seconds: float) -> dict[str, Any]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from console.lab.bench.stats import ratio
+
 
 def _ok(met: bool | None) -> str:
     return "n/a" if met is None else ("met" if met else "**not met**")
@@ -36,6 +38,61 @@ def targets(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
         ("API submit / trivial DRF view",
          f"{r['api']['submit']['requests_per_second']} / {r['api']['trivial']['requests_per_second']} req/s = {ratios['api_submit_over_trivial']}",
          ">= 0.6", _cmp(ratios["api_submit_over_trivial"], 0.6, at_least=True)),
+        *_cpu_target(r),
+    ]  # fmt: skip
+
+
+def _cpu_target(r: dict[str, Any]) -> list[tuple[str, str, str, bool | None]]:
+    """Issue 37's row: CPU per intent of our processes against the bare task's per effect."""
+    ledger, bare = r["full"].get("cpu"), r["bare"].get("cpu")
+    if not ledger or not bare:
+        return []
+    over = ratio(ledger["ours_ms_per_unit"], bare["ours_ms_per_unit"])
+    return [("CPU per intent, ledger / bare Celery task (own processes)",
+             f"{ledger['ours_ms_per_unit']} / {bare['ours_ms_per_unit']} ms = {over}",
+             "<= 2", _cmp(over, 2, at_least=False))]  # fmt: skip
+
+
+def cpu_table(r: dict[str, Any]) -> list[str]:
+    """The "CPU ms per intent" table: user + system CPU milliseconds per intent (full load) and
+    per bare effect (the chosen bare run) of each process group (``console.lab.bench.cpu``),
+    our own processes summed and divided, the shared infrastructure listed apart; empty when
+    ``r`` has no CPU figures."""
+    ledger, bare = r["full"].get("cpu"), r["bare"].get("cpu")
+    if not ledger and not bare:
+        return []
+    ledger, bare = ledger or {"groups": {}}, bare or {"groups": {}}
+    names = list(dict.fromkeys([*ledger["groups"], *bare["groups"]]))
+    over = ratio(ledger.get("ours_ms_per_unit"), bare.get("ours_ms_per_unit"))
+
+    def row(name: str) -> str:
+        both = (ledger["groups"].get(name), bare["groups"].get(name))
+        ms = [
+            f"{g['ms_per_unit']}{'' if g['complete'] else ' (incomplete: a root exited)'}" if g else "-"
+            for g in both
+        ]
+        cores = [str(g["cores"]) if g else "-" for g in both]
+        return f"| {name} | {ms[0]} | {ms[1]} | {cores[0]} | {cores[1]} |"
+
+    def ours(name: str) -> bool:
+        return bool((ledger["groups"].get(name) or bare["groups"].get(name))["ours"])
+
+    return [
+        f"CPU ms per intent: user + system CPU of each process tree (live processes, and exited children"
+        f" through the parent that reaped them: psutil's children_user/children_system), sampled at the first"
+        f" request and when the last intent was SUCCEEDED ({ledger.get('seconds')} s, ledger at full load) or"
+        f" the last charge was in the sandbox ({bare.get('seconds')} s, bare run {r['bare'].get('chosen')});"
+        f" cores = CPU seconds per wall second. PostgreSQL and the broker count everything they served"
+        f" meanwhile, other users' work included.",
+        "",
+        "| process group | ledger ms/intent | bare ms/effect | ledger cores | bare cores |",
+        "|---|---|---|---|---|",
+        *(row(name) for name in names if ours(name)),
+        f"| **own processes** | **{ledger.get('ours_ms_per_unit', '-')}** | **{bare.get('ours_ms_per_unit', '-')}** | | |",
+        f"| ledger / bare, own processes | {over if over is not None else '-'} | | | |",
+        "| *shared infrastructure, not in the ratio:* | | | | |",
+        *(row(name) for name in names if not ours(name)),
+        "",
     ]  # fmt: skip
 
 
@@ -80,6 +137,7 @@ def render(r: dict[str, Any], command: str) -> str:
         "|---|---|---|---|",
         *(f"| {run['pool']} | {run['effects']} | {run['effects_per_second']} | {run['publish_seconds']} |" for run in b["runs"]),
         "",
+        *cpu_table(r),
     ]  # fmt: skip
     db, p, c, ratios = r["full"]["db"], r["profile"], r["ceiling"], r["ratios"]
     lines += [

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.db import connection
 
-from console.lab.bench import bulk, database, e2e, profile, reconciler, services
+from console.lab.bench import bulk, cpu, database, e2e, profile, reconciler, services
 from console.lab.bench.choices import CeleryPool, WebWorkers
 from console.lab.bench.console_pages import console_at_scale
 from console.lab.bench.stats import ratio
@@ -98,11 +98,12 @@ def run(options: Options) -> dict[str, Any]:
         settings.SANDBOX_PROVIDER_URL = sandbox_url
         cluster.use_queue_here()
         web = options.api_web
-        _, api_url = services.start_gunicorn(
+        gunicorn, api_url = services.start_gunicorn(
             cluster, workers=options.api_workers, worker_class=web.worker_class, threads=web.threads
         )
         target = e2e.Target(api_url, token, bench_db, sandbox_db, sandbox_url)
-        results["bare"] = _bare_baseline(options, cluster, target)
+        shared = _shared_groups(cluster)
+        results["bare"] = _bare_baseline(options, cluster, target, shared)
         ledger = options.ledger_pool
         workers = [
             cluster.start_worker(
@@ -117,7 +118,12 @@ def run(options: Options) -> dict[str, Any]:
         )
         e2e.run_half_load(target, intents=4 * options.clients, rate=20, clients=options.clients)  # warm-up
         log(f"end to end at full load: {options.intents} intents, {options.clients} clients")
-        full = e2e.run_full_load(target, intents=options.intents, clients=options.clients)
+        own = cpu.own_groups(
+            web=[gunicorn.popen.pid], celery=[w.popen.pid for w in workers], beat=[beat.popen.pid]
+        )
+        full = e2e.run_full_load(
+            target, intents=options.intents, clients=options.clients, cpu_groups=[*own, *shared]
+        )
         results["full"] = full
         half_rate = max(1.0, full["intents_per_second"] / 2)
         log(f"end to end at half load: {half_rate:.0f} intents/s")
@@ -161,9 +167,24 @@ def _labelled(options: Options) -> dict[str, Any]:
     }
 
 
-def _bare_baseline(options: Options, cluster: LocalCluster, target: e2e.Target) -> dict[str, Any]:
+def _shared_groups(cluster: LocalCluster) -> list[cpu.Group]:
+    """The shared infrastructure's CPU groups: the sandbox provider ``services.start_sandbox``
+    started, the PostgreSQL server of this process's connection, the broker, this process."""
+    sandbox = next((p.popen.pid for p in cluster.processes if p.name == "bench-sandbox"), None)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = int(cursor.fetchone()[0])
+    return cpu.shared_groups(
+        sandbox_pid=sandbox, backend_pid=backend, broker_url=str(settings.CELERY_BROKER_URL)
+    )
+
+
+def _bare_baseline(
+    options: Options, cluster: LocalCluster, target: e2e.Target, shared: list[cpu.Group]
+) -> dict[str, Any]:
     """The bare task with each of ``options.bare_pools`` on ``options.workers`` fresh worker
-    processes of their own queue (nothing else consuming); the fastest is the baseline."""
+    processes of their own queue (nothing else consuming); the fastest is the baseline. Each
+    run's ``"cpu"`` is its workers' and ``shared``'s (``cpu.per_unit``, per effect)."""
     runs = []
     for config in options.bare_pools:
         queue = f"{cluster.queue}-bare"
@@ -174,7 +195,8 @@ def _bare_baseline(options: Options, cluster: LocalCluster, target: e2e.Target) 
         ]  # fmt: skip
         log(f"bare Celery baseline {config.label}: {options.intents} effects")
         e2e.run_bare(target, effects=max(20, options.intents // 10), queue=queue)  # warm-up
-        run = e2e.run_bare(target, effects=options.intents, queue=queue)
+        groups = [*cpu.own_groups(celery=[p.popen.pid for p in started]), *shared]
+        run = e2e.run_bare(target, effects=options.intents, queue=queue, cpu_groups=groups)
         runs.append({"pool": config.label, **run})
         for process in started:
             process.kill_group()
@@ -250,6 +272,10 @@ def _ratios(results: dict[str, Any]) -> dict[str, Any]:
             results["api"]["submit"]["requests_per_second"], results["api"]["trivial"]["requests_per_second"]
         ),
         "console_worst_p95_ms": max(page["p95_ms"] or 0 for page in results["console"]["pages"].values()),
+        "cpu_ledger_over_bare": ratio(
+            full.get("cpu", {}).get("ours_ms_per_unit"),
+            results["bare"].get("cpu", {}).get("ours_ms_per_unit"),
+        ),
     }
 
 

@@ -56,3 +56,9 @@ def test_a_tiny_bench_run_reports_every_section(tmp_path: Path) -> None:
     _numbers(results["api"]["submit"], "requests_per_second")
     _numbers(results["ratios"], "ledger_over_bare", "api_submit_over_trivial", "reconciler_large_over_small")
     assert "| measure | result | target |" in completed.stdout
+    # CPU per intent of every process group, and of the bare task's workers (issue 37)
+    _numbers(results["full"]["cpu"], "ours_ms_per_unit")
+    _numbers(results["bare"]["cpu"], "ours_ms_per_unit")
+    assert {"web (gunicorn master and workers)", "beat"} <= set(results["full"]["cpu"]["groups"])
+    _numbers(results["ratios"], "cpu_ledger_over_bare")
+    assert "| process group | ledger ms/intent | bare ms/effect |" in completed.stdout

@@ -61,7 +61,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--flame",
             metavar="DIR",
-            help="only record py-spy flame graphs of a gunicorn worker and a Celery worker into DIR",
+            help="only record py-spy flame graphs of a gunicorn worker, a Celery worker and beat into DIR",
         )
         parser.add_argument(
             "--flame-seconds", type=float, default=20.0, help="seconds recorded per flame graph"
