@@ -8,6 +8,7 @@ import sys
 
 import httpx
 
+from console.lab.bench.profile import BENCH_RATE
 from console.lab.cluster import BASE_DIR, HarnessError, LocalCluster, Process, wait_until
 
 
@@ -43,7 +44,7 @@ def start_gunicorn(
     port = free_port()
     # The rate limits on, as deployed, at a rate the load never reaches: their cost is measured.
     env = {**cluster.env, "DJANGO_SETTINGS_MODULE": "console.lab.bench.settings",
-           "EFFECT_LEDGER_RATE_AGENT": "1000000/min", "EFFECT_LEDGER_RATE_TENANT": "1000000/min"}  # fmt: skip
+           "EFFECT_LEDGER_RATE_AGENT": BENCH_RATE, "EFFECT_LEDGER_RATE_TENANT": BENCH_RATE}  # fmt: skip
     command = [sys.executable, "-m", "gunicorn", "console.wsgi:application", "-b", f"127.0.0.1:{port}",
                "-w", str(workers), "-k", worker_class, "--threads", str(threads), "--backlog", "2048",
                "--log-level", "warning", "--no-control-socket"]  # fmt: skip
