@@ -15,6 +15,7 @@ from rest_framework import serializers
 from operations.access.scopes import agent_sees_principal
 from operations.models import AuditEvent, Intent, Outcome
 from operations.selectors import intent_latest_decision, intent_latest_outcome, intent_likely_duplicate
+from operations.selectors.intent_pages import PageFacts
 
 
 class FieldsBuiltOnce:
@@ -150,8 +151,17 @@ class IntentSerializer(FieldsBuiltOnce, serializers.ModelSerializer[Intent]):
                     }
         return data
 
+    def page_facts(self) -> PageFacts | None:
+        """The facts read for the whole page (``context["page_facts"]``, a list answer), or None."""
+        facts: PageFacts | None = self.context.get("page_facts")
+        return facts
+
     def held_behind_principal(self, instance: Intent) -> str | None:
         """The principal of the intent ``instance`` is held behind (None: none)."""
+        if (facts := self.page_facts()) is not None:
+            return (
+                facts.held_behind_principals.get(instance.held_behind_id) if instance.held_behind_id else None
+            )
         return instance.held_behind.principal if instance.held_behind is not None else None
 
     class Meta:
@@ -187,11 +197,15 @@ class IntentSerializer(FieldsBuiltOnce, serializers.ModelSerializer[Intent]):
         return OutcomeSerializer(outcome).data if outcome else None
 
     def latest_outcome(self, intent: Intent) -> Outcome | None:
-        """The outcome the answer shows (``intent_latest_outcome``)."""
+        """The outcome the answer shows (``intent_latest_outcome``; the page's, in a list)."""
+        if (facts := self.page_facts()) is not None:
+            return facts.outcomes.get(intent.id)
         return intent_latest_outcome(intent)
 
     def likely_duplicate_event(self, intent: Intent) -> AuditEvent | None:
-        """The event ``likely_duplicate`` shows (``intent_likely_duplicate``)."""
+        """The event ``likely_duplicate`` shows (``intent_likely_duplicate``; the page's, in a list)."""
+        if (facts := self.page_facts()) is not None:
+            return facts.likely_duplicates.get(intent.id)
         return intent_likely_duplicate(intent)
 
     @extend_schema_field(LikelyDuplicateSerializer(allow_null=True))

@@ -17,7 +17,7 @@ from operations import selectors, services
 from operations.access.scopes import action_allowed, agent_sees_principal
 from operations.api import waiting
 from operations.api.archived import ARCHIVED_HEADER_PARAMETER, archived_answer
-from operations.api.intent_representation import IntentDetailSerializer, IntentSerializer
+from operations.api.intent_representation import OUTCOME_STATUSES, IntentDetailSerializer, IntentSerializer
 from operations.api.schema import RETRY_AFTER, WWW_AUTHENTICATE, problem_responses
 from operations.api.serializers import (
     ActionListSerializer,
@@ -34,6 +34,7 @@ from operations.exceptions import ActionNotAllowed
 from operations.models import Agent, Intent
 from operations.money import money_json
 from operations.notifications.webhook_sender import secret_hint
+from operations.selectors.intent_pages import intent_page_facts
 from operations.selectors.pagination import InvalidCursor, cursor_time
 from operations.selectors.webhooks import agent_callback
 
@@ -242,9 +243,10 @@ class IntentCollectionView(APIView):
             tenant=agent.tenant, principal=agent_sees_principal(agent), **filters
         )
         paginator = self.pagination_class()
-        page = paginator.paginate_queryset(queryset, request, view=self)
+        page = paginator.paginate_queryset(queryset, request, view=self) or []
+        facts = intent_page_facts(page, outcome_statuses=OUTCOME_STATUSES)
         return paginator.get_paginated_response(
-            IntentSerializer(page, many=True, context=_context(request)).data
+            IntentSerializer(page, many=True, context={**_context(request), "page_facts": facts}).data
         )
 
 
