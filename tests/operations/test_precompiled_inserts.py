@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from operations import statements
-from tests.operations.test_round_trips import _submit
+from tests.operations.test_round_trips import SANDBOX_ACTIONS, _submit
 from tests.support.fake_provider import FakeProvider, fake_provider  # noqa: F401
 from tests.support.processes import sandbox, sandbox_provider  # noqa: F401
 
@@ -80,14 +80,7 @@ def _run(action: str, arguments: dict[str, Any], *, times: int = 2, client: Any 
 
 
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(
-    ("action", "arguments"),
-    [
-        ("payments.charge", {"amount": 1200, "currency": "EUR", "customer": "c"}),
-        ("email.send", {"to": "a@example.com", "subject": "s", "body": "b"}),
-        ("reservations.create", {"resource": "room-101", "start": "2030-01-01T10:00:00Z", "seats": 2}),
-    ],
-)
+@pytest.mark.parametrize(("action", "arguments"), SANDBOX_ACTIONS)
 def test_i37_every_precompiled_insert_of_the_happy_path_is_the_orm_s_own(
     sandbox: Any,  # noqa: F811
     compared: list[str],

@@ -37,15 +37,16 @@ def _submit(client: APIClient, action: str, arguments: dict[str, Any]) -> uuid.U
     return uuid.UUID(response.json()["intent_id"])
 
 
+#: One happy-path intent per sandbox action kind: (action, arguments).
+SANDBOX_ACTIONS = [
+    ("payments.charge", {"amount": 1200, "currency": "EUR", "customer": "c"}),
+    ("email.send", {"to": "a@example.com", "subject": "s", "body": "b"}),
+    ("reservations.create", {"resource": "room-101", "start": "2030-01-01T10:00:00Z", "seats": 2}),
+]
+
+
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(
-    ("action", "arguments"),
-    [
-        ("payments.charge", {"amount": 1200, "currency": "EUR", "customer": "c"}),
-        ("email.send", {"to": "a@example.com", "subject": "s", "body": "b"}),
-        ("reservations.create", {"resource": "room-101", "start": "2030-01-01T10:00:00Z", "seats": 2}),
-    ],
-)
+@pytest.mark.parametrize(("action", "arguments"), SANDBOX_ACTIONS)
 def test_i13_a_happy_path_intent_is_three_write_transactions_and_no_autocommit_read(
     sandbox: Any,  # noqa: F811
     action: str,
