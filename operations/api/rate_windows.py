@@ -10,32 +10,37 @@ through across a window boundary, as a fixed window does, and costs one row (or 
 instead of DRF's list of every request's time. A refused request is not counted, so an agent
 that keeps retrying is served again as soon as its earlier requests age out.
 
-Limits are checked in the order given and the first refusal ends the check: a request its
-agent's limit refused is not counted against its tenant's.
+Every limit of a request is checked before any is counted: a request is counted under all of
+its limits or under none, so a request its agent's limit refused is not counted against its
+tenant's, nor one its tenant's limit refused against its agent's.
 
-Two stores, one algorithm:
+Two stores, one rule:
 
-- ``postgres_check``: one statement, ``INSERT ... ON CONFLICT (key) DO UPDATE`` per limit
-  chained in data-modifying CTEs, on the UNLOGGED table ``operations_ratewindow`` (row locks
-  make concurrent requests count exactly; no write-ahead log, so no disk flush per request). It
-  also serves as the request's connection health check (``first_statement``).
-- ``redis_check``: one ``EVALSHA`` of a Lua script (atomic on the server), when
-  ``EFFECT_LEDGER_CACHE_URL`` names a Redis.
+- ``postgres_check``: one call of the database function ``effect_ledger_rate_check``
+  (migration 0037, where the rule is spelt out) on the UNLOGGED table ``operations_ratewindow``:
+  row locks make concurrent requests count exactly, and no write-ahead log means no disk flush
+  per request. The call also stands in for the request's connection health check
+  (``first_statement``).
+- ``redis_check``: one ``EVALSHA`` of the Lua script ``_LUA`` (atomic on the server), when
+  ``EFFECT_LEDGER_CACHE_URL`` names a Redis; keys are namespaced by the deployment's database.
 
-Times are Unix seconds from the web process's clock: processes on machines whose clocks differ
-by ``d`` seconds disagree about the window's edge by ``d`` (NTP keeps that to milliseconds).
+Times are Unix seconds from the web process's clock. A key whose stored window is later than a
+request's clock says (the request read its clock just before the window's edge, or its
+process's clock is behind) is counted in the stored window, never reset backwards.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection
+from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
 logger = logging.getLogger(__name__)
 
@@ -80,68 +85,44 @@ def retry_after(limit: Limit, *, now: float, hits: int, previous: int) -> float:
     return max(0.0, start + at - now)
 
 
-def _verdict(limits: Sequence[Limit], rows: Sequence[tuple[Any, Any, Any]], now: float) -> Verdict:
-    for limit, (allowed, hits, previous) in zip(limits, rows, strict=True):
-        if allowed is False:
-            return Verdict(limit, retry_after(limit, now=now, hits=int(hits), previous=int(previous)))
-    return Verdict()
+def _verdict(limits: Sequence[Limit], refused: int, hits: int, previous: int, now: float) -> Verdict:
+    """The verdict of a store's answer: ``refused`` is the 1-based position of the refusing limit
+    (0: served), ``hits`` and ``previous`` its counts then."""
+    if not refused:
+        return Verdict()
+    limit = limits[refused - 1]
+    return Verdict(limit, retry_after(limit, now=now, hits=int(hits), previous=int(previous)))
 
 
-_UPSERT = """
-l{n} AS (
-  INSERT INTO operations_ratewindow AS w (key, window_start, hits, previous, allowed)
-  SELECT %(key{n})s, %(start{n})s, 1, 0, true {guard}
-  ON CONFLICT (key) DO UPDATE SET
-    window_start = EXCLUDED.window_start,
-    previous = {previous},
-    hits = {hits} + ({ok})::int,
-    allowed = {ok}
-  RETURNING allowed, hits, previous
-)"""
-_HITS = "(CASE WHEN w.window_start = %(start{n})s THEN w.hits ELSE 0 END)"
-_PREVIOUS = (
-    "(CASE WHEN w.window_start = %(start{n})s THEN w.previous"
-    " WHEN w.window_start = %(start{n})s - %(period{n})s THEN w.hits ELSE 0 END)"
+#: The one statement of ``postgres_check``: the database function of migration 0037.
+POSTGRES_STATEMENT = (
+    "SELECT refused, hits, previous FROM effect_ledger_rate_check("
+    "%s::text[], %s::bigint[], %s::integer[], %s::double precision[], %s::integer[])"
 )
-_OK = "({previous} * %(weight{n})s + {hits} + 1 <= %(requests{n})s)"
-
-
-@cache
-def postgres_statement(count: int) -> str:
-    """The one statement that checks and counts ``count`` limits in order (built once per count):
-    limit n's row is written only when limit n-1 served the request. Returns, per limit,
-    ``allowed, hits, previous`` (NULLs for a limit not reached)."""
-    parts = []
-    for n in range(count):
-        hits, previous = _HITS.format(n=n), _PREVIOUS.format(n=n)
-        guard = f"WHERE (SELECT allowed FROM l{n - 1})" if n else ""
-        ok = _OK.format(previous=previous, hits=hits, n=n)
-        parts.append(_UPSERT.format(n=n, guard=guard, previous=previous, hits=hits, ok=ok))
-    columns = ", ".join(
-        f"(SELECT {column} FROM l{n})" for n in range(count) for column in ("allowed", "hits", "previous")
-    )
-    return "WITH" + ",".join(parts) + f"\nSELECT {columns}"
 
 
 def postgres_check(limits: Sequence[Limit], *, now: float) -> Verdict:
-    """Check and count ``limits`` (in order) in PostgreSQL, one statement, autocommit.
+    """Check and count ``limits`` (in order) in PostgreSQL: one call of the function
+    ``effect_ledger_rate_check`` (migration 0037, where the rule is spelt out), autocommit.
 
     Raises:
         django.db.DatabaseError: the database refused or is unreachable.
     """
     if not limits:
         return Verdict()
-    params: dict[str, Any] = {}
-    for n, limit in enumerate(limits):
-        start, weight = window_of(limit, now)
-        params.update({f"key{n}": limit.key, f"start{n}": start, f"period{n}": limit.period,
-                       f"weight{n}": weight, f"requests{n}": limit.requests})  # fmt: skip
-    row = first_statement(postgres_statement(len(limits)), params)
-    rows = [(row[3 * n], row[3 * n + 1], row[3 * n + 2]) for n in range(len(limits))]
-    return _verdict(limits, rows, now)
+    windows = [window_of(limit, now) for limit in limits]
+    params = [
+        [limit.key for limit in limits],
+        [start for start, _ in windows],
+        [limit.period for limit in limits],
+        [weight for _, weight in windows],
+        [limit.requests for limit in limits],
+    ]
+    refused, hits, previous = first_statement(POSTGRES_STATEMENT, params)
+    return _verdict(limits, refused, hits, previous, now)
 
 
-def first_statement(sql: str, params: dict[str, Any]) -> tuple[Any, ...]:
+def first_statement(sql: str, params: Sequence[Any]) -> tuple[Any, ...]:
     """Run ``sql`` (one row back) as a request's first statement, standing in for Django's
     connection health check (``CONN_HEALTH_CHECKS``, a ``SELECT 1`` before the request's first
     query on a reused connection): when that check is due, it is marked done and ``sql`` runs
@@ -165,77 +146,127 @@ def first_statement(sql: str, params: dict[str, Any]) -> tuple[Any, ...]:
     return _fetch_one(sql, params)
 
 
-def _fetch_one(sql: str, params: dict[str, Any]) -> tuple[Any, ...]:
+def _fetch_one(sql: str, params: Sequence[Any]) -> tuple[Any, ...]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row: tuple[Any, ...] = cursor.fetchone()
     return row
 
 
-#: The Redis keys' prefix (each expires two periods after its last request).
-REDIS_PREFIX = "effect-ledger:rate:"
-
-# KEYS: the limits' keys, in order. ARGV: now, then requests and period per key. Returns one
-# {allowed, hits, previous} triple per key reached; the first refusal ends the loop uncounted.
+# KEYS: the limits' keys, in order. ARGV: now, then requests and period per key. The same rule
+# as the database function of migration 0037: every limit checked first (rolled to the current
+# window; a key already in a later window keeps it, the previous one at full weight), nothing
+# counted if one refuses; returns {refused (1-based, 0: served), its hits, its previous}.
 _LUA = """
 local now = tonumber(ARGV[1])
-local out = {}
+local starts, hits, previous = {}, {}, {}
 for i, key in ipairs(KEYS) do
-  local requests = tonumber(ARGV[2 * i])
-  local period = tonumber(ARGV[2 * i + 1])
+  local requests, period = tonumber(ARGV[2 * i]), tonumber(ARGV[2 * i + 1])
   local start = math.floor(now / period) * period
+  local weight = 1 - (now - start) / period
   local row = redis.call('HMGET', key, 'start', 'hits', 'previous')
-  local was, hits, previous = tonumber(row[1]), tonumber(row[2]) or 0, tonumber(row[3]) or 0
-  if was == start then
-  elseif was == start - period then previous, hits = hits, 0
-  else previous, hits = 0, 0 end
-  local ok = previous * (1 - (now - start) / period) + hits + 1 <= requests
-  if ok then hits = hits + 1 end
-  redis.call('HSET', key, 'start', start, 'hits', hits, 'previous', previous)
-  redis.call('EXPIRE', key, 2 * period)
-  out[i] = {ok and 1 or 0, hits, previous}
-  if not ok then break end
+  local was = tonumber(row[1])
+  if was and was >= start then
+    if was > start then weight = 1 end
+    starts[i], hits[i], previous[i] = was, tonumber(row[2]), tonumber(row[3])
+  elseif was == start - period then
+    starts[i], hits[i], previous[i] = start, 0, tonumber(row[2])
+  else
+    starts[i], hits[i], previous[i] = start, 0, 0
+  end
+  if previous[i] * weight + hits[i] + 1 > requests then
+    return {i, hits[i], previous[i]}
+  end
 end
-return out
+for i, key in ipairs(KEYS) do
+  redis.call('HSET', key, 'start', starts[i], 'hits', hits[i] + 1, 'previous', previous[i])
+  redis.call('EXPIRE', key, 2 * tonumber(ARGV[2 * i + 1]))
+end
+return {0, 0, 0}
 """
+
+
+#: Seconds Redis may take to connect and to answer before the limits are left unchecked.
+REDIS_TIMEOUT_SECONDS = 0.25
+#: After Redis failed, this process does not ask it again for this many seconds: requests are
+#: served unchecked meanwhile (one warning per pause), so a hung Redis costs one timeout, not one
+#: per request.
+REDIS_PAUSE_SECONDS = 10.0
+_redis_paused_until = 0.0
 
 
 @cache
 def _redis_script(url: str) -> Any:
     import redis
 
-    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    client = redis.Redis.from_url(
+        url, socket_timeout=REDIS_TIMEOUT_SECONDS, socket_connect_timeout=REDIS_TIMEOUT_SECONDS
+    )
     return client.register_script(_LUA)
 
 
+@cache
+def redis_prefix(database: tuple[str, str, str]) -> str:
+    """The prefix of this deployment's keys: ``effect-ledger:<digest>:rate:``, the digest naming
+    its database (host, port, name), so deployments sharing one Redis never count against each
+    other's agents (whose ids restart at 1 in each database)."""
+    digest = hashlib.sha256("\x00".join(database).encode()).hexdigest()[:16]
+    return f"effect-ledger:{digest}:rate:"
+
+
+def _this_database() -> tuple[str, str, str]:
+    conf = connection.settings_dict
+    return (str(conf.get("HOST") or ""), str(conf.get("PORT") or ""), str(conf["NAME"]))
+
+
 def redis_check(limits: Sequence[Limit], *, now: float) -> Verdict:
-    """Check and count ``limits`` (in order) in Redis, one ``EVALSHA`` (``EVAL`` the first time).
+    """Check and count ``limits`` (in order) in Redis, one ``EVALSHA`` (``EVAL`` the first time)
+    of the script ``_LUA``, atomic on the server.
 
     Raises:
-        redis.RedisError: Redis refused or is unreachable.
+        redis.RedisError: Redis refused, is unreachable or did not answer in time.
     """
     if not limits:
         return Verdict()
     args: list[Any] = [repr(now)]
     for limit in limits:
         args += [limit.requests, limit.period]
-    keys = [REDIS_PREFIX + limit.key for limit in limits]
-    answer = _redis_script(settings.EFFECT_LEDGER_CACHE_URL)(keys=keys, args=args)
-    rows: list[tuple[bool | None, int, int]] = [(bool(ok), hits, previous) for ok, hits, previous in answer]
-    rows += [(None, 0, 0)] * (len(limits) - len(rows))
-    return _verdict(limits, rows, now)
+    prefix = redis_prefix(_this_database())
+    keys = [prefix + limit.key for limit in limits]
+    refused, hits, previous = _redis_script(settings.EFFECT_LEDGER_CACHE_URL)(keys=keys, args=args)
+    return _verdict(limits, int(refused), int(hits), int(previous), now)
 
 
 def windows_check(limits: Sequence[Limit], *, now: float) -> Verdict:
     """Check and count ``limits`` in the configured store: Redis when ``EFFECT_LEDGER_CACHE_URL``
-    is set, else PostgreSQL. If Redis cannot be reached the request is served (logged as a
-    warning): a limiter that is down must not stop every agent."""
+    is set, else PostgreSQL.
+
+    A limiter that fails must not stop every agent, so the request is then served unchecked,
+    with a warning: Redis unreachable or slower than ``REDIS_TIMEOUT_SECONDS`` (and then not
+    asked again for ``REDIS_PAUSE_SECONDS``); the database refusing the statement itself (a
+    read-only standby, a schema not migrated). A database that cannot be reached at all is not
+    hidden: ``OperationalError`` propagates, and the request is answered 503 as any would be.
+    """
+    global _redis_paused_until
     if not settings.EFFECT_LEDGER_CACHE_URL:
-        return postgres_check(limits, now=now)
+        try:
+            return postgres_check(limits, now=now)
+        except (OperationalError, InterfaceError):
+            raise
+        except DatabaseError as error:
+            logger.warning("rate limits not checked: the database refused their statement: %s", error)
+            return Verdict()
+    if time.monotonic() < _redis_paused_until:
+        return Verdict()
     import redis
 
     try:
         return redis_check(limits, now=now)
-    except redis.RedisError as error:
-        logger.warning("rate limits not checked: Redis at EFFECT_LEDGER_CACHE_URL failed: %s", error)
+    except (redis.RedisError, OSError) as error:
+        _redis_paused_until = time.monotonic() + REDIS_PAUSE_SECONDS
+        logger.warning(
+            "rate limits not checked for %.0f s: Redis at EFFECT_LEDGER_CACHE_URL failed: %s",
+            REDIS_PAUSE_SECONDS,
+            error,
+        )
         return Verdict()

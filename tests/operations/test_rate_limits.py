@@ -4,6 +4,7 @@ tenant, on windows every web process shares (PostgreSQL, or Redis when configure
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from rest_framework.test import APIClient
 from console.lab.bench.profile import Tally, tallying
 from console.settings_ledger import _rate
 from operations.api import rate_windows, throttling
-from operations.api.rate_windows import REDIS_PREFIX, Limit, postgres_statement, retry_after, windows_check
+from operations.api.rate_windows import Limit, redis_prefix, retry_after, windows_check
 from operations.api.rates import rate_parse
 from operations.models import RateWindow
 from tests.factories import make_agent
@@ -36,7 +37,7 @@ def redis_or_skip() -> str:
 
     client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
     try:
-        for key in client.scan_iter(f"{REDIS_PREFIX}*"):
+        for key in client.scan_iter("effect-ledger:*"):
             client.delete(key)
     except redis.RedisError as error:
         pytest.skip(f"no Redis at {REDIS_URL} ({error}): set EFFECT_LEDGER_TEST_REDIS_URL")
@@ -243,7 +244,7 @@ def test_i37_the_limits_cost_one_statement_that_stands_in_for_the_health_check(
     # then: the two limits took one statement, and Django's own health check (a SELECT 1 and a
     # commit of its own) did not run: the limits' statement was it. Before: six statements of
     # Django's database cache plus the health check.
-    limit_statements = [q["sql"] for q in captured.captured_queries if "operations_ratewindow" in q["sql"]]
+    limit_statements = [q["sql"] for q in captured.captured_queries if "effect_ledger_rate_check" in q["sql"]]
     assert len(limit_statements) == 1, tally.sql
     assert tally.statements["list"] == 2 and tally.commits["list"] == 2, tally.sql
     assert checks == []
@@ -296,13 +297,122 @@ def test_i37_retry_after_is_when_the_window_would_serve_the_request(
     )
 
 
-def test_i37_the_statement_is_built_once_per_number_of_limits() -> None:
-    assert postgres_statement(2) is postgres_statement(2)
-    assert postgres_statement(1).count("INSERT INTO operations_ratewindow") == 1
-    assert postgres_statement(2).count("INSERT INTO operations_ratewindow") == 2
-
-
 @pytest.fixture(autouse=True)
 def _no_redis_script_across_urls() -> Iterator[None]:
     yield
     rate_windows._redis_script.cache_clear()
+    rate_windows._redis_paused_until = 0.0
+
+
+EDGE = 1_800_000_001.0  # a window's edge for a limit per second
+
+
+def test_i37_a_request_that_read_its_clock_before_the_window_s_edge_does_not_reset_the_window(
+    store: str,
+) -> None:
+    # given: 5 a second, all 5 used just before an edge, and a request refused just after it
+    limit = Limit("agent:edge:1", 5, 1)
+    assert [windows_check([limit], now=EDGE - 0.1 + i / 100).refused for i in range(5)] == [None] * 5
+    assert windows_check([limit], now=EDGE + 0.05).refused == limit
+    # when: a request that read its clock before the edge reaches the window after it moved on
+    late = windows_check([limit], now=EDGE - 0.01)
+    # then: counted in the stored window with the earlier five at full weight: refused, and the
+    # windows are not reset (before: served, and four more after it within the same second)
+    assert late.refused == limit
+    assert [windows_check([limit], now=EDGE + 0.06 + i / 100).refused for i in range(4)] == [limit] * 4
+
+
+def test_i37_a_request_its_tenant_refused_is_not_counted_against_its_agent(rates: Any) -> None:
+    # given: 10 a minute per agent, 5 per tenant; one agent uses the tenant's 5, then is refused
+    # by the tenant's limit 5 times
+    rates("10/min", "5/min")
+    bot = client_of("bot")
+    assert [bot.get(URL).status_code for _ in range(10)] == [200] * 5 + [429] * 5
+    # when: the tenant's limit is raised (the same window: the same period)
+    rates("10/min", "100/min")
+    # then: the agent still has its other 5 (before: the 5 refusals had used them up)
+    assert [bot.get(URL).status_code for _ in range(6)] == [200] * 5 + [429]
+
+
+def test_i37_deployments_sharing_one_redis_do_not_count_against_each_other(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: Redis, and an agent key that the next deployment's agent with the same id also has
+    settings.EFFECT_LEDGER_CACHE_URL = redis_or_skip()
+    limit = Limit("agent:1:60", 2, 60)
+    assert [windows_check([limit], now=EDGE).refused for _ in range(3)] == [None, None, limit]
+    # when: another deployment (another database) counts its agent 1
+    monkeypatch.setattr(rate_windows, "_this_database", lambda: ("db.example", "5432", "other"))
+    # then: a window of its own
+    assert windows_check([limit], now=EDGE).refused is None
+    assert redis_prefix(("a", "5432", "x")) != redis_prefix(("a", "5432", "y"))
+
+
+def test_i37_a_hung_redis_costs_one_timeout_then_is_left_alone_for_a_while(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given: a "Redis" that accepts connections and never answers
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    settings.EFFECT_LEDGER_CACHE_URL = f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+    settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "RATE_AGENT": "1/min"}
+    bot = client_of("bot")
+    try:
+        # when: five requests
+        answers = [bot.get(URL).status_code for _ in range(5)]
+        # then: all served; Redis was tried once (one connection, one timeout), then left
+        # alone for REDIS_PAUSE_SECONDS, with one warning
+        listener.settimeout(0.5)
+        accepted = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                accepted.append(listener.accept()[0])
+    finally:
+        listener.close()
+    assert answers == [200] * 5
+    assert len(accepted) == 1
+    assert caplog.text.count("rate limits not checked") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_i37_a_read_only_database_serves_requests_with_the_limits_unchecked(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given: the database store, and a database that refuses writes (a standby, a demoted primary)
+    settings.EFFECT_LEDGER_CACHE_URL = ""
+    client = client_of("bot")
+    with connection.cursor() as cursor:
+        cursor.execute("SET SESSION default_transaction_read_only = on")
+    try:
+        # when
+        answer = client.get(URL)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SET SESSION default_transaction_read_only = off")
+    # then: the list is served (it only reads); the limiter's refusal is a warning, not a 500
+    assert answer.status_code == 200, answer.content
+    assert "rate limits not checked: the database refused" in caplog.text
+
+
+@pytest.mark.parametrize(
+    "url", ["redis://127.0.0.1:notaport/0", "redis://127.0.0.1:6379/0?socket_timeout=abc"]
+)
+def test_i37_an_unusable_redis_url_stops_the_process_at_start_up(url: str) -> None:
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    child = subprocess.run(  # noqa: S603 - this interpreter, fixed code
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=settings.BASE_DIR,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "console.settings", "EFFECT_LEDGER_CACHE_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert child.returncode != 0 and "EFFECT_LEDGER_CACHE_URL is not a usable Redis URL" in child.stderr
