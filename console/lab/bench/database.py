@@ -101,9 +101,16 @@ def db_counters(dbname: str) -> DbCounters:
     return DbCounters(*(int(value) for value in row))
 
 
-def settle_stats(seconds: float = 1.2) -> None:
-    """Close this process's connections and wait for other sessions to flush their pending
-    statistics (PostgreSQL 15 flushes at most once a second, and at session end)."""
+#: Seconds until every idle session has flushed its statistics: PostgreSQL 15 flushes a session's
+#: counters when it goes idle, but at most once a second; a session that flushed less than a
+#: second ago waits PGSTAT_IDLE_INTERVAL (10 s, src/backend/utils/activity/pgstat.c) before the
+#: next flush. Waiting less (1.2 s, before issue 37) left a run's last commits uncounted.
+STATS_SETTLE_SECONDS = 11.0
+
+
+def settle_stats(seconds: float = STATS_SETTLE_SECONDS) -> None:
+    """Close this process's connections and wait for the other sessions to flush their pending
+    statistics (``STATS_SETTLE_SECONDS``), so ``pg_stat_database`` counts every commit made."""
     connections.close_all()
     time.sleep(seconds)
 
