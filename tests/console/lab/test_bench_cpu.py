@@ -7,6 +7,9 @@ so the amount is CPU time whatever the machine's load); the bands are wide, noth
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -50,10 +53,12 @@ def tree(request: pytest.FixtureRequest) -> Iterator[subprocess.Popen[str]]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its own process group, so the child goes with it
     )
     assert process.stdout is not None and process.stdout.readline().strip() == "ready"
     yield process
-    process.kill()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
     process.wait()
 
 
