@@ -188,10 +188,19 @@ def test_i16_7_a_drill_refused_by_the_broker_check_is_shown_as_not_run(
     assert "not run" in body and "FAIL" not in body and "filesystem transport does not survive" in body
 
 
-def test_i16_7_a_crash_lab_whose_cluster_cannot_start_is_not_run(db: Any, monkeypatch: Any) -> None:
-    # given: the lab's sandbox provider exits at start (here: its command is made to fail)
+#: A RabbitMQ URL for tests whose lab never reaches the broker: they pass the check that refuses
+#: kombu's filesystem transport, on a machine with no broker too (the README's test command).
+UNUSED_REAL_BROKER = "amqp://guest:guest@127.0.0.1:1//"
+
+
+def test_i16_7_a_crash_lab_whose_cluster_cannot_start_is_not_run(
+    db: Any, monkeypatch: Any, settings: Any
+) -> None:
+    # given: the lab's sandbox provider exits at start (here: its command is made to fail), past
+    # the broker check (a real broker named: nothing reaches it)
     from django.core.management import CommandError, call_command
 
+    settings.CELERY_BROKER_URL = UNUSED_REAL_BROKER
     from console.lab.cluster import HarnessError
     from console.lab.crashlab import runner
 
@@ -207,11 +216,15 @@ def test_i16_7_a_crash_lab_whose_cluster_cannot_start_is_not_run(db: Any, monkey
     assert run.outcome == "not_run" and run.passed is None and "address already in use" in run.not_run_reason
 
 
-def test_i16_7_a_real_fail_is_still_fail(db: Any, monkeypatch: Any, viewer_client: Client) -> None:
+def test_i16_7_a_real_fail_is_still_fail(
+    db: Any, monkeypatch: Any, viewer_client: Client, settings: Any
+) -> None:
     # given: a crash lab whose ledger row shows a duplicate (a safety violation), measured by a
-    # lab whose cluster is replaced by the numbers it would have counted
+    # lab whose cluster is replaced by the numbers it would have counted (past the broker
+    # check: a real broker named, never reached)
     from django.core.management import call_command
 
+    settings.CELERY_BROKER_URL = UNUSED_REAL_BROKER
     from console.lab.crashlab import verdict
     from console.lab.management.commands import crashlab as command
 
