@@ -78,6 +78,19 @@ def _own_checkpoint_file(settings: Any, tmp_path_factory: pytest.TempPathFactory
     settings.EFFECT_LEDGER = {**settings.EFFECT_LEDGER, "AUDIT_CHECKPOINT_FILE": str(path)}
 
 
+#: Where tests that start no sandbox provider send its calls: a closed port. The default
+#: (127.0.0.1:8765) is where a quick start's sandbox listens; a test must not talk to it.
+NO_SANDBOX_URL = "http://127.0.0.1:9"
+
+
+@pytest.fixture(autouse=True)
+def _no_default_sandbox(settings: Any) -> None:
+    """Each test's sandbox provider URL is a closed port unless it starts one (the ``sandbox``
+    fixture points the setting at it): a quick start running beside the tests (the README's two
+    terminals) must not answer their lookups."""
+    settings.SANDBOX_PROVIDER_URL = NO_SANDBOX_URL
+
+
 @pytest.fixture
 def agent_token(db: Any) -> str:
     """The bearer token of agent ``agent-1`` in tenant ``acme``."""
