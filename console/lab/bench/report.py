@@ -83,7 +83,7 @@ def cpu_table(r: dict[str, Any]) -> list[str]:
         f" request and when the last intent was SUCCEEDED ({ledger.get('seconds')} s, ledger at full load) or"
         f" the last charge was in the sandbox ({bare.get('seconds')} s, bare run {r['bare'].get('chosen')});"
         f" cores = CPU seconds per wall second. PostgreSQL and the broker count everything they served"
-        f" meanwhile, other users' work included.",
+        f" meanwhile, other users' work included.{_short_bare_warning(bare)}",
         "",
         "| process group | ledger ms/intent | bare ms/effect | ledger cores | bare cores |",
         "|---|---|---|---|---|",
@@ -94,6 +94,18 @@ def cpu_table(r: dict[str, Any]) -> list[str]:
         *(row(name) for name in names if not ours(name)),
         "",
     ]  # fmt: skip
+
+
+def _short_bare_warning(bare: dict[str, Any]) -> str:
+    """A caution when the bare run lasted under a second: its CPU figures, counted in 10 ms
+    ticks per process, are then coarse; ``--intents`` larger makes it longer."""
+    seconds = bare.get("seconds")
+    if seconds is None or seconds >= 1.0:
+        return ""
+    return (
+        f" **The bare run lasted {seconds} s, under a second: its figures are coarse (10 ms ticks);"
+        " run with more --intents.**"
+    )
 
 
 def render(r: dict[str, Any], command: str) -> str:

@@ -209,3 +209,14 @@ def test_i37_flame_summary_has_a_table_per_process_beat_included(tmp_path: Path)
         assert f"\n{name} (" in text
     assert "120 CPU ms in 10.0 s = 0.01 cores" in text
     assert "| `apply_async` | 100.0 | 100.0 |" in text
+
+
+def test_i37_the_report_warns_when_the_bare_run_lasted_under_a_second() -> None:
+    # given a bare run of 0.588 s, then one of 3 s (found by the newcomer: no warning was given)
+    reading = {cpu.CELERY: (250.0, True)}
+    full = cpu.per_unit(_reading({cpu.WEB: (500.0, True)}, 2.0), 100)
+    short = {"full": {"cpu": full}, "bare": {"cpu": cpu.per_unit(_reading(reading, 0.588), 100)}}
+    long = {"full": {"cpu": full}, "bare": {"cpu": cpu.per_unit(_reading(reading, 3.0), 100)}}
+    # when / then
+    assert "The bare run lasted 0.588 s, under a second" in report.cpu_table(short)[0]
+    assert "under a second" not in report.cpu_table(long)[0]
