@@ -1,7 +1,7 @@
 """The rows of the console's long lists (the approvals inbox, the UNKNOWN intents of the
-operators' queue), shaped once in Python before rendering (issue 37).
+operators' queue, the intents search), shaped once in Python before rendering (issue 37).
 
-A list shows up to 200 rows. Asked of the template, each row's money (Babel), target (the
+A list shows up to 200 rows (the search 50 a page). Asked of the template, each row's money (Babel), target (the
 action's adapter), links (``{% url %}``), dates and durations went through a template filter or
 tag per cell: more than half of the page's server time at 10⁶ intents. Here each row is a
 small frozen dataclass of the values its cells print, computed by the same functions the
@@ -22,7 +22,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.text import Truncator
 
-from console.templatetags.console import age, amount, duration, remaining, target
+from console.templatetags.console import age, amount, duration, remaining, status_class, target
 from operations.models import Intent
 from operations.services.assignment import Assignment, assignment_active
 
@@ -38,6 +38,8 @@ UNKNOWN_COLUMNS = (
 )  # fmt: skip
 #: ``last_error`` is cut to this many characters in the queue (as ``truncatechars:80`` did).
 LAST_ERROR_CHARS = 80
+#: The search shows an intent's id cut to this many characters (as ``truncatechars:13`` did).
+SHORT_ID_CHARS = 13
 #: What a blank reference shows (as ``default:"—"`` did).
 NO_REFERENCE = "—"
 
@@ -190,6 +192,49 @@ def unknown_rows(intents: Iterable[Intent]) -> list[UnknownRow]:
             )
         )
     return rows
+
+
+@dataclass(frozen=True, slots=True)
+class IntentRow:
+    """One row of the intents search, as printed: ``created`` (``Y-m-d H:i:s`` in the current
+    time zone), ``short_id`` (the id cut to 13 characters) and ``status_class`` (its badge)."""
+
+    id: uuid.UUID
+    url: str
+    created: str
+    short_id: str
+    status: str
+    status_class: str
+    action: str
+    tenant: str
+    principal: str
+    reference: str
+    target: str
+    amount: str
+    attempt_count: int
+
+
+def intent_rows(intents: Iterable[Intent]) -> list[IntentRow]:
+    """The search's rows of ``intents`` (a page of ``operations.selectors.intent_search``)."""
+    detail_url = url_maker("intent-detail")
+    return [
+        IntentRow(
+            id=intent.id,
+            url=detail_url(intent.id),
+            created=timezone.localtime(intent.created_at).strftime("%Y-%m-%d %H:%M:%S"),
+            short_id=_cut(str(intent.id), SHORT_ID_CHARS),
+            status=intent.status,
+            status_class=status_class(intent.status),
+            action=intent.action,
+            tenant=intent.tenant,
+            principal=intent.principal,
+            reference=intent.reference or NO_REFERENCE,
+            target=target(intent),
+            amount=amount(intent.arguments),
+            attempt_count=intent.attempt_count,
+        )
+        for intent in intents
+    ]
 
 
 def _approvals(intent: Intent) -> str:

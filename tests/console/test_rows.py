@@ -1,6 +1,7 @@
 """The long lists' rows shaped in Python (``console.views.rows``, issue 37): the approvals
-inbox and the UNKNOWN intents of the operators' queue print what their template filters
-printed, read only the columns they print, and run no filter, tag or query per row.
+inbox, the UNKNOWN intents of the operators' queue and the intents search print what their
+template filters printed and run no filter, tag or query per row; the first two read only the
+columns they print.
 
 Speed is the bench's to show (``manage.py bench``, console phase); these tests assert the
 structure that makes it: nothing here is timed.
@@ -16,6 +17,7 @@ import time_machine
 from django.db import connection
 from django.db.models.functions import Now
 from django.template.base import NodeList, VariableNode
+from django.template.defaultfilters import date as date_filter
 from django.template.defaulttags import ForNode, URLNode, WithNode
 from django.template.loader import get_template
 from django.test import Client
@@ -23,8 +25,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from console.templatetags.console import age, amount, duration, remaining, target
-from console.views.rows import LAST_ERROR_CHARS, approval_rows, unknown_rows
+from console.templatetags.console import age, amount, duration, remaining, status_class, target
+from console.views.rows import LAST_ERROR_CHARS, approval_rows, intent_rows, unknown_rows
 from operations.models import Intent
 from operations.selectors.duplicate_risk import duplicate_risks
 from tests.console.conftest import gated, make_unknown
@@ -42,10 +44,15 @@ def row_loop(template_name: str, rows: str) -> ForNode:
 
 
 @pytest.mark.parametrize(
-    ("template_name", "rows"), [("console/approvals.html", "rows"), ("console/unknown.html", "intents")]
+    ("template_name", "rows"),
+    [
+        ("console/approvals.html", "rows"),
+        ("console/unknown.html", "intents"),
+        ("console/intents.html", "rows"),
+    ],
 )
 def test_i37_console_long_lists_run_no_filter_or_tag_per_cell(template_name: str, rows: str) -> None:
-    # given: the loop over the list's rows (up to 200 of them)
+    # given: the loop over the list's rows (up to 200 of them; 50 a page for the search)
     body = cast(NodeList, row_loop(template_name, rows).nodelist_loop)
     # when: every value it prints
     printed = [node for node in body.get_nodes_by_type(VariableNode) if isinstance(node, VariableNode)]
@@ -162,3 +169,20 @@ def test_i37_console_rows_print_what_the_filters_printed() -> None:
     assert queue_row.owner is not None and queue_row.owner.username == "otto"
     assert (queue_row.owner_since, queue_row.owner_for) == ("11:58", "2 min 0 s")
     assert queue_row.last_error == "é" * (LAST_ERROR_CHARS - 1) + "…"
+
+
+def test_i37_console_search_rows_print_what_the_filters_printed() -> None:
+    # given: a charge with a reference and one without
+    with_reference = submit(arguments=charge_arguments(4990), reference="order-1")
+    without = gated(30_000)
+    # when
+    rows = {row.id: row for row in intent_rows(Intent.objects.all())}
+    # then
+    for intent in (with_reference, without):
+        row = rows[intent.id]
+        assert row.url == reverse("intent-detail", args=[intent.id])
+        assert row.created == date_filter(intent.created_at, "Y-m-d H:i:s")
+        assert row.short_id == str(intent.id)[:12] + "…"
+        assert (row.status, row.status_class) == (intent.status, status_class(intent.status))
+        assert row.amount == amount(intent.arguments) and row.target == target(intent)
+    assert (rows[with_reference.id].reference, rows[without.id].reference) == ("order-1", "—")
