@@ -36,10 +36,12 @@ from typing import Any
 from babel import Locale, UnknownLocaleError
 from babel.core import get_global
 from babel.numbers import (
+    NumberPattern,
     format_currency,
     get_currency_precision,
     get_territory_currencies,
     list_currencies,
+    parse_pattern,
 )
 
 #: The locale money is shown in when the request names none we offer.
@@ -196,21 +198,25 @@ def format_money(amount_minor: int, currency: str, locale: str | None = None) ->
     """
     if not is_currency(currency):
         return f"{amount_minor} minor units of {currency}"
-    where = locale or current_locale()
-    try:
-        pattern = Locale.parse(where).decimal_formats[None].pattern
-    except (UnknownLocaleError, ValueError):  # a misconfigured EFFECT_LEDGER_MONEY_LOCALES entry
-        where = DEFAULT_LOCALE
-        pattern = Locale.parse(where).decimal_formats[None].pattern
+    where, pattern = _money_pattern(locale or current_locale())
     return str(
         format_currency(
-            to_decimal(amount_minor, currency),
-            currency,
-            format=f"{pattern} ¤¤",
-            locale=where,
-            currency_digits=True,
+            to_decimal(amount_minor, currency), currency, format=pattern, locale=where, currency_digits=True
         )
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _money_pattern(locale: str) -> tuple[Locale, NumberPattern]:
+    """``locale`` parsed and its decimal pattern followed by the ISO code (``#,##0.### ¤¤`` in
+    en_US), parsed once per locale: parsing both took more than half of each ``format_money``
+    call, and a console list formats hundreds (issue 37). A locale Babel does not know (a
+    misconfigured ``EFFECT_LEDGER_MONEY_LOCALES`` entry) gives ``DEFAULT_LOCALE``'s."""
+    try:
+        where = Locale.parse(locale)
+    except (UnknownLocaleError, ValueError):
+        where = Locale.parse(DEFAULT_LOCALE)
+    return where, parse_pattern(f"{where.decimal_formats[None].pattern} ¤¤")
 
 
 def current_locale() -> str:

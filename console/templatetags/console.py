@@ -73,15 +73,6 @@ def amount(arguments: Any) -> str:
 
 
 @register.filter
-def risks_for(risks: Any, intent: Any) -> list[Any]:
-    """The other intents ``risks`` (``{intent_id: [intents]}``, ``duplicate_risks``) lists for
-    ``intent``; empty when none (or no mapping)."""
-    if not isinstance(risks, Mapping):
-        return []
-    return list(risks.get(getattr(intent, "id", None), []))
-
-
-@register.filter
 def pretty_json(value: Any) -> str:
     """Indented JSON with sorted keys, for payloads and snapshots."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)

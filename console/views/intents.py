@@ -11,6 +11,7 @@ from console.forms import IntentSearchForm, filters_of
 from console.permissions import console_role_required
 from console.views.archive import archived_matches, archived_or_404, render_archived_notice
 from console.views.common import HtmxHttpRequest, keyset_page, list_query, page_or_partial, scoped_intent
+from console.views.rows import intent_rows
 from operations import selectors
 from operations.models import TERMINAL_STATUSES, Intent
 from reconciliation.selectors import intents_held_behind, unverified_outcome
@@ -34,6 +35,8 @@ def intent_list(request: HtmxHttpRequest) -> HttpResponse:
     context = {
         "form": form,
         "page": page,
+        # Each row's cells computed once here, not by a filter per cell (issue 37).
+        "rows": intent_rows(page.rows),
         "query": list_query(request),
         "archived": archived,
         "more_archived": more_archived,

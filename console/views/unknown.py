@@ -33,6 +33,7 @@ from console.views.common import (
     record_refusal,
     scoped_intent,
 )
+from console.views.rows import UNKNOWN_COLUMNS, unknown_rows
 from operations import selectors, services
 from operations.adapters.registry import ActionUnavailable, capabilities_for, serving_problem
 from operations.exceptions import IntentMoved, ResolutionRefused
@@ -95,7 +96,11 @@ def unknown_queue(request: HtmxHttpRequest) -> HttpResponse:
     form = UnknownFilterForm(request.GET or None)  # the UNKNOWN section's filters and sort
     filters = selectors.ListFilters(**filters_of(form))
     sections = {
-        "intents": ("UNKNOWN intents", queue.unknown_queue(scope=scope, filters=filters)),
+        # Only the columns its rows print (console.views.rows.unknown_rows).
+        "intents": (
+            "UNKNOWN intents",
+            queue.unknown_queue(scope=scope, filters=filters).only(*UNKNOWN_COLUMNS),
+        ),
         "held": ("held intents", queue.held_queue(scope=scope)),
         "compensations": ("compensations", queue.escalated_compensations(scope=scope)),
         "findings": ("duplicate findings", queue.open_duplicate_findings(scope=scope)),
@@ -108,6 +113,8 @@ def unknown_queue(request: HtmxHttpRequest) -> HttpResponse:
         if more:
             capped_sections.append(label)
     context["capped"] = {"limit": QUEUE_LIMIT, "sections": capped_sections}
+    # Each UNKNOWN row's cells computed once here, not by a filter per cell (issue 37).
+    context["intents"] = unknown_rows(context["intents"])
     status = 422 if form.is_bound and not form.is_valid() else 200
     return page_or_partial(request, "console/unknown.html", "rows", context, status=status)
 

@@ -307,6 +307,16 @@ class Outcome(models.Model):
     detail = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    class Meta:
+        indexes = [
+            # The operators' queue lists the recent operator confirmations, newest first
+            # (reconciliation.selectors.recently_unverified): the few operator outcomes, not
+            # one per intent ever run (issue 37).
+            models.Index(
+                fields=["-created_at", "-id"], condition=Q(source="operator"), name="outcome_operator_recent"
+            ),
+        ]
+
 
 S = Intent.Status
 

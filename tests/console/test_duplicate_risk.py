@@ -324,3 +324,40 @@ def test_i16_2_inbox_badge_links_the_other_intents_in_one_query(approver_client:
             assert "possible duplicate" in row and reverse("intent-detail", args=[other.id]) in row
         assert "possible duplicate" not in row_of(body, calm)
     assert len(risk_queries) == 1  # one query for every row, not one per row
+
+
+def test_i37_console_inbox_risks_are_one_query_whose_text_does_not_grow_with_the_rows() -> None:
+    # given: two awaiting charges, then thirty, each with its own reference
+    few = [gated(25_000, reference=f"order-{n}") for n in range(2)]
+    many = few + [gated(25_000, reference=f"order-{n}") for n in range(2, 30)]
+
+    def risk_query(intents: list[Intent]) -> str:
+        with CaptureQueriesContext(connection) as queries:
+            duplicate_risks(intents)
+        (query,) = queries.captured_queries
+        return query["sql"]
+
+    # when
+    sql_few, sql_many = risk_query(few), risk_query(many)
+    # then: one "= ANY" list per column, not one OR-ed condition per row (30 rows took longer
+    # to build and plan than to run; the inbox asks for 200)
+    assert sql_few.count(" OR ") == sql_many.count(" OR ") == 0
+    assert sql_many.count("order-") == 30
+
+
+def test_i37_console_inbox_badge_ignores_another_tenants_intent_with_a_listed_reference(
+    approver: Any,
+) -> None:
+    # given: acme awaits order-1, globex awaits order-2, and globex charged order-1 (its own
+    # business, though order-1 is in the list through acme's row) and acme charged order-2
+    acme = gated(25_000, reference="order-1")
+    globex = gated(25_000, tenant="globex", reference="order-2")
+    succeeded("order-1", tenant="globex")
+    charged = succeeded("order-2")
+    # when
+    risks = duplicate_risks([acme, globex])
+    # then: neither row names the other tenant's intent (read together, dropped here)
+    assert risks == {}
+    # and an awaiting acme charge for order-2 does name acme's own
+    second = gated(25_000, reference="order-2")
+    assert [o.id for o in duplicate_risks([acme, globex, second])[second.id]] == [charged.id]

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from operations import selectors
 from operations.access.tenants import EVERY_TENANT
@@ -153,3 +154,44 @@ def test_i16_3_list_filters_and_sorts_use_their_indexes_at_100k_intents(
     plan = audit.explain()
     assert "audit_actor" in plan and "Seq Scan on operations_auditevent" not in plan, plan
     assert {event.actor for event in audit} == {"user:otto"} and len(list(audit)) == 51
+
+
+#: One provider outcome per SUCCEEDED intent; 20 operator confirmations of the last days, half
+#: of them unverified (``detail.verified`` false), as ``resolve_confirmed`` records them.
+OUTCOME_LOAD = """
+INSERT INTO operations_outcome (intent_id, source, provider_reference, response_digest, detail, created_at)
+SELECT id,
+    CASE WHEN row_number() OVER (ORDER BY created_at DESC) <= 20 THEN 'operator' ELSE 'provider' END,
+    'ch_' || left(id::text, 8), '',
+    CASE WHEN row_number() OVER (ORDER BY created_at DESC) <= 10 THEN '{"verified": false}'::jsonb
+         ELSE '{}'::jsonb END,
+    created_at
+FROM operations_intent WHERE status = 'SUCCEEDED'
+"""
+
+
+def test_i37_console_unverified_confirmations_and_throughput_use_their_indexes_at_100k_intents(
+    hundred_thousand_intents: None,
+) -> None:
+    # given: 100,000 intents with their outcomes (20 by an operator) and a finished audit
+    # event each (the last hour holds 3,600 of them), analyzed
+    with connection.cursor() as cursor:
+        cursor.execute(OUTCOME_LOAD)
+        cursor.execute("ANALYZE operations_outcome")
+    # when: the operators' queue's "confirmed without provider verification" section, and the
+    # dashboard's last hour of throughput
+    unverified = queue.recently_unverified(scope=EVERY_TENANT)[:201]
+    with CaptureQueriesContext(connection) as captured:
+        minutes = selectors.throughput_last_hour(scope=EVERY_TENANT)
+    (throughput_sql,) = [q["sql"] for q in captured.captured_queries]
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + throughput_sql)
+        throughput_plan = "\n".join(row[0] for row in cursor.fetchall())
+    # then: the operator outcomes' partial index, not a scan of one outcome per intent ever run
+    plan = unverified.explain()
+    assert "outcome_operator_recent" in plan and "Seq Scan on operations_outcome" not in plan, plan
+    assert len(list(unverified)) == 10
+    # and the finished events of the hour from their own index, not every event of the hour
+    assert "audit_finished" in throughput_plan, throughput_plan
+    assert "Seq Scan on operations_auditevent" not in throughput_plan, throughput_plan
+    assert 3300 <= sum(m["succeeded"] for m in minutes) <= 3600  # 97 % of an hour of seconds

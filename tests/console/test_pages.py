@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -228,6 +228,34 @@ def test_dashboard_counts_waiting_unknown_outbox_and_chart(viewer_client: Client
     assert "<svg" in body and "1 succeeded, 0 failed" in body
     poll = viewer_client.get(reverse("dashboard"), **HTMX).content.decode()
     assert 'id="stats"' in poll and "<html" not in poll
+
+
+def test_i37_console_throughput_counts_each_finished_intent_in_its_utc_minute() -> None:
+    # given: finished events at the edges of the chart's minutes (read through date_bin from
+    # the chart's first minute since issue 37, through date_trunc in UTC before), and others
+    now = datetime(2026, 3, 1, 12, 0, 30, tzinfo=UTC)
+    at = [
+        (now.replace(minute=0, second=0) - timedelta(minutes=59, seconds=1), "SUCCEEDED"),  # before the hour
+        (now.replace(minute=0, second=0) - timedelta(minutes=59), "SUCCEEDED"),  # its first minute
+        (now.replace(second=0) - timedelta(microseconds=1), "FAILED"),  # 11:59:59.999999
+        (now.replace(second=0), "SUCCEEDED"),  # 12:00:00, the last minute
+        (now.replace(second=29), "FAILED"),
+        (now.replace(second=0) + timedelta(minutes=1), "SUCCEEDED"),  # after the chart
+        (now.replace(second=1), "RUNNING"),  # not a finish
+    ]
+    for seq, (created_at, to_status) in enumerate(at, start=1):
+        AuditEvent.objects.create(seq=seq, event="test", to_status=to_status, actor="test",
+                                  created_at=created_at, prev_hash="0" * 64, hash=f"{seq:064d}")  # fmt: skip
+    # when
+    minutes = selectors.throughput_last_hour(scope=EVERY_TENANT, now=now)
+    # then: sixty minutes, each event in its own
+    counted = {
+        m["minute"].strftime("%H:%M"): (m["succeeded"], m["failed"])
+        for m in minutes
+        if m["succeeded"] or m["failed"]
+    }
+    assert len(minutes) == 60 and minutes[0]["minute"] == datetime(2026, 3, 1, 11, 1, tzinfo=UTC)
+    assert counted == {"11:01": (1, 0), "11:59": (0, 1), "12:00": (1, 1)}
 
 
 def settled_header(body: str) -> str:

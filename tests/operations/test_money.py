@@ -113,3 +113,26 @@ def test_i16_1_the_adapter_preview_summary_is_right_for_every_exponent(
         "payments.refund", {"amount": minor, "currency": currency, "charge": "ch_1"}
     )
     assert refund.summary == f"Refund {summary.split(' ')[1]} {currency} of charge ch_1"
+
+
+def test_i37_console_a_list_of_amounts_looks_each_locale_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # given: Babel's lookup of a locale by its name, counted (with the pattern parsed from it,
+    # it was more than half of each amount's cost; a console list formats hundreds)
+    from babel import Locale
+
+    looked_up: list[str] = []
+    parse = Locale.parse.__func__  # type: ignore[attr-defined]
+
+    def counting(cls: type[Locale], identifier: object, *args: object, **kwargs: object) -> Locale:
+        if isinstance(identifier, str):
+            looked_up.append(identifier)
+        return parse(cls, identifier, *args, **kwargs)
+
+    monkeypatch.setattr(Locale, "parse", classmethod(counting))
+    # when: 200 amounts in two locales (one not cached yet), and one Babel does not know
+    texts = [format_money(4990 + n, "EUR", "en_US") for n in range(100)]
+    texts += [format_money(4990 + n, "EUR", "sv_SE") for n in range(100)]
+    unknown = format_money(4990, "EUR", "xx_YY")
+    # then: each locale looked up at most once, the amounts as before
+    assert len(looked_up) <= 4, looked_up  # sv_SE, xx_YY and en_US its fallback (en_US may be cached)
+    assert texts[0] == "49.90 EUR" and texts[100] == "49,90 EUR" and unknown == "49.90 EUR"

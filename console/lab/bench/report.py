@@ -177,6 +177,7 @@ def render(r: dict[str, Any], command: str) -> str:
         lines.append(
             f"| {name} | {page['p50_ms']} | {page['p95_ms']} | {page['queries']} | {', '.join(page['seq_scans']) or 'none'} | {q.get('ms')} | {', '.join(q.get('indexes') or []) or '-'} |"
         )
+    lines += ["", *console_plans(r["console"]["pages"])]
     rec = r["reconciler"]
     lines += [
         "",
@@ -196,6 +197,33 @@ def render(r: dict[str, Any], command: str) -> str:
           for k, n in (("trivial", "trivial DRF view"), ("submit", "POST /api/v1/intents"))),
     ]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def console_plans(pages: dict[str, Any]) -> list[str]:
+    """Markdown lines after the console table: the worst page (highest p95) and every page's
+    query plans (``console.lab.bench.console_pages.time_page``'s ``plans``, slowest query
+    first): the plan's nodes depth first, and its sequential scans of big tables (issue 37)."""
+    if not pages:
+        return []
+    name, worst = max(pages.items(), key=lambda item: item[1]["p95_ms"] or 0)
+    slowest = worst["main_query"] or {}
+    lines = [
+        f"Worst page: {name}, p95 {worst['p95_ms']} ms, {worst['queries']} queries; its slowest query"
+        f" {slowest.get('ms')} ms: {_plan(slowest)}.",
+        "",
+        "Query plans of each page (EXPLAIN of every query it ran, slowest first; nodes depth first):",
+        "",
+        "| page | query ms | plan nodes | seq scan on a big table |",
+        "|---|---|---|---|",
+    ]
+    for page_name, page in pages.items():
+        lines += [f"| {page_name} | {q['ms']} | {_plan(q)} | {', '.join(q['seq_scans']) or 'none'} |"
+                  for q in page["plans"]]  # fmt: skip
+    return lines
+
+
+def _plan(query: dict[str, Any]) -> str:
+    return ", ".join(query.get("nodes") or query.get("indexes") or []) or "-"
 
 
 def _mb(size: int) -> str:
