@@ -283,7 +283,9 @@ if EFFECT_LEDGER_CACHE_URL:
     try:  # a port or an option that is not a number: refused now, not on every request
         _redis_url(EFFECT_LEDGER_CACHE_URL)
     except ValueError as _error:
-        raise ValueError(f"environment variable EFFECT_LEDGER_CACHE_URL is not a usable Redis URL: {_error}") from None
+        raise ValueError(
+            f"environment variable EFFECT_LEDGER_CACHE_URL is not a usable Redis URL: {_error}"
+        ) from None
 CACHES: dict[str, Any] = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 64 * 1024  # API bodies over 64 KiB are refused with 413
