@@ -15,8 +15,10 @@ from the database clock (``clock_timestamp()``).
 from __future__ import annotations
 
 import secrets
+import time
 from typing import Any, TypeAlias, cast
 
+import psycopg.errors
 from psycopg import Connection
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
@@ -219,10 +221,32 @@ def ensure_schema(pool: Pool) -> None:
         conn.execute(SCHEMA_SQL)
 
 
+#: Tries of ``truncate_all`` that PostgreSQL may end as a deadlock's victim before it gives up.
+TRUNCATE_TRIES = 5
+
+
 def truncate_all(pool: Pool) -> None:
-    """Delete every sandbox row (effects, keys, request log); Django's tables are untouched."""
-    with pool.connection() as conn:
-        conn.execute("TRUNCATE " + ", ".join(f"sandbox.{t}" for t in TABLES) + " RESTART IDENTITY")
+    """Delete every sandbox row (effects, keys, request log); Django's tables are untouched.
+
+    A request still being served (a worker or reconciler call left over from the crash lab's
+    previous cell) can hold one table while the TRUNCATE holds another and waits for it:
+    PostgreSQL then ends one of the two (``deadlock_detected``, the first to have waited). When
+    that is the TRUNCATE it is tried again, up to ``TRUNCATE_TRIES`` times, once the request is
+    through (found in CI: the lab's reset answered 500).
+
+    Raises:
+        psycopg.errors.DeadlockDetected: every try was a deadlock's victim.
+    """
+    statement = "TRUNCATE " + ", ".join(f"sandbox.{t}" for t in TABLES) + " RESTART IDENTITY"
+    for attempt in range(1, TRUNCATE_TRIES + 1):
+        try:
+            with pool.connection() as conn:
+                conn.execute(statement)
+            return
+        except psycopg.errors.DeadlockDetected:
+            if attempt == TRUNCATE_TRIES:
+                raise
+            time.sleep(0.05 * attempt)
 
 
 def new_id(prefix: str) -> str:
