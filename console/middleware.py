@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils.cache import add_never_cache_headers
 
 from operations.api.support import PROBLEM_CONTENT_TYPE, api_database_unavailable, problem
 from operations.money import negotiate_locale, use_locale
@@ -76,6 +77,27 @@ class HttpsRequiredForApi:
                 content_type=PROBLEM_CONTENT_TYPE,
             )
         return self.get_response(request)
+
+
+class SignedInPagesNotStored:
+    """Every answer to a signed-in operator (a page, an htmx partial, a download, a redirect)
+    carries ``Cache-Control: max-age=0, no-cache, no-store, must-revalidate, private``
+    (``django.utils.cache.add_never_cache_headers``): pages show payloads, hashes and decisions,
+    and ``no-store`` (RFC 9111 section 5.2.2.5) keeps them out of a shared cache and out of the
+    browser's back-button history after sign-out. API answers are not touched here: they are
+    requested with an ``Authorization`` header, which a shared cache must not answer from
+    (RFC 9111 section 3.5). Answers to anonymous visitors (the sign-in page, static files) keep
+    their own caching."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated:
+            add_never_cache_headers(response)
+        return response
 
 
 class MoneyLocaleMiddleware:
