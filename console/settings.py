@@ -324,9 +324,10 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
-# Email (Django's framework) for notifications: printed on the console unless a backend is set,
-# e.g. EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend with EMAIL_HOST and friends.
-EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+# Email (Django's framework) for notifications: printed as plain text on the sending process's
+# terminal (console.email_backend) unless a backend is set, e.g.
+# EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend with EMAIL_HOST and friends.
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "console.email_backend.TerminalEmailBackend")
 # The folder of django.core.mail.backends.filebased.EmailBackend (the lab counts sent notices).
 if env_str("EMAIL_FILE_PATH"):
     EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH")
@@ -356,7 +357,12 @@ LOGGING: dict[str, Any] = {
             "fmt": "%(asctime)s %(levelname)s %(name)s %(message)s",
         },
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "json"}},
+    # Celery's three lines per run of a beat-scheduled task are DEBUG (console.log_filters): an
+    # idle ledger prints nothing; each periodic task logs at INFO what it did, when it did something.
+    "filters": {"periodic_task_runs": {"()": "console.log_filters.PeriodicTaskRunsAtDebug"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "json", "filters": ["periodic_task_runs"]}
+    },
     # The root logger's level (DEBUG, INFO, WARNING, ERROR): JSON lines on stderr.
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {

@@ -6,7 +6,7 @@ import contextlib
 import logging
 import time
 import uuid
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import shared_task
 from celery.exceptions import Reject
@@ -26,6 +26,8 @@ from operations.workers.delivery import database_retry_countdown, database_unava
 
 logger = logging.getLogger(__name__)
 
+_Result = TypeVar("_Result")
+
 
 def period_claimed(job: str, claim_period: float | None) -> bool:
     """Whether this run of periodic job ``job`` may work: always when not run by the beat
@@ -38,6 +40,31 @@ def period_claimed(job: str, claim_period: float | None) -> bool:
     if not won:
         logger.debug("periodic run skipped: another scheduler's run claimed this period", extra={"job": job})
     return won
+
+
+def did_work(result: object) -> bool:
+    """Whether a periodic task's ``result`` says it did something: a positive count, ``True``, a
+    non-empty list (errors), or any of these inside a dict (``{"published": 0, "errors": []}``
+    is idle). Floats are measurements (a lag in seconds), not work; ``None`` and 0 are idle."""
+    if isinstance(result, bool):
+        return result
+    if isinstance(result, int):
+        return result > 0
+    if isinstance(result, dict):
+        return any(did_work(value) for value in result.values())
+    if isinstance(result, list | tuple):
+        return len(result) > 0
+    return False
+
+
+def periodic_result(job: str, result: _Result, *, worked: bool | None = None) -> _Result:
+    """Log what a run of periodic job ``job`` did and return ``result``: at INFO when it did
+    something (``worked``, else ``did_work(result)``), at DEBUG when it did nothing, so an idle
+    ledger's log stays quiet (Celery's own lines about the run are DEBUG too:
+    ``console.log_filters``)."""
+    level = logging.INFO if (did_work(result) if worked is None else worked) else logging.DEBUG
+    logger.log(level, "periodic job %s: %s", job, result, extra={"job": job})
+    return result
 
 
 @shared_task(
@@ -91,7 +118,7 @@ def relay_outbox(claim_period: float | None = None) -> int:
     if not period_claimed("operations.relay_outbox", claim_period):
         return 0
     with services.periodic_job_run("operations.relay_outbox"):
-        return outbox.outbox_relay()
+        return periodic_result("operations.relay_outbox", outbox.outbox_relay())
 
 
 @shared_task(name="operations.audit_checkpoint")
@@ -119,7 +146,8 @@ def audit_checkpoint(claim_period: float | None = None) -> int | None:
     except (AuditKeyError, checkpoints.CheckpointError) as exc:
         logger.error("audit checkpoint failed: %s", exc)
         return None
-    return row.number if row else None
+    # A checkpoint signed is logged at INFO by the signing itself ("audit checkpoint signed").
+    return periodic_result("operations.audit_checkpoint", row.number if row else None, worked=False)
 
 
 @shared_task(name="operations.archive")
@@ -136,13 +164,16 @@ def archive(claim_period: float | None = None) -> dict[str, int]:
         try:
             report = archive_run(before=timezone.now(), progress=logger.debug)
         except ArchiveBusyError:
-            return {"busy": 1}
-        return {
-            "segments": report.segments,
-            "archived": report.intents_archived,
-            "superseded": report.superseded,
-            "bytes": report.bytes_written,
-        }
+            return periodic_result("operations.archive", {"busy": 1}, worked=False)
+        return periodic_result(
+            "operations.archive",
+            {
+                "segments": report.segments,
+                "archived": report.intents_archived,
+                "superseded": report.superseded,
+                "bytes": report.bytes_written,
+            },
+        )
 
 
 @shared_task(name="operations.restore.check")
@@ -155,7 +186,8 @@ def restore_check() -> str:
     Not claimed per period (``period_claimed``): each host compares the database with its own
     file, so a second check is a second witness, and its writes (the pause, the recovery) are
     guarded in the database."""
-    return recovery.restore_check(actor=f"detector:{protocol.worker_identity()}")
+    result = recovery.restore_check(actor=f"detector:{protocol.worker_identity()}")
+    return periodic_result("operations.restore.check", result, worked=result != "level")
 
 
 @shared_task(name="operations.send_notifications")
@@ -165,7 +197,7 @@ def send_notifications(claim_period: float | None = None) -> int:
     if not period_claimed("operations.send_notifications", claim_period):
         return 0
     with services.periodic_job_run("operations.send_notifications"):
-        return notifications.notifications_send()
+        return periodic_result("operations.send_notifications", notifications.notifications_send())
 
 
 @shared_task(name="operations.status_rollup")
@@ -174,7 +206,8 @@ def status_rollup(claim_period: float | None = None) -> dict[str, int]:
     every ``STATUS_ROLLUP_PERIOD_SECONDS``; see ``operations.services.status_rollup``)."""
     if not period_claimed("operations.status_rollup", claim_period):
         return {}
-    return services.status_rollup_refresh()
+    # Totals recounted, not work done: never worth a line of its own.
+    return periodic_result("operations.status_rollup", services.status_rollup_refresh(), worked=False)
 
 
 @shared_task(name="operations.deliver_webhooks")
@@ -185,4 +218,4 @@ def deliver_webhooks(claim_period: float | None = None) -> dict[str, int]:
     if not period_claimed("operations.deliver_webhooks", claim_period):
         return {}
     with services.periodic_job_run("operations.deliver_webhooks"):
-        return services.webhooks_deliver_due()
+        return periodic_result("operations.deliver_webhooks", services.webhooks_deliver_due())

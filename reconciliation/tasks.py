@@ -10,7 +10,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from operations.services import periodic_job_run
-from operations.tasks import period_claimed
+from operations.tasks import period_claimed, periodic_result
 from reconciliation.events import process_provider_event as process_event
 from reconciliation.pruning import prune_pass
 from reconciliation.services import reconcile_pass
@@ -27,7 +27,7 @@ def reconcile(claim_period: float | None = None) -> dict[str, Any]:
     if not period_claimed("reconciliation.reconcile", claim_period):
         return {"skipped": True}
     with periodic_job_run("reconciliation.reconcile"):
-        return reconcile_pass()
+        return periodic_result("reconciliation.reconcile", reconcile_pass())
 
 
 @shared_task(name="reconciliation.reconcile_statements")
@@ -44,7 +44,8 @@ def reconcile_statements(claim_period: float | None = None) -> dict[str, Any]:
     with periodic_job_run("reconciliation.reconcile_statements"):
         day = (timezone.now() - dt.timedelta(days=1)).astimezone(dt.UTC).date()
         runs = {source: fetch_and_run(source=source, day=day, scheduled=True) for source in api_sources()}
-        return {source: {"run": r.id, "error": r.error} for source, r in runs.items()}
+        result = {source: {"run": r.id, "error": r.error} for source, r in runs.items()}
+        return periodic_result("reconciliation.reconcile_statements", result, worked=bool(result))
 
 
 @shared_task(name="reconciliation.prune")
@@ -56,7 +57,7 @@ def prune(claim_period: float | None = None) -> dict[str, int]:
     if not period_claimed("reconciliation.prune", claim_period):
         return {}
     with periodic_job_run("reconciliation.prune"):
-        return prune_pass()
+        return periodic_result("reconciliation.prune", prune_pass())
 
 
 @shared_task(name="reconciliation.process_provider_event")

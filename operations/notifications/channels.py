@@ -20,8 +20,18 @@ def send_email(*, address: str, subject: str, body: str) -> None:
     EmailMessage(subject=subject, body=body, from_email=settings.DEFAULT_FROM_EMAIL, to=[address]).send()
 
 
+def slack_text(text: str) -> str:
+    """``text`` (plain text) as Slack message text: ``&``, ``<`` and ``>`` replaced by ``&amp;``,
+    ``&lt;`` and ``&gt;``, and nothing else, as Slack's message formatting reference asks
+    ("Escaping text": they are its control characters, the marks of ``<url|label>`` links and
+    ``<!here>`` mentions; other characters are not decoded). What is left is text and the bare
+    URLs Slack links by itself (in a notice only ours: ``operations.notifications.quoting``)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def send_slack(*, url: str, text: str) -> None:
-    """POST ``{"text": text}`` to the incoming-webhook ``url``; any answer but 2xx is a failure.
+    """POST ``{"text": slack_text(text)}`` to the incoming-webhook ``url`` (``text`` is plain
+    text: nothing in it is markup); any answer but 2xx is a failure.
 
     The whole exchange is bounded by ``EFFECT_LEDGER["NOTIFY_SEND_TIMEOUT_SECONDS"]`` per phase
     (connect, write, read), so a stuck receiver costs the sender seconds, not its lease.
@@ -30,5 +40,7 @@ def send_slack(*, url: str, text: str) -> None:
         httpx.HTTPError: no answer in time, a refused connection, or a non-2xx status.
     """
     timeout = float(settings.EFFECT_LEDGER["NOTIFY_SEND_TIMEOUT_SECONDS"])
-    response = httpx.post(url, json={"text": text}, timeout=httpx.Timeout(timeout), follow_redirects=False)
+    response = httpx.post(
+        url, json={"text": slack_text(text)}, timeout=httpx.Timeout(timeout), follow_redirects=False
+    )
     response.raise_for_status()

@@ -1,6 +1,12 @@
 """The text of notices to approvers and operators: a deep link to the exact console page and a
 summary of the intent, never its arguments (an approver reads those on the page, signed in).
 
+A notice is our words with others' values in them: one field per line, each value an agent or
+an administrator chose (the reference, the principal, the tenant, a currency code we do not
+know) written by ``operations.notifications.quoting.as_data`` (quoted, escaped, links defanged),
+so no value can start a line, pass for a field or a headline, or add a link: the deep link is
+the only one (issue 39, item 8).
+
 One notice is a message of its own; several for the same recipient are one digest listing each
 with its link (``operations.services.notifications`` decides which).
 """
@@ -15,7 +21,8 @@ from django.conf import settings
 from django.urls import reverse
 
 from operations.models import Intent, Notification
-from operations.money import Money, format_plain
+from operations.money import Money, format_plain, is_currency
+from operations.notifications.quoting import as_data, one_line
 from operations.policies.rules import Policy
 
 SUBJECT_PREFIX = "[Effect Ledger]"
@@ -64,19 +71,31 @@ def _when(value: object) -> str:
     return value.strftime("%Y-%m-%d %H:%M UTC") if hasattr(value, "strftime") else "-"
 
 
+def _amount(money: Money) -> str:
+    if is_currency(money.currency):
+        return format_plain(money.amount_minor, money.currency)
+    # Refused at submission today, but possibly stored long ago: the code is the agent's text.
+    return f"{money.amount_minor} minor units of {as_data(money.currency)}"
+
+
 def notice_for(notification: Notification, intent: Intent) -> Notice:
     """The notice for ``notification``: action (and version), amount with its currency when the
     action moves money (``operations.money.format_plain``), reference, principal, tenant, risk
-    tier and, for approvals, the request's expiry (UTC). The arguments themselves never appear."""
+    tier and, for approvals, the request's expiry (UTC). The arguments themselves never appear.
+
+    The reference, principal and tenant are written with ``as_data`` (``Reference: "ord-77"``,
+    ``-`` when there is none); the action is a name this deployment registered (submission
+    refuses any other, ``operations.adapters.registry.UnknownAction``), written with ``one_line``.
+    """
     policy = Policy.from_snapshot(intent.policy)
     money = Money.of(intent.arguments)
     lines = [
-        f"Action: {intent.action} v{intent.action_version}",
-        *([f"Amount: {format_plain(money.amount_minor, money.currency)}"] if money else []),
-        f"Reference: {intent.reference or '-'}",
-        f"Principal: {intent.principal}",
-        f"Tenant: {intent.tenant}",
-        f"Risk: {policy.risk_tier}",
+        f"Action: {one_line(intent.action)} v{intent.action_version}",
+        *([f"Amount: {_amount(money)}"] if money else []),
+        f"Reference: {as_data(intent.reference) if intent.reference else '-'}",
+        f"Principal: {as_data(intent.principal)}",
+        f"Tenant: {as_data(intent.tenant)}",
+        f"Risk: {one_line(policy.risk_tier)}",
     ]
     if notification.kind == Notification.Kind.ESCALATED:
         lines.append(f"Status: {intent.status}, escalated {_when(intent.escalated_at)}")

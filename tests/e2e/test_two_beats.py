@@ -200,7 +200,7 @@ def test_c27_two_beats_two_worker_groups_each_periodic_effect_once(
         sent = NotificationDelivery.objects.filter(
             notification__intent_id=intent.id, status=NotificationDelivery.Status.SENT
         ).count()
-        assert text.count(f"Reference: {intent.reference}\n") == sent, intent.reference
+        assert text.count(f'Reference: "{intent.reference}"\n') == sent, intent.reference
         total += sent
     # (a notice whose intent was approved before it was fanned out is dropped, not sent)
     assert total >= len(approval) * len(approvers) / 2, (total, len(approval))

@@ -117,9 +117,9 @@ def test_a_gated_submission_emails_each_approver_the_deep_link_and_the_summary_n
         assert message.subject == "[Effect Ledger] Approval requested: payments.charge v1"
         for line in (
             "Amount: 250.00 EUR",
-            "Reference: order-17",
-            "Principal: agent:agent-1",
-            "Tenant: acme",
+            'Reference: "order-17"',
+            'Principal: "agent:agent-1"',
+            'Tenant: "acme"',
             "Risk: high",
             "Expires: ",
         ):

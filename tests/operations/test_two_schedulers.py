@@ -269,7 +269,7 @@ def test_i35_two_notification_senders_at_once_send_each_notice_once(settings: An
     # limited by another sender's message leaves it for the next one: deferred, never lost)
     for address in ("alice@example.test", "bob@example.test"):
         bodies = "".join(m.body for m in mail.outbox if m.to == [address])
-        counts = [bodies.count(f"Reference: {r}\n") for r in references]
+        counts = [bodies.count(f'Reference: "{r}"\n') for r in references]
         deliveries = NotificationDelivery.objects.filter(
             recipient__address=address, notification__kind="approval_requested"
         )

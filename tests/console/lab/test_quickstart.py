@@ -85,3 +85,21 @@ def test_i19_quickstart_points_the_sandboxs_events_at_its_web_process(tmp_path: 
     assert programs["sandbox"].endswith(
         "sandbox_provider --port 8865 --events-url http://127.0.0.1:8410/providers/"
     )
+
+
+def test_i39_7_quickstart_prints_each_notice_at_the_senders_next_pass(
+    tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # given: no interval set
+    monkeypatch.delenv("EFFECT_LEDGER_NOTIFY_INTERVAL_SECONDS", raising=False)
+    # when
+    env = supervised_environment(tmp_path, settings, monkeypatch)
+    # then: no rate limit per recipient here (the tutorial's "about 15 s" holds for a second
+    # notice too; the production default of 300 s would hold it up to five minutes)
+    assert env["EFFECT_LEDGER_NOTIFY_INTERVAL_SECONDS"] == "0"
+    # and a value the user set is kept
+    monkeypatch.setenv("EFFECT_LEDGER_NOTIFY_INTERVAL_SECONDS", "60")
+    assert (
+        supervised_environment(tmp_path, settings, monkeypatch)["EFFECT_LEDGER_NOTIFY_INTERVAL_SECONDS"]
+        == "60"
+    )

@@ -2,7 +2,8 @@
 
 Starts (or reuses) the embedded PostgreSQL under ``./.data/pg`` when ``DATABASE_URL`` is unset,
 migrates, creates the console account ``operator`` (operator and approver; its notices go to
-``operator@localhost``, printed in the worker's log by the default email backend), a separate ``admin``
+``operator@localhost``, printed as plain text in the worker's output by the default email
+backend, each within about 15 s: no rate limit per recipient here), a separate ``admin``
 for the Django admin site and a demo agent token on the first run (printing each secret
 once) and the sandbox provider's own database (``effect_ledger_sandbox``), then runs the web
 server, a Celery worker, Celery beat, the sandbox provider (its signed events going to the web
@@ -46,13 +47,24 @@ from operations.audit.keys import signing_key_create, signing_key_path
 from operations.models import Agent
 
 #: The quickstart operator's address: approval and escalation notices go to it; with the
-#: default console email backend they are printed in the worker's log.
+#: default email backend (``console.email_backend``) they are printed in this terminal.
 OPERATOR_EMAIL = "operator@localhost"
+
+#: The quick start's ``NOTIFY_INTERVAL_SECONDS`` (unless the environment sets it): no rate limit
+#: per recipient, so each notice is printed at the sender's next pass, within about
+#: ``NOTIFY_PERIOD_SECONDS`` (15 s) as the tutorial says; notices of one pass are still one
+#: digest. The production default (300 s) holds a second notice up to five minutes.
+QUICKSTART_NOTIFY_INTERVAL_SECONDS = "0"
+
+_PRINTING_BACKENDS = {
+    "console.email_backend.TerminalEmailBackend",
+    "django.core.mail.backends.console.EmailBackend",
+}
 
 
 def _mail_note() -> str:
-    if settings.EMAIL_BACKEND == "django.core.mail.backends.console.EmailBackend":
-        return "printed in the worker's log (the console email backend)"
+    if settings.EMAIL_BACKEND in _PRINTING_BACKENDS:
+        return "printed in this terminal, in the worker's output, within about 15 s"
     return f"sent by {settings.EMAIL_BACKEND}"
 
 
@@ -145,6 +157,9 @@ class Command(BaseCommand):
             # port it runs on here, unless the user named the address people reach it by.
             "EFFECT_LEDGER_PUBLIC_URL": os.environ.get("EFFECT_LEDGER_PUBLIC_URL")
             or f"http://127.0.0.1:{options['port']}",
+            # Each notice at the sender's next pass (QUICKSTART_NOTIFY_INTERVAL_SECONDS).
+            "EFFECT_LEDGER_NOTIFY_INTERVAL_SECONDS": os.environ.get("EFFECT_LEDGER_NOTIFY_INTERVAL_SECONDS")
+            or QUICKSTART_NOTIFY_INTERVAL_SECONDS,
             # Agents' webhook receivers on this machine (docs/reference/webhooks.md): the
             # processes get DATABASE_URL, so they would not take the embedded default themselves.
             "EFFECT_LEDGER_WEBHOOK_ALLOWED_NETWORKS": ",".join(
