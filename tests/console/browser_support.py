@@ -1,5 +1,6 @@
-"""What every browser test shares: Chromium from Debian, a 1366x900 page that fails the test on
-any Content-Security-Policy violation, sign-in, screenshots and the no-horizontal-overflow check.
+"""What every browser test shares: Chromium from Debian, a 1366x900 page (and a 390x844 phone)
+that fails the test on any Content-Security-Policy violation, sign-in, screenshots and the
+no-horizontal-overflow check.
 
 Screenshots go to a temporary folder, so running the tests never changes the tracked
 ``docs/screenshots/``. ``EFFECT_LEDGER_SCREENSHOTS=docs/screenshots`` (the README's "refresh the
@@ -20,6 +21,8 @@ CHROMIUM = Path("/usr/bin/chromium")
 PASSWORD = "correct horse battery"
 #: The smallest laptop screen the console is laid out for (issue 16): no page may scroll sideways.
 VIEWPORT = {"width": 1366, "height": 900}
+#: A phone held upright (issue 39 item 2: an approval email's link opens here).
+PHONE = {"width": 390, "height": 844}
 
 pytestmark_browser = [
     pytest.mark.browser,
@@ -78,9 +81,10 @@ def csp_violations() -> list[str]:
     return []
 
 
-@pytest.fixture
-def page(browser: Any, live_server: Any, csp_violations: list[str]) -> Iterator[Any]:
-    context = browser.new_context(viewport=VIEWPORT, base_url=live_server.url)
+def open_tab(browser: Any, base_url: str, viewport: dict[str, int], csp_violations: list[str]) -> Any:
+    """A new page of its own context at ``viewport`` whose Content-Security-Policy violations are
+    appended to ``csp_violations``; close it with ``tab.context.close()``."""
+    context = browser.new_context(viewport=viewport, base_url=base_url)
     context.set_default_timeout(10_000)
     context.expose_function("reportCspViolation", lambda text: csp_violations.append(text))
     context.add_init_script(CSP_LISTENER)
@@ -91,9 +95,24 @@ def page(browser: Any, live_server: Any, csp_violations: list[str]) -> Iterator[
             csp_violations.append(message.text) if "Content Security Policy" in message.text else None
         ),
     )
+    return tab
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any, csp_violations: list[str]) -> Iterator[Any]:
+    tab = open_tab(browser, live_server.url, VIEWPORT, csp_violations)
     yield tab
-    context.close()
+    tab.context.close()
     # Every browser test runs under the console's policy: a page it blocked is a failure.
+    assert csp_violations == [], f"Content-Security-Policy violations: {csp_violations}"
+
+
+@pytest.fixture
+def phone(browser: Any, live_server: Any, csp_violations: list[str]) -> Iterator[Any]:
+    """A page at ``PHONE`` size, under the same Content-Security-Policy check as ``page``."""
+    tab = open_tab(browser, live_server.url, PHONE, csp_violations)
+    yield tab
+    tab.context.close()
     assert csp_violations == [], f"Content-Security-Policy violations: {csp_violations}"
 
 
@@ -139,10 +158,10 @@ def assert_no_horizontal_overflow(page: Any) -> None:
     )
 
 
-def shot(page: Any, name: str) -> None:
-    """Check the page fits 1366 px, then save a full-page screenshot as ``name`` (see the module
-    docstring for where)."""
+def shot(page: Any, name: str, *, full_page: bool = True) -> None:
+    """Check the page fits its viewport's width, then save a screenshot as ``name`` (see the
+    module docstring for where): the whole page, or with ``full_page=False`` its first screen."""
     assert_no_horizontal_overflow(page)
     folder = screenshot_folder()
     folder.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(folder / name), full_page=True)
+    page.screenshot(path=str(folder / name), full_page=full_page)

@@ -15,7 +15,7 @@ from operations.engine.calls import lookup_call
 from operations.models import Intent
 from operations.selectors import last_audit_seq
 from operations.services import Claim, intent_claim, intent_mark_unknown
-from tests.console.browser_support import browser, csp_violations, page  # noqa: F401 (the browser tests' fixtures)
+from tests.console.browser_support import browser, csp_violations, page, phone  # noqa: F401 (the browser tests' fixtures)
 from tests.factories import UserFactory, charge_arguments, submit
 
 
