@@ -233,7 +233,14 @@ class StatementRun(models.Model):
 
 class StatementLine(models.Model):
     """One line of a provider's statement as it was read (insert-only), with the intent it was
-    matched to, if any. Money in minor units by the currency's ISO 4217 exponent."""
+    matched to, if any, and what the run made of it (``result``; "" on lines stored before it was
+    kept). Money in minor units by the currency's ISO 4217 exponent."""
+
+    class Result(models.TextChoices):
+        MATCHED = "matched", "Matched"
+        AMOUNT_MISMATCH = "amount_mismatch", "Amount mismatch"
+        EXTRA = "extra", "Extra at the provider"
+        REPEAT = "repeat", "Repeats an earlier line"
 
     run = models.ForeignKey(StatementRun, on_delete=models.PROTECT, related_name="statement_lines")
     line_no = models.PositiveIntegerField()
@@ -246,6 +253,7 @@ class StatementLine(models.Model):
     intent = models.ForeignKey(
         "operations.Intent", null=True, blank=True, on_delete=models.PROTECT, related_name="statement_lines"
     )
+    result = models.CharField(max_length=20, choices=Result.choices, blank=True, db_default="")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "line_no"], name="statement_line_once")]
