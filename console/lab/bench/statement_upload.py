@@ -22,6 +22,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
+from kombu import Queue
 
 from console.accounts import console_user_create
 from console.celery import app
@@ -130,7 +131,7 @@ def run_bench(*, lines: int, scratch: str, keep: bool) -> list[dict[str, Any]]:
         return results
     finally:
         with contextlib.suppress(Exception), app.connection_for_write() as conn:
-            conn.default_channel.queue_delete(queue)
+            Queue(queue, channel=conn.default_channel).delete()
         database.use_database(user_db)
         if not keep:
             database.drop_database(scratch, admin_db=user_db)
