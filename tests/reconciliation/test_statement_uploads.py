@@ -232,7 +232,7 @@ def test_i39_10_the_same_file_of_the_same_day_is_taken_once_unless_it_failed() -
     assert again.id != first.id
 
 
-def test_i39_10_a_header_alone_finishes_at_once_with_every_intent_of_the_day_missing() -> None:
+def test_i39_10_a_header_alone_is_a_run_finished_at_once() -> None:
     upload = accept(HEADER.encode())
     assert statement_upload_import(upload_id=upload.id, message_id=upload.message_id) == "done"
     run = StatementRun.objects.get(id=upload.run_id)
