@@ -233,7 +233,14 @@ class StatementRun(models.Model):
 
 class StatementLine(models.Model):
     """One line of a provider's statement as it was read (insert-only), with the intent it was
-    matched to, if any. Money in minor units by the currency's ISO 4217 exponent."""
+    matched to, if any, and what the run made of it (``result``; "" on lines stored before it was
+    kept). Money in minor units by the currency's ISO 4217 exponent."""
+
+    class Result(models.TextChoices):
+        MATCHED = "matched", "Matched"
+        AMOUNT_MISMATCH = "amount_mismatch", "Amount mismatch"
+        EXTRA = "extra", "Extra at the provider"
+        REPEAT = "repeat", "Repeats an earlier line"
 
     run = models.ForeignKey(StatementRun, on_delete=models.PROTECT, related_name="statement_lines")
     line_no = models.PositiveIntegerField()
@@ -246,12 +253,61 @@ class StatementLine(models.Model):
     intent = models.ForeignKey(
         "operations.Intent", null=True, blank=True, on_delete=models.PROTECT, related_name="statement_lines"
     )
+    result = models.CharField(max_length=20, choices=Result.choices, blank=True, db_default="")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "line_no"], name="statement_line_once")]
 
     def __str__(self) -> str:
         return f"line {self.line_no} of run {self.run_id}: {self.provider_reference}"
+
+
+class StatementUpload(models.Model):
+    """A CSV statement an operator uploaded, imported by a background task a batch of lines per
+    transaction (``reconciliation.statement_uploads``; issue 39 item 10).
+
+    ``status``: ``queued`` until a worker starts it, ``running`` while batches commit
+    (``lines_done`` of ``total_lines``; the counts are on ``run``), then ``done`` or ``failed``
+    (``error``). ``message_id`` is the outbox message whose delivery may import the next
+    lines: a stale or repeated delivery changes nothing. ``data`` (the file as uploaded, read
+    with ``columns``) is emptied once the import is done; ``sha256`` (hex, of the file) stays:
+    the same file of the same source and day is taken once, unless its upload failed.
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Importing"
+        DONE = "done", "Done"
+        FAILED = "failed", "Failed"
+
+    run = models.OneToOneField(StatementRun, on_delete=models.PROTECT, related_name="upload")
+    source = models.CharField(max_length=60)
+    statement_date = models.DateField()
+    sha256 = models.CharField(max_length=64)
+    data = models.BinaryField(help_text="the file as uploaded; emptied once imported")
+    columns = models.JSONField(help_text="the column mapping the file was checked with ({field: header})")
+    total_lines = models.PositiveIntegerField()
+    lines_done = models.PositiveIntegerField(default=0)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    message_id = models.UUIDField(help_text="the outbox message allowed to import the next lines")
+    failures = models.PositiveSmallIntegerField(default=0, help_text="slices that raised so far")
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # The same file twice (a second click, an upload repeated after a proxy's 504) is
+            # one import; a failed upload may be tried again.
+            models.UniqueConstraint(
+                fields=["source", "statement_date", "sha256"],
+                condition=~models.Q(status="failed"),
+                name="statement_upload_once",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"upload of {self.source} for {self.statement_date} [{self.status}]"
 
 
 class ProviderFinding(models.Model):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.db.models import Count, Q, QuerySet
 
 from operations.access.tenants import TenantScope
-from reconciliation.models import ProviderFinding, StatementRun
+from reconciliation.models import ProviderFinding, StatementRun, StatementUpload
 
 
 def findings_in_scope(scope: TenantScope) -> Q:
@@ -63,8 +63,17 @@ def compensating_findings_by_kind(*, scope: TenantScope) -> dict[str, int]:
 
 
 def statement_runs(*, source: str = "", limit: int = 100) -> QuerySet[StatementRun]:
-    """The latest statement runs (of ``source`` when given), newest first."""
-    runs = StatementRun.objects.all()
+    """The latest statement runs (of ``source`` when given), newest first, each with its CSV
+    upload when it came from one (``run.upload``, its file left unread)."""
+    runs = StatementRun.objects.select_related("upload").defer("upload__data")
     if source:
         runs = runs.filter(source=source)
     return runs.order_by("-started_at", "-id")[:limit]
+
+
+def statement_uploads_active() -> bool:
+    """Whether an uploaded statement is still queued or importing (the statements page then
+    refreshes its runs)."""
+    return StatementUpload.objects.filter(
+        status__in=[StatementUpload.Status.QUEUED, StatementUpload.Status.RUNNING]
+    ).exists()

@@ -3,7 +3,9 @@ column mapping of each source (``StatementMapping``).
 
 The file is read with Python's ``csv`` module (``csv.DictReader``: the first row is the header,
 RFC 4180 quoting). The source's mapping says which header holds each statement field
-(``FIELDS``); ``provider_reference`` must be mapped, the others may be left out.
+(``FIELDS``); ``provider_reference`` must be mapped, the others may be left out. A source
+without a saved mapping is read with the default one (``default_mapping``: columns named like
+the fields) when the file's header has a ``provider_reference`` column.
 
 **Amounts are decimal major units** (``49.90`` EUR, ``125000`` JPY, ``1.234`` KWD), the form
 providers' dashboards export, converted to minor units by the line's currency's ISO 4217
@@ -25,7 +27,6 @@ from __future__ import annotations
 import csv
 import io
 import re
-from datetime import date
 from decimal import Decimal
 from typing import Any
 
@@ -34,13 +35,15 @@ from django.db import transaction
 from operations.adapters.base import StatementEntry
 from operations.audit.trail import audit_append_unattached
 from operations.money import exponent, is_currency
-from reconciliation.models import StatementMapping, StatementRun
-from reconciliation.statement_sources import source_actions
-from reconciliation.statements import run
+from reconciliation.models import StatementMapping
 
 #: The statement fields a mapping names columns for; ``provider_reference`` is required.
 FIELDS = ("provider_reference", "idempotency_key", "reference", "amount", "currency")
 REQUIRED_FIELDS = ("provider_reference",)
+#: The mapping of a source without a saved one: each field's column is named like the field
+#: (the header ``provider_reference,idempotency_key,reference,amount,currency``; only
+#: ``provider_reference`` must be there). Offered in the console's mapping form until one is saved.
+DEFAULT_COLUMNS = {field: field for field in FIELDS}
 #: The largest file accepted, in bytes (5 MiB), and the most lines.
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_LINES = 100_000
@@ -74,6 +77,20 @@ def mapping_problem(columns: Any) -> str | None:
     if len(headers) != len(set(headers)):
         return "two fields are mapped to the same column"
     return None
+
+
+def default_mapping(data: bytes) -> dict[str, str] | None:
+    """The mapping a file is read with when its source has none saved: each field whose name is
+    a column of the file's header is read from that column (``DEFAULT_COLUMNS``), or None when
+    the header has no ``provider_reference`` column (or cannot be read)."""
+    try:
+        header = next(csv.reader(io.StringIO(data.decode("utf-8-sig"), newline="")), [])
+    except (UnicodeDecodeError, csv.Error):
+        return None
+    named = set(header)
+    if not all(field in named for field in REQUIRED_FIELDS):
+        return None
+    return {field: column for field, column in DEFAULT_COLUMNS.items() if column in named}
 
 
 def mapping_of(source: str) -> dict[str, str] | None:
@@ -244,28 +261,4 @@ def _entry(row: dict[str, str], columns: dict[str, str], where_line: str) -> Sta
         reference=values.get("reference", ""),
         amount=amount,
         currency=currency,
-    )
-
-
-def upload_statement(*, source: str, day: date, data: bytes, filename: str, actor: str) -> StatementRun:
-    """Reconcile an uploaded CSV statement of ``source`` for ``day`` (``statements.run``, origin
-    ``upload``). The file is read whole first: a bad one stores nothing at all (not even a run).
-
-    Raises:
-        StatementRefused: an unknown source.
-        StatementFileError: no saved mapping for the source, or a bad file (``parse_statement``).
-    """
-    source_actions(source)
-    columns = mapping_of(source)
-    if columns is None:
-        raise StatementFileError(f"{source} has no saved column mapping: save one first")
-    entries, rows = parse_statement(data, columns)
-    return run(
-        source=source,
-        day=day,
-        entries=entries,
-        origin=StatementRun.Origin.UPLOAD,
-        actor=actor,
-        filename=filename[:255],
-        raw=rows,
     )

@@ -18,6 +18,9 @@ from operations.models import ENDED_WITHOUT_EFFECT, Intent, Outcome
 from reconciliation.late_evidence import LateProof, apply_late_proof
 from reconciliation.models import ProviderFinding, StatementLine, StatementRun
 
+#: Missing intents read and their findings written at a time.
+MISSING_CHUNK = 2000
+
 #: Statuses whose intent holds its effect on record: a line for one is matched.
 HOLDS_EFFECT = (Intent.Status.SUCCEEDED, Intent.Status.COMPENSATING, Intent.Status.COMPENSATED)
 
@@ -118,7 +121,8 @@ def effect_day_bounds(day: dt.date) -> tuple[dt.datetime, dt.datetime]:
 
 def record_missing(statement_run: StatementRun, source: str, day: dt.date, actions: list[str]) -> int:
     """Findings for SUCCEEDED intents of ``actions`` whose effect outcome falls on ``day`` (UTC)
-    and that no statement line of ``source`` was ever matched to; returns how many."""
+    and that no statement line of ``source`` was ever matched to; returns how many. Each finding
+    is made once per fingerprint (``INSERT ... ON CONFLICT DO NOTHING``, a chunk at a time)."""
     start, end = effect_day_bounds(day)
     effect_at = (
         Intent.objects.filter(action__in=actions, status=Intent.Status.SUCCEEDED)
@@ -129,6 +133,7 @@ def record_missing(statement_run: StatementRun, source: str, day: dt.date, actio
         .exclude(statement_lines__run__source=source)
     )
     missing = 0
+    chunk: list[ProviderFinding] = []
     for intent in effect_at.annotate(
         effect_reference=Subquery(
             Outcome.objects.filter(intent=OuterRef("pk"))
@@ -136,20 +141,24 @@ def record_missing(statement_run: StatementRun, source: str, day: dt.date, actio
             .order_by("created_at")
             .values("provider_reference")[:1]
         )
-    ):
+    ).iterator(chunk_size=MISSING_CHUNK):
         money = intent_money(intent)
         missing += 1
-        ProviderFinding.objects.get_or_create(
-            fingerprint=f"missing:{source}:{day.isoformat()}:{intent.id}",
-            defaults={
-                "kind": ProviderFinding.Kind.MISSING_AT_PROVIDER,
-                "source": source,
-                "intent": intent,
-                "run": statement_run,
-                "provider_reference": intent.effect_reference or "",
-                "expected_amount": money.amount,
-                "expected_currency": money.currency,
-                "detail": {"statement_date": day.isoformat()},
-            },
+        chunk.append(
+            ProviderFinding(
+                fingerprint=f"missing:{source}:{day.isoformat()}:{intent.id}",
+                kind=ProviderFinding.Kind.MISSING_AT_PROVIDER,
+                source=source,
+                intent=intent,
+                run=statement_run,
+                provider_reference=intent.effect_reference or "",
+                expected_amount=money.amount,
+                expected_currency=money.currency,
+                detail={"statement_date": day.isoformat()},
+            )
         )
+        if len(chunk) >= MISSING_CHUNK:
+            ProviderFinding.objects.bulk_create(chunk, ignore_conflicts=True)
+            chunk = []
+    ProviderFinding.objects.bulk_create(chunk, ignore_conflicts=True)
     return missing

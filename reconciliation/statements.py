@@ -50,10 +50,13 @@ is always read first.
 Which sources and actions a statement has: ``reconciliation.statement_sources``; the verdict on
 a line's intent and the missing intents: ``reconciliation.statement_verdicts``.
 
-The whole run is one transaction: a failure (a line that cannot be stored, the database) stores
-nothing but the run with its ``error``. A finished run is audited as ``statement_reconciled`` on
-the chain of events without an intent (source, date, origin, counts, actor), in the same
-transaction.
+Lines are matched a batch at a time, with no savepoint per line
+(``reconciliation.statement_matching``). A run of a provider's statement (``run``: the daily job,
+the command) is one transaction: a failure (a line that cannot be stored, the database) stores
+nothing but the run with its ``error``. An uploaded CSV statement is imported by a background
+task, one transaction per batch of lines (``reconciliation.statement_uploads``). A finished run
+is audited as ``statement_reconciled`` on the chain of events without an intent (source, date,
+origin, counts, actor), in the transaction that finishes it (``run_finish``).
 """
 
 from __future__ import annotations
@@ -69,10 +72,10 @@ from operations.adapters.base import StatementEntry
 from operations.adapters.errors import AdapterError, StatementsUnsupported
 from operations.adapters.registry import get_adapter
 from operations.audit.trail import audit_append_unattached
-from operations.models import Intent, Outcome
-from reconciliation.models import ProviderFinding, StatementLine, StatementRun
+from reconciliation.models import StatementRun
+from reconciliation.statement_matching import BATCH_LINES, Counts, MatchState, match_batch
 from reconciliation.statement_sources import StatementRefused, source_actions, statement_actions
-from reconciliation.statement_verdicts import intent_money, key_of, line_without_effect, record_missing
+from reconciliation.statement_verdicts import record_missing
 
 #: Seconds a provider's statement fetch may take.
 FETCH_DEADLINE_SECONDS = 30.0
@@ -189,133 +192,46 @@ def _run(
     statement_run = StatementRun.objects.create(
         source=source, statement_date=day, origin=origin, actor=actor, filename=filename, scheduled=scheduled
     )
-    intents = Intent.objects.filter(action__in=actions)
-    keys = {key_of(e.idempotency_key) for e in entries if e.idempotency_key}
-    references = {e.reference for e in entries if e.reference}
-    provider_refs = {e.provider_reference for e in entries if e.provider_reference}
-    by_key = {i.idempotency_key: i for i in intents.filter(idempotency_key__in=keys)}
-    by_reference: dict[str, list[Intent]] = {}
-    for candidate in intents.filter(reference__in=references).order_by("created_at"):
-        by_reference.setdefault(candidate.reference, []).append(candidate)
-    by_provider: dict[str, Intent] = {}
-    for outcome in (
-        Outcome.objects.filter(provider_reference__in=provider_refs, intent__action__in=actions)
-        .select_related("intent")
-        .order_by("created_at")
-    ):
-        by_provider.setdefault(outcome.provider_reference, outcome.intent)
-
-    matched_ids: set[Any] = set()
-    listed: set[str] = set()  # provider references already on an earlier line
-    counts = {"matched": 0, "extra": 0, "mismatch": 0}
-    for number, entry in enumerate(entries, start=1):
-        read = raw[number - 1] if raw is not None else {}
-        if entry.provider_reference and entry.provider_reference in listed:
-            # One effect listed twice is not a second effect: kept as read, matched to nothing,
-            # no finding (a CSV upload refuses such a file; a provider's API is taken as is).
-            _store_line(statement_run, number, entry, {**read, "repeats_an_earlier_line": True}, None)
-            continue
-        listed.add(entry.provider_reference)
-        intent: Intent | None = by_key.get(key_of(entry.idempotency_key)) if entry.idempotency_key else None
-        if intent is None and entry.provider_reference:
-            # An effect already recorded on an intent is that intent's (``reconciliation.attribution``).
-            intent = by_provider.get(entry.provider_reference)
-        shared = ""
-        if intent is None and entry.reference:
-            candidates = by_reference.get(entry.reference, [])
-            tenants = sorted({candidate.tenant for candidate in candidates})
-            if len(tenants) > 1:
-                # A business reference is the caller's: held by intents of several tenants it
-                # names none of them (as for an event; C34). A person links the line.
-                shared = f"intents of {len(tenants)} tenants have reference {entry.reference!r}: link it to the right one"
-                candidates = []
-            free = [i for i in candidates if i.id not in matched_ids]
-            succeeded = [i for i in free if i.status == Intent.Status.SUCCEEDED]
-            pick = succeeded or free or candidates
-            intent = pick[0] if pick else None
-        line = _store_line(statement_run, number, entry, read, intent)
-        finding: dict[str, Any] | None = None
-        why = line_without_effect(intent, statement_run, day, line) if intent is not None else shared
-        if intent is None or intent.id in matched_ids or why:
-            counts["extra"] += 1
-            if not why:
-                why = "second line for one intent" if intent else "no intent has this effect"
-            finding = {
-                "fingerprint": f"extra:{source}:{entry.provider_reference}",
-                "kind": ProviderFinding.Kind.EXTRA_AT_PROVIDER,
-                "intent": intent,
-                "detail": {"why": why},
-            }
-        else:
-            assert intent is not None
-            matched_ids.add(intent.id)
-            money = intent_money(intent)
-            # A line without an amount (or currency) proves none: only what it states is compared.
-            if money.moves_money and (
-                (entry.amount is not None and entry.amount != money.amount)
-                or (entry.currency and entry.currency.upper() != money.currency)
-            ):
-                counts["mismatch"] += 1
-                finding = {
-                    "fingerprint": f"mismatch:{source}:{intent.id}:{entry.provider_reference}",
-                    "kind": ProviderFinding.Kind.AMOUNT_MISMATCH,
-                    "intent": intent,
-                    "expected_amount": money.amount,
-                    "expected_currency": money.currency,
-                    "detail": {},
-                }
-            else:
-                counts["matched"] += 1
-        if finding is not None:
-            found, created = ProviderFinding.objects.get_or_create(
-                fingerprint=finding.pop("fingerprint"),
-                defaults={
-                    **finding,
-                    "source": source,
-                    "run": statement_run,
-                    "line": line,
-                    "provider_reference": entry.provider_reference,
-                    "amount": entry.amount,
-                    "currency": entry.currency,
-                    "detail": {**finding["detail"], "statement_date": day.isoformat(), "line_no": number},
-                },
+    state = MatchState()
+    counts = Counts()
+    for start in range(0, len(entries), BATCH_LINES):
+        counts.add(
+            match_batch(
+                statement_run=statement_run,
+                source=source,
+                day=day,
+                actions=actions,
+                entries=entries[start : start + BATCH_LINES],
+                first_number=start + 1,
+                raw=raw[start : start + BATCH_LINES] if raw is not None else None,
+                state=state,
             )
-            if not created and found.run_id is None:
-                # The same effect seen first as an orphan event: one finding, now with its line too.
-                ProviderFinding.objects.filter(id=found.id, run__isnull=True).update(
-                    run=statement_run,
-                    line=line,
-                    detail={**found.detail, "statement_date": day.isoformat(), "line_no": number},
-                )
+        )
+    statement_run.lines = counts.lines
+    statement_run.matched = counts.matched
+    statement_run.extra_at_provider = counts.extra
+    statement_run.amount_mismatches = counts.mismatch
+    return run_finish(statement_run=statement_run, actions=actions)
 
-    # A line seen late (the provider's settlement window) closes an open "missing" of another day.
-    ProviderFinding.objects.filter(
-        source=source,
-        kind=ProviderFinding.Kind.MISSING_AT_PROVIDER,
-        state=ProviderFinding.State.OPEN,
-        intent_id__in=matched_ids,
-    ).update(
-        state=ProviderFinding.State.RESOLVED,
-        resolution="found_later",
-        resolved_by="reconciler",
-        note=f"its line is on the statement of {day.isoformat()} (run {statement_run.id})",
-    )
-    missing = record_missing(statement_run, source, day, actions)
-    statement_run.lines = len(entries)
-    statement_run.matched = counts["matched"]
-    statement_run.extra_at_provider = counts["extra"]
-    statement_run.amount_mismatches = counts["mismatch"]
+
+def run_finish(*, statement_run: StatementRun, actions: list[str]) -> StatementRun:
+    """Finish ``statement_run`` once every line is matched (its line counts set): record the
+    intents missing at the provider, stamp ``finished_at`` and audit the run as
+    ``statement_reconciled`` on the chain of events without an intent. Call inside the
+    transaction that commits the finish."""
+    day = statement_run.statement_date
+    missing = record_missing(statement_run, statement_run.source, day, actions)
     statement_run.missing_at_provider = missing
     statement_run.finished_at = timezone.now()
     statement_run.save()
     audit_append_unattached(
         event="statement_reconciled",
-        actor=actor,
+        actor=statement_run.actor,
         data={
             "run": statement_run.id,
-            "source": source,
+            "source": statement_run.source,
             "date": day.isoformat(),
-            "origin": origin,
+            "origin": statement_run.origin,
             "lines": statement_run.lines,
             "matched": statement_run.matched,
             "missing_at_provider": missing,
@@ -324,23 +240,3 @@ def _run(
         },
     )
     return statement_run
-
-
-def _store_line(
-    statement_run: StatementRun,
-    number: int,
-    entry: StatementEntry,
-    read: dict[str, Any],
-    intent: Intent | None,
-) -> StatementLine:
-    return StatementLine.objects.create(
-        run=statement_run,
-        line_no=number,
-        provider_reference=entry.provider_reference,
-        idempotency_key=entry.idempotency_key,
-        reference=entry.reference,
-        amount=entry.amount,
-        currency=entry.currency,
-        raw=read,
-        intent=intent,
-    )

@@ -15,6 +15,7 @@ from reconciliation.events import process_provider_event as process_event
 from reconciliation.pruning import prune_pass
 from reconciliation.services import reconcile_pass
 from reconciliation.statement_sources import api_sources
+from reconciliation.statement_uploads import statement_upload_import
 from reconciliation.statements import fetch_and_run
 
 
@@ -65,3 +66,11 @@ def process_provider_event(*, message_id: str, provider_event_id: int) -> str:
     """Process one stored provider event and acknowledge its outbox message
     (``reconciliation.events.process_provider_event``)."""
     return process_event(event_pk=provider_event_id, message_id=uuid.UUID(message_id))
+
+
+@shared_task(name="reconciliation.import_statement_upload")
+def import_statement_upload(*, message_id: str, upload_id: int) -> str:
+    """Import the next batches of an uploaded CSV statement, handing the rest to a new message
+    when its time is up (``reconciliation.statement_uploads.statement_upload_import``); sent
+    through the outbox by the upload and by the import itself."""
+    return statement_upload_import(upload_id=upload_id, message_id=uuid.UUID(message_id))

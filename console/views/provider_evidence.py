@@ -22,16 +22,22 @@ from reconciliation.decision_checks import RESOLVER_GROUPS
 from reconciliation.finding_compensation import compensation_action_for
 from reconciliation.findings import VERBS, can_work, resolve_provider_finding
 from reconciliation.models import ProviderFinding
-from reconciliation.provider_selectors import provider_finding, provider_findings, statement_runs
+from reconciliation.provider_selectors import (
+    provider_finding,
+    provider_findings,
+    statement_runs,
+    statement_uploads_active,
+)
 from reconciliation.statement_csv import (
+    DEFAULT_COLUMNS,
     FIELDS,
     MAX_UPLOAD_BYTES,
     StatementFileError,
     mapping_of,
     save_mapping,
-    upload_statement,
 )
 from reconciliation.statement_sources import StatementRefused, api_sources, statement_day
+from reconciliation.statement_uploads import statement_upload_accept
 
 DETAIL = "console/provider_finding.html"
 STATEMENTS = "console/statements.html"
@@ -134,22 +140,29 @@ def _may_upload(request: HtmxHttpRequest) -> bool:
 
 
 def statements_context(request: HtmxHttpRequest, **extra: Any) -> dict[str, Any]:
+    """The statements page: recent runs (with their upload's progress), the upload form and the
+    column mapping form, both open on ``mapping_source`` (or ``?source=``; else the first
+    source), so a refused upload shows the mapping of the source it was for (issue 39 item 6).
+    A source without a saved mapping shows the default one (``DEFAULT_COLUMNS``)."""
     sources = sorted(evidence_sources())
     mapping_source = extra.pop("mapping_source", "") or request.GET.get("source", "")
     if mapping_source not in sources:  # an unknown or malformed ?source= shows the first
         mapping_source = sources[0] if sources else ""
-    mapping = mapping_of(mapping_source) or {}
+    saved = mapping_of(mapping_source)
+    mapping = saved if saved is not None else DEFAULT_COLUMNS
     context: dict[str, Any] = {
         "runs": list(statement_runs()),
+        "active": statement_uploads_active(),
         "sources": sources,
         "api_sources": api_sources(),
         "mapping_source": mapping_source,
+        "mapping_saved": saved is not None,
         "mapping_fields": [(field, mapping.get(field, "")) for field in FIELDS],
         "may_upload": _may_upload(request),
         "max_upload_bytes": MAX_UPLOAD_BYTES,
         "today": timezone.now().astimezone(dt.UTC).date(),  # the latest statement day
-        "posted": {},
-        "section": "findings",
+        "posted": {"source": mapping_source},
+        "section": "statements",
     }
     context.update(extra)
     return context
@@ -158,11 +171,13 @@ def statements_context(request: HtmxHttpRequest, **extra: Any) -> dict[str, Any]
 @require_GET
 @console_role_required
 def statements_page(request: HtmxHttpRequest) -> HttpResponse:
-    """Recent statement runs with their counts, the CSV upload form and the column mappings.
-    Runs span tenants: shown with a role on every tenant only."""
+    """Recent statement runs with their counts and their upload's progress, the CSV upload form
+    and the column mappings. Runs span tenants: shown with a role on every tenant only. An htmx
+    request gets the runs alone (``activity``), which refresh themselves while an upload is
+    queued or importing."""
     if not on_every_tenant(request.user):
         return every_tenant_only(request, "The statements page")
-    return page_or_partial(request, STATEMENTS, "runs", statements_context(request))
+    return page_or_partial(request, STATEMENTS, "activity", statements_context(request))
 
 
 def _refuse(request: HtmxHttpRequest, message: str, status: int, **extra: Any) -> HttpResponse:
@@ -174,32 +189,35 @@ def _refuse(request: HtmxHttpRequest, message: str, status: int, **extra: Any) -
 @require_POST
 @console_role_required
 def statement_upload(request: HtmxHttpRequest) -> HttpResponse:
-    """Reconcile an uploaded CSV statement (source, date, file) with the source's saved mapping;
-    a bad file, or a date not ``YYYY-MM-DD`` or after today (UTC), is refused (its line and
-    column named) and nothing is stored."""
+    """Check an uploaded CSV statement (source, date, file) and queue its import
+    (``reconciliation.statement_uploads``); the answer does not wait for the import, whose
+    progress the page shows. A bad file, a date not ``YYYY-MM-DD`` or after today (UTC), or a
+    file uploaded before, is refused (its line and column named) and nothing is stored; the
+    refusal shows the column mapping of the source it was for."""
     if not on_every_tenant(request.user):
         return every_tenant_only(request, "Statements")
     posted = {"source": request.POST.get("source", ""), "date": request.POST.get("date", "")}
+    refused = {"posted": posted, "mapping_source": posted["source"]}
     if not _may_upload(request):
         return _refuse(
-            request, "Only operators and admins of every tenant can upload statements.", 403, posted=posted
+            request, "Only operators and admins of every tenant can upload statements.", 403, **refused
         )
     try:
         day = statement_day(posted["date"])  # YYYY-MM-DD, not after today (UTC)
     except ValueError as exc:
-        return _refuse(request, f"{exc}.", 422, posted=posted)
+        return _refuse(request, f"{exc}.", 422, **refused)
     upload = request.FILES.get("file")
     if upload is None:
-        return _refuse(request, "Choose the statement's CSV file.", 422, posted=posted)
+        return _refuse(request, "Choose the statement's CSV file.", 422, **refused)
     if upload.size is not None and upload.size > MAX_UPLOAD_BYTES:
         return _refuse(
             request,
             f"the file is too large: {upload.size} bytes, at most {MAX_UPLOAD_BYTES}",
             422,
-            posted=posted,
+            **refused,
         )
     try:
-        run = upload_statement(
+        accepted = statement_upload_accept(
             source=posted["source"],
             day=day,
             data=upload.read(MAX_UPLOAD_BYTES + 1),
@@ -207,17 +225,17 @@ def statement_upload(request: HtmxHttpRequest) -> HttpResponse:
             actor=f"user:{request.user.get_username()}",
         )
     except (StatementRefused, StatementFileError) as exc:
-        return _refuse(request, str(exc), 422, posted=posted)
-    if run.error:
-        return _refuse(request, run.error, 422, posted=posted)
+        return _refuse(request, str(exc), 422, **refused)
     done = (
-        f"Statement of {run.source} for {run.statement_date}: {run.lines} lines, {run.matched} matched, "
-        f"{run.missing_at_provider} missing, {run.extra_at_provider} extra, {run.amount_mismatches} amount mismatches."
+        f"Accepted the statement of {accepted.source} for {accepted.statement_date}: "
+        f"{accepted.total_lines} lines, imported in the background (progress below)."
     )
     if request.htmx:
-        return page_or_partial(request, STATEMENTS, "runs", statements_context(request, success=done))
+        return page_or_partial(
+            request, STATEMENTS, "runs", statements_context(request, success=done, **refused)
+        )
     messages.success(request, done)
-    return redirect("statements")
+    return redirect(f"/statements/?source={accepted.source}")
 
 
 @require_POST

@@ -14,7 +14,15 @@ from django.utils import timezone
 
 from operations.adapters.base import StatementEntry
 from operations.models import AuditEvent, Intent, Outcome
-from reconciliation.models import Evidence, ProviderFinding, StatementLine, StatementMapping, StatementRun
+from reconciliation.models import (
+    Evidence,
+    ProviderFinding,
+    StatementLine,
+    StatementMapping,
+    StatementRun,
+    StatementUpload,
+)
+from reconciliation.statement_uploads import statement_upload_import
 from reconciliation.statements import run
 from tests.factories import charge_arguments, submit
 
@@ -200,10 +208,16 @@ def test_c21_csv_upload_in_the_console_and_a_bad_file_stores_nothing(operator_cl
         {"source": SOURCE, "date": "2026-03-10", "file": good},
         HTTP_HX_REQUEST="true",
     )
-    assert done.status_code == 200 and "1 lines, 0 matched" in done.content.decode()
+    assert (
+        done.status_code == 200 and "2026-03-10: 1 lines, imported in the background" in done.content.decode()
+    )
     assert StatementRun.objects.get().origin == "upload"
+    # the worker's import (issue 39 item 10: the upload request does not wait for it)
+    upload = StatementUpload.objects.get()
+    statement_upload_import(upload_id=upload.id, message_id=upload.message_id)
     runs_page = operator_client.get(reverse("statements")).content.decode()
-    assert "s.csv" in runs_page and "2026-03-10" in runs_page
+    assert "s.csv" in runs_page and "2026-03-10" in runs_page and "upload-done" in runs_page
+    assert StatementRun.objects.get().lines == 1
 
 
 def test_c21_a_viewer_cannot_upload(viewer_client: Client) -> None:

@@ -13,8 +13,8 @@ from reconciliation.statement_csv import (
     StatementFileError,
     parse_statement,
     save_mapping,
-    upload_statement,
 )
+from reconciliation.statement_uploads import statement_upload_accept, statement_upload_import
 
 pytestmark = pytest.mark.django_db
 
@@ -29,8 +29,11 @@ DAY = dt.date(2026, 3, 10)
 
 
 def upload(data: bytes) -> StatementRun:
+    """Upload ``data`` with the saved mapping and import it as the worker would; the run."""
     save_mapping(source=SOURCE, columns=COLUMNS, actor="user:otto")
-    return upload_statement(source=SOURCE, day=DAY, data=data, filename="s.csv", actor="user:otto")
+    accepted = statement_upload_accept(source=SOURCE, day=DAY, data=data, filename="s.csv", actor="user:otto")
+    statement_upload_import(upload_id=accepted.id, message_id=accepted.message_id)
+    return StatementRun.objects.get(id=accepted.run_id)
 
 
 def test_c21_amounts_are_decimal_major_units_by_the_currencys_exponent() -> None:
@@ -116,7 +119,7 @@ def test_c21_a_bad_file_is_a_clear_error_and_stores_nothing(data: bytes, message
 
 def test_c21_no_saved_mapping_is_refused() -> None:
     with pytest.raises(StatementFileError, match="no saved column mapping"):
-        upload_statement(source=SOURCE, day=DAY, data=b"a\n", filename="s.csv", actor="user:otto")
+        statement_upload_accept(source=SOURCE, day=DAY, data=b"a\n", filename="s.csv", actor="user:otto")
 
 
 def test_c21_a_mapping_without_the_provider_reference_is_refused() -> None:

@@ -381,3 +381,31 @@ def test_c21_one_effect_listed_twice_by_the_provider_is_not_an_extra_effect() ->
     assert kinds() == []
     repeat = StatementLine.objects.get(run=result, line_no=2)
     assert repeat.intent_id is None and repeat.raw["repeats_an_earlier_line"] is True
+
+
+def test_i39_10_a_run_stores_its_lines_a_batch_at_a_time_with_no_savepoint_per_line() -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    # given: a statement of 50 effects no intent has (each an extra finding) and one matched line
+    kept = succeeded("order-1", "ch_1")
+    entries = [line(kept, "ch_1")] + [
+        StatementEntry(
+            provider_reference=f"ch_x{n}", idempotency_key="", reference="", amount=100, currency="EUR"
+        )
+        for n in range(50)
+    ]
+    # when
+    with CaptureQueriesContext(connection) as queries:
+        result = run(
+            source=SOURCE, day=timezone.now().date(), entries=entries, origin=StatementRun.Origin.API
+        )
+    # then: the same verdicts as line by line
+    assert (result.lines, result.matched, result.extra_at_provider, result.error) == (51, 1, 50, "")
+    assert ProviderFinding.objects.filter(kind="extra_at_provider").count() == 50
+    # and: one INSERT for the lines, one for the findings; the run's own savepoint (its
+    # transaction, inside the test's) and its audit event's, not one per line
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert len([s for s in sql if s.startswith('INSERT INTO "reconciliation_statementline"')]) == 1
+    assert len([s for s in sql if s.startswith('INSERT INTO "reconciliation_providerfinding"')]) == 1
+    assert len([s for s in sql if s.startswith("SAVEPOINT")]) == 2
