@@ -171,7 +171,9 @@ def test_i39_4_compensate_is_not_offered_when_its_compensation_action_is_not_ser
         }
     }
     settings.EFFECT_LEDGER_POLICIES = {"acme.transfer": {"approval": "never"}}
-    intent = make_unknown(action="acme.transfer", arguments={"amount": 1250, "currency": "USD", "account": "a"})
+    intent = make_unknown(
+        action="acme.transfer", arguments={"amount": 1250, "currency": "USD", "account": "a"}
+    )
     # when
     body = detail_page(operator_client, intent)
     # then: the page says why; the service refuses it the same way, nothing opened
