@@ -12,12 +12,13 @@ from django.contrib.auth.models import User
 
 from operations import services
 from operations.access.tenants import console_scope, role_scope
+from operations.adapters.registry import ActionUnavailable, capabilities_for, serving_problem
 from operations.audit.trail import NOT_A_CHANGE_EVENTS
 from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import AuditEvent, Intent
 from operations.selectors import last_audit_seq
 from reconciliation.models import Evidence
-from reconciliation.selectors import intent_evidence
+from reconciliation.selectors import effect_on_record, intent_evidence
 
 #: The groups whose members may decide on UNKNOWN, HELD and escalated intents and on findings.
 RESOLVER_GROUPS = ("operator", "admin")
@@ -28,6 +29,62 @@ def can_resolve(user: User, tenant: str | None = None) -> bool:
     named, else on at least one tenant (``operations.access.tenants``)."""
     scope = role_scope(user, RESOLVER_GROUPS)
     return not scope.empty if tenant is None else scope.allows(tenant)
+
+
+def compensate_refusal(intent: Intent) -> str | None:
+    """Why ``compensate`` cannot apply to ``intent``, or None when it can: what the capability
+    model (``Capabilities.compensation_action``, declared by the action's adapter) says.
+
+    It cannot apply when this deployment does not serve the action (its capabilities cannot be
+    read), when the provider contract declares no compensation (an email cannot be unsent), or
+    when that compensation action is not served here. The same answer hides the verb on the
+    console's page and refuses it in ``reconciliation.resolution.resolve_compensate``.
+    """
+    try:
+        compensation = capabilities_for(intent.action).compensation_action
+    except ActionUnavailable:
+        # The wording of ``operations.services.compensation.intent_open_compensation``'s refusal.
+        return (
+            f"{intent.action} cannot be compensated here: {serving_problem(intent.action, intent.action_version)}. "
+            "Undo the effect at the provider yourself, then confirm it with its reference and say so in the reason."
+        )
+    if not compensation:
+        return (
+            f"{intent.action} has no compensation: its provider contract declares no action that undoes "
+            "its effect. Decide confirmed or absent."
+        )
+    try:
+        capabilities_for(compensation)
+    except ActionUnavailable:
+        return (
+            f"{intent.action}'s compensation {compensation} is not served by this deployment. "
+            "Undo the effect at the provider yourself, then confirm it with its reference and say so in the reason."
+        )
+    return None
+
+
+def absent_refusal(intent: Intent) -> str | None:
+    """Why ``absent`` cannot apply to ``intent``, or None when it can: evidence on record says the
+    provider has the effect (``reconciliation.selectors.effect_on_record``), so it happened and
+    must not be sent again (issue 21 item 9). Read under the intent's row lock by
+    ``resolve_absent``; read without it for the page, which can only be out of date the safe way
+    (the service decides)."""
+    accepted = effect_on_record(intent)
+    if accepted is None:
+        return None
+    return (
+        f"the provider has this effect: {accepted}. It happened, so it is not sent again; confirm it instead."
+    )
+
+
+def inapplicable_verbs(intent: Intent) -> dict[str, str]:
+    """The resolutions of an UNKNOWN ``intent`` that cannot apply, each with why:
+    ``{"compensate": "email.send has no compensation: ..."}``; ``confirmed`` always applies (a
+    reference the provider cannot verify is confirmed as unverified). The console offers only
+    the others; the services refuse these with the same words (``compensate_refusal``,
+    ``absent_refusal``)."""
+    refused = {"absent": absent_refusal(intent), "compensate": compensate_refusal(intent)}
+    return {verb: why for verb, why in refused.items() if why}
 
 
 def check_decider(user: User, reason: str) -> None:

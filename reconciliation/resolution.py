@@ -21,10 +21,17 @@ from operations.engine.calls import provider_lookup
 from operations.exceptions import ResolutionRefused
 from operations.models import Intent, Outcome
 from reconciliation.attribution import attribute
-from reconciliation.decision_checks import check_decider, check_tenant, load_for_decision, record_decision
+from reconciliation.decision_checks import (
+    absent_refusal,
+    check_decider,
+    check_tenant,
+    compensate_refusal,
+    load_for_decision,
+    record_decision,
+)
 from reconciliation.lookups import reconcile_intent
 from reconciliation.models import DuplicateFinding
-from reconciliation.selectors import effect_on_record, found_by_lookup
+from reconciliation.selectors import found_by_lookup
 
 
 def _finding_intent(arguments: dict[str, Any]) -> uuid.UUID | None:
@@ -146,12 +153,9 @@ def resolve_absent(
         # The row lock orders this against ``record_lookup``: found evidence on record refuses
         # (also where ``absent`` would end the intent FAILED: it happened, so it did not fail).
         Intent.objects.select_for_update().filter(id=intent.id).exists()
-        accepted = effect_on_record(intent)
-        if accepted is not None:
-            raise ResolutionRefused(
-                f"the provider has this effect: {accepted}. It happened, so it is not sent again; "
-                "confirm it instead."
-            )
+        refusal = absent_refusal(intent)
+        if refusal:
+            raise ResolutionRefused(refusal)
         if cannot_resend:
             record_decision(intent, user, "absent", reason, [], not_sent_again=cannot_resend)
             services.intent_end_absent(intent_id=intent.id, actor=actor, reason=reason, why=cannot_resend)
@@ -181,12 +185,19 @@ def resolve_compensate(
     The effect to undo is ``provider_reference`` or, if empty, the one the reconciler found.
 
     Raises:
-        ResolutionRefused: no permission, no reason, no compensation action, or no known effect;
+        ResolutionRefused: no permission, no reason, no compensation (``compensate_refusal``: the
+            action is not served, declares no compensation, or its compensation is not served),
+            or no known effect;
             the reference is another intent's recorded effect, or none was named and the
             lookups' effects cannot be told apart from other intents' (C34).
         IntentMoved: the intent is no longer UNKNOWN.
     """
     intent = load_for_decision(intent_id, user, reason, seen_seq=seen_seq)
+    # What the capability model rules out is refused before anything else (issue 39 item 4): an
+    # email asked to be compensated hears that it has none, not that no reference was found.
+    refusal = compensate_refusal(intent)
+    if refusal:
+        raise ResolutionRefused(refusal)
     reference = provider_reference.strip()
     if not reference:
         found = found_by_lookup(intent)

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from django.db.models import Case, Count, F, IntegerField, Prefetch, Q, QuerySet, Value, When
+from django.db.models import Case, F, IntegerField, Prefetch, QuerySet, Value, When
 from django.db.models.functions import Now
 
 from operations.access.tenants import TenantScope
 from operations.adapters.base import LookupStatus
-from operations.audit.request_integrity import MISMATCH_HOLD
 from operations.models import AuditEvent, Intent, Outcome
 from operations.selectors.list_filters import (
     UNKNOWN_DEFAULT_SORT,
@@ -20,7 +19,6 @@ from operations.selectors.list_filters import (
     intents_filtered,
     sorted_by,
 )
-from operations.services.failover import RESTORE_GUARD_HOLD
 from reconciliation.models import DuplicateFinding, Evidence, ProviderEvent, ReconciliationRun
 
 #: How far back the queue lists operator confirmations the provider could not verify.
@@ -146,41 +144,6 @@ def likely_duplicate_event(intent: Intent) -> AuditEvent | None:
     """The newest ``likely_duplicate`` audit event of a held intent (its reason names what the
     earlier intent already did), or None."""
     return intent.audit_events.filter(event="likely_duplicate").order_by("-seq").first()
-
-
-def decision_counts(*, scope: TenantScope) -> dict[str, int]:
-    """How many items of ``scope``'s tenants wait for an operator's decision besides UNKNOWN intents:
-    ``{"escalated_compensations": n, "open_duplicate_findings": n, "held": n,
-    "held_likely_duplicates": n, "held_unserved": n, "held_request_mismatch": n,
-    "held_after_restore": n}`` (``held``
-    counts every HELD intent; the likely duplicates, those whose action or version is not served
-    and those whose stored request no longer hashes to its request_hash (``hold_reason``) wait
-    for a person, the others for their earlier intent to end)."""
-    held = Intent.objects.filter(scope.q(), status=Intent.Status.HELD).aggregate(
-        held=Count("id"),
-        likely_duplicates=Count("id", filter=Q(escalated_at__isnull=False, hold_reason="")),
-        unserved=Count(
-            "id",
-            filter=~Q(hold_reason="")
-            & ~Q(hold_reason__startswith=MISMATCH_HOLD)
-            & ~Q(hold_reason__startswith=RESTORE_GUARD_HOLD),
-        ),
-        after_restore=Count("id", filter=Q(hold_reason__startswith=RESTORE_GUARD_HOLD)),
-        mismatched=Count("id", filter=Q(hold_reason__startswith=MISMATCH_HOLD)),
-    )
-    return {
-        "escalated_compensations": Intent.objects.filter(
-            scope.q(), status=Intent.Status.COMPENSATING, escalated_at__isnull=False
-        ).count(),
-        "open_duplicate_findings": DuplicateFinding.objects.filter(
-            scope.q("intent__tenant"), state=DuplicateFinding.State.OPEN
-        ).count(),
-        "held": held["held"],
-        "held_likely_duplicates": held["likely_duplicates"],
-        "held_unserved": held["unserved"],
-        "held_request_mismatch": held["mismatched"],
-        "held_after_restore": held["after_restore"],
-    }
 
 
 def intent_evidence(intent: Intent) -> list[Evidence]:

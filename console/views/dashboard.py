@@ -19,7 +19,81 @@ from operations.metrics import process_counters, render_metrics
 from operations.selectors import ledger_gauges
 from reconciliation.models import ProviderFinding
 from reconciliation.provider_selectors import compensating_findings_by_kind, open_findings_by_kind
-from reconciliation.selectors import decision_counts
+from reconciliation.waiting_for_people import EXPIRING_SOON, Waiting, waiting_for_people
+
+#: ``reconciliation.waiting_for_people`` key -> (what the dashboard calls it, where it is decided,
+#: the id of its count). A provider finding kind's row is built from its label.
+WAITING_ROWS: dict[str, tuple[str, str, str]] = {
+    "unknown_escalated": ("UNKNOWN intents escalated to operators", "/unknown/", "unknown-escalated"),
+    "approvals_expiring": (
+        f"Approval requests expiring within {EXPIRING_SOON.seconds // 60} minutes",
+        "/approvals/?sort=expiry",
+        "approvals-expiring",
+    ),
+    "compensations": (
+        "Compensations that need a decision",
+        "/unknown/#compensations",
+        "escalated-compensations",
+    ),
+    "duplicate_findings": ("Open duplicate findings", "/unknown/#duplicates", "open-duplicate-findings"),
+    "held_after_restore": (
+        "Held by the restore guard after a failover or restore",
+        "/unknown/#held",
+        "held-after-restore",
+    ),
+    "held_request_mismatch": (
+        "Held: changed in the database after submission (request_hash mismatch), never sent",
+        "/unknown/#held",
+        "held-request-mismatch",
+    ),
+    "held_likely_duplicates": (
+        "Held as likely duplicates of an earlier intent",
+        "/unknown/#held",
+        "held-likely-duplicates",
+    ),
+    "held_unserved": (
+        "Held: not served by this deployment (action or version)",
+        "/unknown/#held",
+        "held-unserved",
+    ),
+    "approvals": ("Other approval requests waiting", "/approvals/", "approvals-waiting"),
+    "unknown_looking": ("UNKNOWN intents the reconciler is still looking up", "/unknown/", "unknown-looking"),
+    "held_behind": (
+        "Held behind an earlier intent for the same business action, until it ends",
+        "/unknown/#held",
+        "held-behind",
+    ),
+    "provider_findings_compensating": (
+        "Provider findings being compensated",
+        "/findings/?state=compensating",
+        "compensating-provider-findings",
+    ),
+}
+
+
+def waiting_rows(waiting: list[Waiting]) -> list[dict[str, Any]]:
+    """``waiting_for_people``'s answer as the dashboard's rows, in its order: ``{"label", "url",
+    "id", "count", "since", "due", "needs_person"}``."""
+    rows = []
+    for item in waiting:
+        kind = item.key.removeprefix("provider_findings:")
+        if kind != item.key:
+            label = f"Open provider findings: {ProviderFinding.Kind(kind).label.lower()}"
+            url, element_id = f"/findings/?state=open&kind={kind}", f"open-provider-findings-{kind}"
+        else:
+            label, url, element_id = WAITING_ROWS[item.key]
+        rows.append(
+            {
+                "label": label,
+                "url": url,
+                "id": element_id,
+                "count": item.count,
+                "since": item.since,
+                "due": item.due,
+                "needs_person": item.needs_person,
+            }
+        )
+    return rows
 
 
 @require_GET
@@ -80,29 +154,26 @@ def provider_findings_metrics() -> bytes:
 @require_GET
 @console_role_required
 def dashboard(request: HtmxHttpRequest) -> HttpResponse:
-    """Whether execution runs (paused after the database went back in time; the fence epoch,
-    the restore guard and the latest recovery runs), counts by state, approvals waiting, UNKNOWN by age, compensations, duplicate findings and
-    held intents (likely duplicates among them) waiting for an operator, the oldest held age,
-    absorbed duplicates, provider findings (open per kind, and being compensated), stale fences, outbox backlog, the live database's size and the
-    archive's (issue 36) and the last hour's throughput; htmx
+    """What waits for a person, only the kinds with something waiting, most urgent first
+    (``reconciliation.waiting_for_people``, issue 39 item 5), whether execution runs (paused
+    after the database went back in time; the fence epoch, the restore guard and the latest
+    recovery runs), counts by state, UNKNOWN by age, the oldest held age, absorbed duplicates,
+    stale fences, outbox backlog, the live database's size and the archive's (issue 36) and the
+    last hour's throughput; htmx
     refreshes the figures. Every figure counts the tenants the user may read; those that belong
     to no tenant (counters, outbox, failover and recoveries, storage) are shown to a role on every tenant
     only, except that execution is paused (it stops every tenant's intents)."""
     scope = reader_scope(request.user)
     every_tenant = on_every_tenant(request.user)
     minutes = selectors.throughput_last_hour(scope=scope)
+    # Issue 39 item 5: only the kinds with something waiting, most urgent first; those the
+    # ledger is still handling apart, below.
+    waiting = waiting_rows(waiting_for_people(scope=scope))
     context = {
         "gauges": ledger_gauges(scope=scope),
-        "approvals": selectors.approvals_waiting(scope=scope),
         "unknown_ages": selectors.unknown_by_age(scope=scope),
-        "decisions": decision_counts(scope=scope),
-        # Provider findings (issue 19) waiting for an operator, per kind, and those whose
-        # compensation has not ended (counted nowhere else).
-        "provider_findings": [
-            (kind, ProviderFinding.Kind(kind).label, count)
-            for kind, count in open_findings_by_kind(scope=scope).items()
-        ],
-        "compensating_provider_findings": sum(compensating_findings_by_kind(scope=scope).values()),
+        "waiting_now": [row for row in waiting if row["needs_person"]],
+        "in_hand": [row for row in waiting if not row["needs_person"]],
         # Figures of no tenant (this machine's counters, the outbox, failover): every tenant only.
         "every_tenant": every_tenant,
         "counters": process_counters() if every_tenant else {},

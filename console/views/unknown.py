@@ -40,10 +40,16 @@ from operations.exceptions import IntentMoved, ResolutionRefused
 from operations.models import Intent
 from reconciliation import resolution
 from reconciliation import selectors as queue
+from reconciliation.decision_checks import inapplicable_verbs
+from reconciliation.lookup_groups import group_lookups, lookup_tally
 from reconciliation.models import Evidence
 from reconciliation.timeline import intent_timeline
 
 DETAIL = "console/unknown_detail.html"
+#: The partial every action on the page answers with: the whole page under its back link, so a
+#: decision updates the header, the summary and the evidence with the resolution (issue 39
+#: item 4), and a refusal shows the intent as it is now.
+PAGE = "page"
 QUEUE_LIMIT = 200
 #: Resolutions of an UNKNOWN intent.
 UNKNOWN_FORMS: dict[str, type[forms.Form]] = {
@@ -120,12 +126,15 @@ def unknown_queue(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> dict[str, Any]:
-    """Every piece of evidence about ``intent``, its compensations and the resolution forms."""
+    """Every piece of evidence about ``intent`` (its lookups grouped: ``reconciliation.lookup_groups``),
+    its compensations, the resolution form and the resolutions that cannot apply, with why."""
     evidence = queue.intent_evidence(intent)
     try:
         capabilities = capabilities_for(intent.action)
     except ActionUnavailable:
         capabilities = None
+    lookup_groups = group_lookups([row for row in evidence if row.kind == Evidence.Kind.LOOKUP])
+    unknown = intent.status == Intent.Status.UNKNOWN
     context: dict[str, Any] = {
         "intent": intent,
         "section": "unknown",
@@ -133,7 +142,10 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
         "outcomes": selectors.intent_outcomes(intent),
         "unverified": queue.unverified_outcome(intent),
         "compensations": queue.compensations_of(intent),
-        "lookups": [row for row in evidence if row.kind == Evidence.Kind.LOOKUP],
+        # Consecutive alike lookups as one group that opens on each (issue 39 item 4).
+        "lookup_groups": lookup_groups,
+        "lookup_tally": lookup_tally(lookup_groups),
+        "lookup_count": sum(group.count for group in lookup_groups),
         "duplicates": [row for row in evidence if row.kind == Evidence.Kind.DUPLICATE],
         "resolutions": [row for row in evidence if row.kind == Evidence.Kind.RESOLUTION],
         "audit_events": list(intent.audit_events.order_by("seq")),
@@ -143,7 +155,9 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
         "needs_risk_ack": capabilities is not None and not capabilities.same_key_retry_safe,
         # Issue 21: why it cannot be sent again (then ``absent`` ends it FAILED), and why this
         # deployment cannot serve it, shown before anyone decides.
-        "cannot_resend": services.resend_refusal(intent) if intent.status == Intent.Status.UNKNOWN else None,
+        "cannot_resend": services.resend_refusal(intent) if unknown else None,
+        # The resolutions that cannot apply, with why: not offered, and refused if posted.
+        "refused_verbs": inapplicable_verbs(intent) if unknown else {},
         "serving_problem": serving_problem(intent.action, intent.action_version),
         "can_resolve": can_resolve(request.user, intent.tenant),
         "forms": {verb: form_class() for verb, form_class in RESOLUTION_FORMS.items()},
@@ -157,10 +171,13 @@ def detail_context(request: HtmxHttpRequest, intent: Intent, **extra: Any) -> di
 @require_GET
 @console_role_required
 def unknown_detail(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpResponse:
-    """Attempts with fences and timings, provider answers, reconciler lookups, duplicates,
-    compensations, and the decision forms that fit the intent's state."""
+    """The evidence summary and the decision that fits the intent's state at the top (only the
+    resolutions that can apply: ``reconciliation.decision_checks.inapplicable_verbs``), then
+    attempts with fences and timings, provider answers, reconciler lookups (alike ones
+    grouped), compensations, duplicates and the timeline. An htmx request gets the page's
+    ``PAGE`` partial."""
     intent = scoped_intent(request, intent_id)
-    return page_or_partial(request, DETAIL, "resolution", detail_context(request, intent))
+    return page_or_partial(request, DETAIL, PAGE, detail_context(request, intent))
 
 
 def _resolve(verb: str, intent: Intent, user: Any, data: dict[str, Any]) -> Intent:
@@ -201,7 +218,9 @@ def _resolve(verb: str, intent: Intent, user: Any, data: dict[str, Any]) -> Inte
 def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -> HttpResponse:
     """Resolve an UNKNOWN intent as ``confirmed``, ``absent`` or ``compensate``, or decide on an
     escalated COMPENSATING intent: ``reopen``, ``compensated`` or ``kept`` (a reason is always
-    required), through ``reconciliation.resolution``; refusals are shown in place."""
+    required), through ``reconciliation.resolution``. An htmx post is answered with the whole
+    page (``PAGE``), showing the intent's new state or the refusal with what was typed; one
+    without JavaScript is redirected to the intent's page."""
     form_class = RESOLUTION_FORMS.get(verb)
     if form_class is None:
         raise Http404("unknown resolution")
@@ -214,7 +233,9 @@ def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -
         intent.refresh_from_db()
         context = detail_context(request, intent, error=message, failed_verb=verb)
         context["forms"][verb] = form
-        return page_or_partial(request, DETAIL, "resolution", context, status=status)
+        # What the operator typed stays in the form they retry from.
+        context["posted"] = {name: request.POST.get(name, "") for name in ("reason", "provider_reference")}
+        return page_or_partial(request, DETAIL, PAGE, context, status=status)
 
     if not can_resolve(request.user, intent.tenant):
         return refuse(
@@ -228,7 +249,7 @@ def unknown_resolve(request: HtmxHttpRequest, intent_id: uuid.UUID, verb: str) -
         return refuse(exc.detail, exc.status, audited=True)
     done = f"Resolved as {verb}. The intent is {resolved.status}."
     if request.htmx:
-        return page_or_partial(request, DETAIL, "resolution", detail_context(request, resolved, success=done))
+        return page_or_partial(request, DETAIL, PAGE, detail_context(request, resolved, success=done))
     messages.success(request, done)
     return redirect("intent-detail", intent_id=resolved.id)
 
@@ -244,9 +265,7 @@ def unknown_lookup(request: HtmxHttpRequest, intent_id: uuid.UUID) -> HttpRespon
 
     def answer(status: int = 200, **extra: Any) -> HttpResponse:
         intent.refresh_from_db()
-        return page_or_partial(
-            request, DETAIL, "resolution", detail_context(request, intent, **extra), status=status
-        )
+        return page_or_partial(request, DETAIL, PAGE, detail_context(request, intent, **extra), status=status)
 
     if not can_resolve(request.user, intent.tenant):
         return answer(403, error="Only operators and admins can look an intent up.", failed_verb="look up")

@@ -23,7 +23,6 @@ from operations.selectors.gauges import (
 from operations.selectors.intents import (
     IntentFilters,
     approvals_inbox,
-    approvals_waiting,
     attempts_with_timings,
     intent_get,
     intent_latest_decision,
@@ -84,7 +83,6 @@ __all__ = [
     "IntentFilters",
     "Page",
     "approvals_inbox",
-    "approvals_waiting",
     "attempts_with_timings",
     "audit_queryset",
     "audit_search",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Count, IntegerField, Min, OuterRef, Q, QuerySet, Subquery, Value
+from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery, Value
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Coalesce
 
@@ -296,11 +296,3 @@ def attempts_with_timings(intent: Intent) -> list[dict[str, Any]]:
 def intent_outcomes(intent: Intent) -> list[Outcome]:
     """Every outcome recorded for ``intent``, oldest first."""
     return list(intent.outcomes.order_by("created_at", "id"))
-
-
-def approvals_waiting(*, scope: TenantScope) -> dict[str, Any]:
-    """How many intents of ``scope``'s tenants await approval and when the oldest was submitted."""
-    row = Intent.objects.filter(scope.q(), status=Intent.Status.AWAITING_APPROVAL).aggregate(
-        count=Count("id"), oldest=Min("created_at")
-    )
-    return {"count": row["count"], "oldest": row["oldest"]}

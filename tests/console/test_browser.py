@@ -57,7 +57,7 @@ def test_sign_in_approve_a_high_risk_payment_and_watch_it_succeed(page: Any, san
     assert len(sandbox.ledger("payments")) == 1
     page.get_by_role("link", name="Dashboard").click()
     expect(page.get_by_role("heading", name="Throughput, last hour")).to_be_visible()
-    shot(page, "dashboard.png")
+    shot(page, "dashboard-after-approval.png")  # the docs' dashboard.png: test_browser_i39.py
 
 
 def test_approval_whose_payload_changed_after_the_page_loaded_is_refused(page: Any) -> None:
@@ -87,8 +87,8 @@ def test_resolve_an_unknown_as_confirmed(page: Any, sandbox: Any) -> None:
     expect(page.get_by_role("heading", name="Attempts and what the provider answered")).to_be_visible()
     assert_no_horizontal_overflow(page)  # its screenshot is test_browser_unknown.py's
     # when
-    page.get_by_label("Provider reference (required)").fill(charge_id)
-    page.locator("#confirmed-reason").fill("charge visible in the provider's dashboard")
+    page.get_by_label("Provider reference").fill(charge_id)
+    page.locator("#resolve-reason").fill("charge visible in the provider's dashboard")
     page.get_by_role("button", name="Resolve as confirmed").click()
     # then
     expect(page.locator("#resolution")).to_contain_text("Resolved as confirmed. The intent is SUCCEEDED")
@@ -175,7 +175,7 @@ def test_unknown_queue_never_shows_a_failed_refresh_as_empty(page: Any) -> None:
     ("path", "region", "poll_ms", "hidden_when_stale"),
     [
         ("/approvals/", "#approval-rows", 10_000, "Nothing awaits a decision."),
-        ("/", "#stats", 15_000, "Nothing awaits a decision."),
+        ("/", "#stats", 15_000, "Nothing waits for you."),
         ("/intents/{id}/", "#intent-status", 2_000, "(refreshing)"),
     ],
     ids=["approvals", "dashboard", "intent-status"],

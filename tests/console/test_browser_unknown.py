@@ -68,23 +68,23 @@ def test_i16_4_im_on_it_then_resolve(verb: str, page: Any) -> None:
         expect(run.locator("> summary")).to_contain_text("4 lookups, inconclusive,")
         run.locator("> summary").click()
         expect(run.locator("> ol > li.kind-evidence")).to_have_count(4)
-        shot(page, "unknown-detail.png")
+        shot(page, "unknown-timeline.png")  # the docs' unknown-detail.png: test_browser_i39.py
     # when: he resolves it
     if verb == "confirmed":
-        page.locator("#confirmed-ref").fill("ch_3003")
-        page.locator("#confirmed-reason").fill("the provider's dashboard shows ch_3003")
+        page.locator("#resolve-ref").fill("ch_3003")
+        page.locator("#resolve-reason").fill("the provider's dashboard shows ch_3003")
         page.locator("#confirmed-unverified").check()
         page.get_by_role("button", name="Resolve as confirmed").click()
         expected = "SUCCEEDED"
     elif verb == "absent":
-        page.locator("#absent-reason").fill("nothing at the provider")
+        page.locator("#resolve-reason").fill("nothing at the provider")
         if page.locator("#absent-ack").count():
             page.locator("#absent-ack").check()
         page.get_by_role("button", name="Resolve as absent").click()
         expected = "READY"
     else:
-        page.locator("#compensate-ref").fill("ch_3003")
-        page.locator("#compensate-reason").fill("the customer cancelled")
+        page.locator("#resolve-ref").fill("ch_3003")
+        page.locator("#resolve-reason").fill("the customer cancelled")
         page.get_by_role("button", name="Resolve by compensating").click()
         expected = "COMPENSATING"
     # then: resolved, and nobody is on it any more
@@ -105,7 +105,7 @@ def test_i16_4_a_second_operator_is_refused_then_takes_over(page: Any) -> None:
     expect(page.locator("#assigned-to")).to_contain_text("otto is on it since")
     expect(page.get_by_role("button", name="I'm on it")).to_have_count(0)
     # when: she resolves it anyway
-    page.locator("#absent-reason").fill("nothing at the provider")
+    page.locator("#resolve-reason").fill("nothing at the provider")
     if page.locator("#absent-ack").count():
         page.locator("#absent-ack").check()
     page.get_by_role("button", name="Resolve as absent").click()
@@ -121,7 +121,7 @@ def test_i16_4_a_second_operator_is_refused_then_takes_over(page: Any) -> None:
     expect(page.locator(".messages")).to_contain_text("You took it over from otto")
     expect(page.locator("#assigned-to")).to_contain_text("anna is on it since")
     shot(page, "unknown-taken-over.png")
-    page.locator("#absent-reason").fill("nothing at the provider")
+    page.locator("#resolve-reason").fill("nothing at the provider")
     if page.locator("#absent-ack").count():
         page.locator("#absent-ack").check()
     page.get_by_role("button", name="Resolve as absent").click()

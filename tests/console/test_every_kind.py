@@ -19,6 +19,7 @@ from django.test import Client
 from django.urls import reverse
 
 from operations.adapters.base import ExecutionResult
+from operations.audit.trail import REFUSAL_EVENT
 from operations.engine.protocol import execute_intent
 from operations.models import Intent
 from operations.services import (
@@ -35,7 +36,7 @@ from operations.services import (
 from operations.services.compensation import intent_begin_compensation
 from operations.services.execution import intent_hold_restored
 from operations.services.failover import RESTORE_GUARD_HOLD, intents_mark_forgotten_changes
-from tests.console.conftest import signed_in, status_count
+from tests.console.conftest import seen, signed_in, status_count
 from tests.factories import submit, user_named
 from tests.support.stripe_server import stripe_declaration
 
@@ -566,3 +567,37 @@ def test_evidence_pages_render_with_an_smtp_or_stripe_intent_in_every_state(
     # and where it is UNKNOWN, its resolution page asks for the duplicate-risk acknowledgement
     resolution = page(operator_client, reverse("unknown-detail", args=[intent.id]))
     assert ('id="absent-ack"' in resolution) == (intent.status == S.UNKNOWN)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_i39_4_unknown_page_offers_the_verbs_each_kind_allows(
+    kind: str, every_kind: None, settings: Any, approver: Any, operator_client: Client
+) -> None:
+    # given: an UNKNOWN intent of this kind; only some kinds declare a compensation
+    intent = build(kind, S.UNKNOWN, settings=settings, approver=approver)
+    url = reverse("unknown-detail", args=[intent.id])
+    # when: an operator opens its page, whole and as the partial its actions answer with
+    body = page(operator_client, url)
+    partial = page(operator_client, url, **HTMX)
+    # then: it renders, confirmed and absent are offered, compensate only where it can apply,
+    # and otherwise the reason is shown where the button would be
+    assert "<html" not in partial and 'id="unknown-page"' in partial
+    for shown in (body, partial):
+        assert str(intent.id) in shown
+        assert 'id="resolve-confirmed"' in shown and 'id="resolve-absent"' in shown
+        assert ('id="resolve-compensate"' in shown) == (kind in COMPENSABLE), kind
+        assert ('id="compensate-not-offered"' in shown) == (kind not in COMPENSABLE), kind
+    if kind in COMPENSABLE:
+        return
+    # and when compensate is posted anyway, it is refused with that reason and nothing changes
+    before = intent.audit_events.exclude(event=REFUSAL_EVENT).count()
+    refused = operator_client.post(
+        reverse("unknown-resolve", args=[intent.id, "compensate"]),
+        {"reason": "undo it", "provider_reference": "prov-1", "seen_seq": seen(intent)},
+        **HTMX,  # type: ignore[arg-type]
+    )
+    assert refused.status_code == 409
+    assert f"{intent.action} has no compensation" in refused.content.decode()
+    intent.refresh_from_db()
+    assert intent.status == S.UNKNOWN and not Intent.objects.filter(compensates=intent).exists()
+    assert intent.audit_events.exclude(event=REFUSAL_EVENT).count() == before

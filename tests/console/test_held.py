@@ -320,7 +320,7 @@ def test_dashboard_counts_held_intents_and_likely_duplicates(viewer_client: Clie
         viewer_client.get(reverse("dashboard"), **HTMX).content.decode(),  # type: ignore[arg-type]
     ):
         # then
-        assert '<td class="num" id="held-intents">2</td>' in body
+        assert '<td class="num" id="held-behind">1</td>' in body  # issue 39 item 5: apart
         assert '<td class="num" id="held-likely-duplicates">1</td>' in body
         assert f'href="{reverse("unknown")}#held"' in body
         assert 'class="status status-held"' in body  # the by-state row's badge

@@ -221,7 +221,7 @@ def test_dashboard_counts_waiting_unknown_outbox_and_chart(viewer_client: Client
     # when
     body = viewer_client.get(reverse("dashboard")).content.decode()
     # then
-    assert "AWAITING_APPROVAL" in body and "Approvals waiting" in body
+    assert "AWAITING_APPROVAL" in body and 'id="approvals-expiring">1<' in body
     assert "UNKNOWN by age" in body and "under 1 minute" in body
     assert "Duplicate deliveries absorbed" in body and "Stale fences rejected" in body
     assert "Prometheus counters" in body  # the page says where the numbers come from
