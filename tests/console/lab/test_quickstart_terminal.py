@@ -8,6 +8,7 @@ Bounded for a shared test machine: start-up counts as settled after 5 s without 
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from typing import Any
@@ -82,6 +83,22 @@ def printed_email(instance: Instance, intent_id: str) -> list[str] | None:
     return None
 
 
+def health_levels(instance: Instance) -> dict[str, str]:
+    """The health page's signal levels (``{signal: level}``), signed in as the quick start's
+    ``operator`` with the password it printed."""
+    password = instance.printed(r"console account: operator / (\S+)")
+    with httpx.Client(base_url=instance.url, timeout=15) as client:
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', client.get("/login/").text)
+        assert token is not None
+        signed = client.post(
+            "/login/",
+            data={"csrfmiddlewaretoken": token.group(1), "username": "operator", "password": password},
+        )
+        assert signed.status_code == 302, signed.text[:500]
+        body = client.get("/health/").text
+    return dict(re.findall(r'id="signal-(\w+)".*?class="level level-(\w+)"', body, re.S))
+
+
 def test_i39_7_an_idle_quick_start_prints_nothing_and_each_notice_as_a_readable_email_within_15_s(
     quickstart: Instance,  # noqa: F811 (the fixture)
 ) -> None:
@@ -95,6 +112,10 @@ def test_i39_7_an_idle_quick_start_prints_nothing_and_each_notice_as_a_readable_
     assert quickstart.reader.all[before:] == [], "an idle quick start printed:\n" + "\n".join(
         quickstart.reader.all[before:][:30]
     )
+    # and its health page is green (issue 39 item 1: a job not due yet is not unhealthy)
+    levels = health_levels(quickstart)
+    assert {"workers", "broker", "outbox", "jobs", "beats", "providers"} <= set(levels), levels
+    assert set(levels.values()) == {"green"}, levels
     # when: an agent submits a charge that needs a person, then a second once the first is told
     token = quickstart.printed(r"demo agent token \(tenant demo\): (\S+)")
     first = submit_gated_charge(quickstart, token, "terminal-1")
