@@ -6,12 +6,19 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from operations.models import OutboxMessage, WorkerHeartbeat
 from operations.services import periodic_job_record, worker_heartbeat_record
-from tests.console.browser_support import expect, pytestmark_browser, shot, sign_in
+from tests.console.browser_support import (
+    assert_no_horizontal_overflow,
+    expect,
+    pytestmark_browser,
+    shot,
+    sign_in,
+)
 from tests.console.test_every_kind import KINDS, serve_every_kind
 from tests.console.test_health import call
 from tests.factories import UserFactory
@@ -65,3 +72,33 @@ def test_i16_5_health_page_shows_every_signal_and_refreshes(page: Any, settings:
         pass
     assert refresh.value.status == 200
     expect(page.locator("#signals")).to_have_count(1)
+
+
+@pytest.mark.parametrize("width", ["wide", "phone"])
+def test_i39_1_a_fresh_installs_health_page_is_green_at_1366_and_390_px(
+    width: str, request: Any, settings: Any
+) -> None:
+    # given: a fresh install: a beat started a minute ago, one worker, the frequent jobs run once
+    # and the daily and hourly ones not yet (issue 39 item 1: "never ran" was red)
+    from operations.services.beats import beat_heartbeat_record
+    from operations.tasks import deliver_webhooks, relay_outbox, send_notifications
+    from reconciliation.tasks import reconcile
+
+    browser_page = request.getfixturevalue("page" if width == "wide" else "phone")
+    beat_heartbeat_record(
+        identity="beat-1", host="host-a", pid=7, started_at=timezone.now() - timedelta(minutes=1)
+    )
+    worker_heartbeat_record(
+        hostname="celery@fresh", pid=101, queues=["effect-ledger"], concurrency=2, started_at=timezone.now()
+    )
+    for job in (relay_outbox, reconcile, deliver_webhooks, send_notifications):
+        job()
+    UserFactory(username="olga", groups=["operator"])
+    # when: the operator opens the health page
+    sign_in(browser_page, "olga")
+    browser_page.goto("/health/")
+    # then: the periodic jobs are green, the ones not due yet say so, and the page fits the screen
+    expect(browser_page.locator("#signal-jobs .level")).to_have_text("green")
+    expect(browser_page.locator("#signal-jobs")).to_contain_text("Statement reconciliation: not due yet")
+    assert "never ran" not in browser_page.content()
+    assert_no_horizontal_overflow(browser_page)
