@@ -29,6 +29,10 @@ from operations.selectors.provider_calls import provider_call_stats, providers_s
 from operations.workers.delivery import stalled_ready_seconds
 
 #: The periodic jobs the page follows: (task name, label, setting of its period in seconds).
+#: Seconds after one period from the beat's start that a job that never ran is still "not due
+#: yet": the beat's and the worker's start-up, and a run that is under way.
+NOT_DUE_GRACE_SECONDS = 60.0
+
 PERIODIC_JOBS: tuple[tuple[str, str, str], ...] = (
     ("operations.relay_outbox", "Outbox relay", "RELAY_PERIOD_SECONDS"),
     ("reconciliation.reconcile", "Reconciler", "RECONCILE_PERIOD_SECONDS"),
@@ -173,8 +177,10 @@ def outbox_signal(backlog: dict[str, Any]) -> Signal:
 def periodic_jobs() -> list[dict[str, Any]]:
     """The last run of each periodic job (``PERIODIC_JOBS``), judged by its age in periods of
     the job: amber past ``HEALTH_JOB_AMBER_PERIODS`` (or when the last run raised), red past
-    ``HEALTH_JOB_RED_PERIODS`` or when it never ran although the beat seen now has been up that
-    long (``not_due``: a job the beat has not had that long to run, green)."""
+    ``HEALTH_JOB_RED_PERIODS``. A job that never ran is judged by how long the beat seen now has
+    been up: green (``not_due``) for one period plus ``NOT_DUE_GRACE_SECONDS`` (a daily job on a
+    fresh install is not unhealthy), amber for one period more, then red; red when no beat is
+    seen (issue 39 item 1)."""
     names = [name for name, _, _ in PERIODIC_JOBS]
     with connection.cursor() as cursor:
         cursor.execute(
@@ -202,9 +208,20 @@ def periodic_jobs() -> list[dict[str, Any]]:
         job: dict[str, Any] = {"name": name, "label": label, "period_seconds": period}
         row = found.get(name)
         if row is None:
-            not_due = beat_up is not None and float(beat_up) <= red_periods * period
+            # Due one period (and a start-up grace) after the running beat started; then amber
+            # for one more period, then red. No beat seen: red.
+            due_after = period + NOT_DUE_GRACE_SECONDS
+            up = None if beat_up is None else float(beat_up)
+            not_due = up is not None and up <= due_after
+            level = GREEN if not_due else AMBER if up is not None and up <= due_after + period else RED
             job.update(
-                ran=False, level=GREEN if not_due else RED, not_due=not_due, age_seconds=None, error=""
+                ran=False,
+                level=level,
+                not_due=not_due,
+                due_after_seconds=due_after,
+                beat_up_seconds=up,
+                age_seconds=None,
+                error="",
             )
         else:
             _, started, finished, duration_ms, error, succeeded, age = row

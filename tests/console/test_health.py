@@ -622,3 +622,29 @@ def test_i36_a_job_the_running_beat_has_not_had_time_to_run_is_not_due_yet(admin
     BeatHeartbeat.objects.update(started_at=Now() - timedelta(days=30))
     body = admin_client.get("/health/").content.decode()
     assert "Archive: never ran" in body and signal_level(body, "jobs") == RED
+
+
+def test_i39_1_a_job_that_never_ran_is_due_one_period_after_the_beat_started(admin_client: Client) -> None:
+    """A daily job that never runs is not green for a month (main: not due for 30 periods, the
+    red threshold): green for one period and the start-up grace, amber one period more, then red."""
+    from operations.selectors.health import NOT_DUE_GRACE_SECONDS
+    from operations.services.beats import beat_heartbeat_record
+
+    def statement_job(beat_up: timedelta) -> dict[str, Any]:
+        BeatHeartbeat.objects.all().delete()
+        beat_heartbeat_record(identity="beat-1", host="host-a", pid=7, started_at=timezone.now() - beat_up)
+        return next(j for j in periodic_jobs() if j["name"] == "reconciliation.reconcile_statements")
+
+    grace = timedelta(seconds=NOT_DUE_GRACE_SECONDS)
+    # given / then: a fresh install, and one whose beat has been up a little under a day
+    assert statement_job(timedelta(minutes=5))["level"] == GREEN
+    assert statement_job(timedelta(days=1))["level"] == GREEN
+    # a day and the grace later the daily run is due and never came: amber, then red a day later
+    assert statement_job(timedelta(days=1) + grace + timedelta(minutes=5))["level"] == AMBER
+    assert statement_job(timedelta(days=2) + grace + timedelta(minutes=5))["level"] == RED
+    # and the page says which
+    body = admin_client.get("/health/").content.decode()
+    assert (
+        "Statement reconciliation: never ran" in body
+        and "never ran, due 24 h 1 min after the beat started" in body
+    )
