@@ -12,9 +12,12 @@ a link to the attacker's page (issue 39, item 8). So every such value goes throu
   as U+0085), format characters (zero-width, bidirectional overrides), line and paragraph
   separators (U+2028, U+2029), spaces other than U+0020, surrogates, private use and
   unassigned code points (Unicode general categories Cc, Cf, Cs, Co, Cn, Zl, Zp, Zs);
-- **no link**: ``://`` is written ``[:]//`` and a dot between a letter or digit and a letter
-  ``[.]`` (``evil[.]example``), the usual "defanging", so no mail or chat client makes a link
-  of a URL, a host name or an address in it; the only link in a notice is the console's.
+- **no link**: ``://`` is written ``[:]//`` and every dot between two characters that are not
+  spaces ``[.]`` (``evil[.]example``, ``1[.]2[.]3[.]4``, ``exa\u0308[.]com``), the usual
+  "defanging", so no mail or chat client makes a link of a URL, a host name or an address in
+  it; the only link in a notice is the console's. A dot counts whatever its spelling: ``.``, the
+  ideographic and full-width dots, the small full stop U+FE52 and the one-dot leader U+2024
+  (NFKC and IDNA read them all as ``.``).
 
 The escaping is one-way: a value that itself contains ``[.]`` reads the same as a defanged dot.
 Slack's own control characters (``&``, ``<``, ``>``) are escaped for the whole message where it
@@ -35,9 +38,10 @@ _INVISIBLE = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
 # "scheme://" of any URL.
 _SCHEME = re.compile(r"://")
-# A dot (or an ideographic or full-width one, which browsers read as a dot in a host name)
-# between a letter or digit and a letter: a host name's label separator, a domain's TLD.
-_HOST_DOT = re.compile(r"(?<=[^\W_])[.\u3002\uff0e\uff61](?=[^\W\d_])")
+# A dot in any spelling NFKC or IDNA reads as "." (ideographic, full-width, half-width, small
+# full stop, one-dot leader) between two characters that are not spaces: a host name's label
+# separator, an IP address's, a domain's TLD, whatever precedes it (a combining mark, a hyphen).
+_HOST_DOT = re.compile(r"(?<=\S)[.\u3002\uff0e\uff61\ufe52\u2024](?=\S)")
 
 
 def _escaped(char: str) -> str:

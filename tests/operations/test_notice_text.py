@@ -95,10 +95,27 @@ def test_i39_8_control_characters_and_separators_are_escaped_onto_one_line() -> 
     # and quotes and backslashes cannot end the value early; links are defanged
     assert as_data('x" Risk: "low\\') == '"x\\" Risk: \\"low\\\\"'
     assert as_data("see http://10.0.0.1/a or mail evil.example") == (
-        '"see http[:]//10.0.0.1/a or mail evil[.]example"'
+        '"see http[:]//10[.]0[.]0[.]1/a or mail evil[.]example"'
     )
-    # and text that needs nothing keeps its letters (a Japanese reference, an amount)
-    assert as_data("注文-77 12.50") == '"注文-77 12.50"'
+    # and text that needs nothing keeps its letters (a Japanese reference; a dot that ends a sentence)
+    assert as_data("注文-77 paid.") == '"注文-77 paid."'
+
+
+@pytest.mark.parametrize(
+    ("spelling", "written"),
+    [
+        ("exa\u0308.com", '"exa\u0308[.]com"'),  # a combining mark before the dot
+        ("evil\ufe52com", '"evil[.]com"'),  # small full stop (NFKC: ".")
+        ("x\u2024com", '"x[.]com"'),  # one-dot leader (NFKC: ".")
+        ("1.2.3.4/approve", '"1[.]2[.]3[.]4/approve"'),  # an IP address
+        ("evil-.com", '"evil-[.]com"'),
+        ("evil_.com", '"evil_[.]com"'),
+        ("evil\uff0ecom", '"evil[.]com"'),  # full-width
+    ],
+)
+def test_i39_8_a_host_in_any_spelling_is_defanged(spelling: str, written: str) -> None:
+    # when / then (the newcomer's spellings that main's rule left as links)
+    assert as_data(spelling) == written
 
 
 @pytest.mark.parametrize("kind", [kind.value for kind in Notification.Kind])
