@@ -142,6 +142,25 @@ def _amount(text: str, currency: str, where: str) -> int:
     return int(minor)
 
 
+def statement_text(data: bytes) -> str:
+    """The file's text (UTF-8, a byte-order mark dropped): the checks that come before any
+    mapping, so an empty or mis-encoded file is told so whatever its source's mapping.
+
+    Raises:
+        StatementFileError: too large (``MAX_UPLOAD_BYTES``), empty (blank lines only), or not
+            UTF-8 (the line and byte named).
+    """
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise StatementFileError(f"the file is too large: {len(data)} bytes, at most {MAX_UPLOAD_BYTES}")
+    if not data.strip():
+        raise StatementFileError("the file is empty")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise StatementFileError(f"line {line}: the file is not UTF-8 (byte {exc.start + 1})") from exc
+
+
 def parse_statement(
     data: bytes, columns: dict[str, str]
 ) -> tuple[list[StatementEntry], list[dict[str, str]]]:
@@ -153,15 +172,7 @@ def parse_statement(
     Raises:
         StatementFileError: the first problem, naming the line and column (module docstring).
     """
-    if len(data) > MAX_UPLOAD_BYTES:
-        raise StatementFileError(f"the file is too large: {len(data)} bytes, at most {MAX_UPLOAD_BYTES}")
-    if not data.strip():
-        raise StatementFileError("the file is empty")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise StatementFileError(f"line {line}: the file is not UTF-8 (byte {exc.start + 1})") from exc
+    text = statement_text(data)
     problem = mapping_problem(columns)
     if problem:
         raise StatementFileError(f"the saved mapping is not usable: {problem}")

@@ -52,6 +52,7 @@ from reconciliation.statement_csv import (
     default_mapping,
     mapping_of,
     parse_statement,
+    statement_text,
 )
 from reconciliation.statement_matching import BATCH_LINES, MatchState, match_batch
 from reconciliation.statement_sources import source_actions, statement_actions
@@ -96,6 +97,7 @@ def statement_upload_accept(
         StatementAlreadyUploaded: the same file of this source and day was taken before.
     """
     source_actions(source)
+    statement_text(data)  # an empty or mis-encoded file is told so, not sent to the mapping
     columns = mapping_of(source) or default_mapping(data)
     if columns is None:
         raise StatementFileError(

@@ -159,6 +159,28 @@ def test_i39_10_a_bad_file_is_refused_at_upload_with_its_line_and_no_job(operato
     assert not OutboxMessage.objects.filter(task=IMPORT_TASK).exists()
 
 
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        (b"", "the file is empty"),
+        (b"\n\n\n", "the file is empty"),
+        ("provider_reference\nch_\u00e9\n".encode("latin-1"), "line 2: the file is not UTF-8 (byte 23)"),
+        ("provider_reference\n".encode("utf-16"), "line 1: the file is not UTF-8 (byte 1)"),
+    ],
+)
+def test_i39_6_an_empty_or_mis_encoded_file_is_told_so_not_sent_to_the_mapping(
+    operator_client: Client, data: bytes, said: str
+) -> None:
+    # given: a source with no saved mapping (main: every such file was "no saved column mapping")
+    # when
+    refused = upload(operator_client, data)
+    # then: the file's own problem, nothing stored
+    html = refused.content.decode()
+    assert refused.status_code == 422 and said in html, html[:3000]
+    assert "no saved column mapping" not in html
+    assert not StatementUpload.objects.exists() and not StatementRun.objects.exists()
+
+
 def test_i39_10_the_same_file_twice_is_said_and_imported_once(operator_client: Client) -> None:
     data = b"provider_reference\nch_1\n"
     assert upload(operator_client, data).status_code == 200
