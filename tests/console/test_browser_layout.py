@@ -273,3 +273,30 @@ def test_i39_3_badges_amounts_action_names_and_ids_never_wrap_at_1366_px(
         for cell in page.locator("td.ident, #unknown-rows td.mono").all():
             if cell.evaluate("(c) => c.scrollWidth > c.clientWidth"):
                 assert cell.get_attribute("title") == cell.inner_text().strip()
+
+
+def test_i39_2_the_approve_button_stays_on_the_first_screen_with_a_long_target_and_amount(
+    phone: Any, settings: Any, every_kind_gated: None
+) -> None:
+    # given: a charge with the longest amount and a long customer id (the agent chooses both;
+    # newcomer: the button's top at 882 px of 844 on main's first layout)
+    UserFactory(username="alice", groups=["approver"])
+    settings.EFFECT_LEDGER_POLICIES = {
+        **settings.EFFECT_LEDGER_POLICIES,
+        "payments.charge": {"approval": "always"},
+    }
+    intent = submit(
+        arguments=charge_arguments(999_999_999_999, currency="JPY", customer="cus_" + "x" * 60),
+        reference="order-long-target",
+    )
+    assert intent.status == S.AWAITING_APPROVAL
+    sign_in(phone, "alice")
+    # when
+    phone.goto(f"/approvals/{intent.id}/")
+    # then: the Approve button is on the first screen, the page does not scroll sideways, and
+    # the whole target is still on the page (the payload below)
+    button = phone.get_by_role("button", name="Approve this payload").bounding_box()
+    assert button["y"] + button["height"] <= PHONE["height"], f"Approve button {button} below the fold"
+    assert_no_horizontal_overflow(phone)
+    expect(phone.locator("section[aria-labelledby=payload-h]")).to_contain_text("cus_" + "x" * 60)
+    shot(phone, "approval-phone-long-target.png", full_page=False)
