@@ -249,6 +249,12 @@ TOKENS_WIDE = {
         "status badge": "#unknown-rows .status",
     },
     "/": {"status badge": "main .status", "count": "main td.num"},
+    # the newcomer's: event names and numbers split ("approval_exp|ired", "1|0")
+    "/audit/": {
+        "event number": "#audit-rows td.seq",
+        "event name": "#audit-rows td.event-name",
+        "hash prefix": "#audit-rows td:last-child",
+    },
 }
 
 
