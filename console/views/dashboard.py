@@ -10,7 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
 from console.charts import throughput_svg
-from console.permissions import console_role_required, on_every_tenant, reader_scope
+from console.permissions import console_role_required, on_every_tenant, reader_scope, roles_of
 from console.views.common import HtmxHttpRequest, page_or_partial
 from operations import selectors
 from operations.access.tenants import EVERY_TENANT
@@ -71,9 +71,22 @@ WAITING_ROWS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def waiting_rows(waiting: list[Waiting]) -> list[dict[str, Any]]:
+#: The rows any approver may decide (a policy may name its own approver group, so they are
+#: offered to every role); every other row is a resolution, which operators and admins make
+#: (``reconciliation.decision_checks.can_resolve``).
+APPROVAL_ROWS = frozenset({"approvals_expiring", "approvals"})
+
+
+def resolver(user: Any) -> bool:
+    """Whether ``user`` holds a role that resolves (operator or admin) on some tenant."""
+    return bool({"operator", "admin"} & set(roles_of(user)))
+
+
+def waiting_rows(waiting: list[Waiting], *, resolves: bool = True) -> list[dict[str, Any]]:
     """``waiting_for_people``'s answer as the dashboard's rows, in its order: ``{"label", "url",
-    "id", "count", "since", "due", "needs_person"}``."""
+    "id", "count", "since", "due", "needs_person", "for_user"}``; ``for_user`` False for a
+    resolution when the reader does not resolve (``resolves``): it waits for an operator, not
+    for them."""
     rows = []
     for item in waiting:
         kind = item.key.removeprefix("provider_findings:")
@@ -91,6 +104,7 @@ def waiting_rows(waiting: list[Waiting]) -> list[dict[str, Any]]:
                 "since": item.since,
                 "due": item.due,
                 "needs_person": item.needs_person,
+                "for_user": resolves or item.key in APPROVAL_ROWS,
             }
         )
     return rows
@@ -168,11 +182,12 @@ def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     minutes = selectors.throughput_last_hour(scope=scope)
     # Issue 39 item 5: only the kinds with something waiting, most urgent first; those the
     # ledger is still handling apart, below.
-    waiting = waiting_rows(waiting_for_people(scope=scope))
+    waiting = waiting_rows(waiting_for_people(scope=scope), resolves=resolver(request.user))
     context = {
         "gauges": ledger_gauges(scope=scope),
         "unknown_ages": selectors.unknown_by_age(scope=scope),
-        "waiting_now": [row for row in waiting if row["needs_person"]],
+        "waiting_now": [row for row in waiting if row["needs_person"] and row["for_user"]],
+        "waiting_operators": [row for row in waiting if row["needs_person"] and not row["for_user"]],
         "in_hand": [row for row in waiting if not row["needs_person"]],
         # Figures of no tenant (this machine's counters, the outbox, failover): every tenant only.
         "every_tenant": every_tenant,

@@ -118,10 +118,10 @@ def test_i39_4_an_email_offers_no_compensate_and_says_why(screen: str, page: Any
 
 @pytest.mark.parametrize("screen", list(SCREENS))
 def test_i39_5_the_dashboard_shows_only_what_waits(screen: str, page: Any) -> None:
-    # given: a quiet ledger and a viewer
-    UserFactory(username="vera", groups=["viewer"])
+    # given: a quiet ledger and an operator
+    UserFactory(username="otto", groups=["operator"])
     page.set_viewport_size(SCREENS[screen])
-    sign_in(page, "vera")
+    sign_in(page, "otto")
     # then: one sentence, no rows of zeros
     card = page.locator("#waiting-card")
     expect(card.get_by_text("Nothing waits for you.")).to_be_visible()

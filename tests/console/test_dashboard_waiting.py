@@ -71,7 +71,7 @@ def test_i39_5_nothing_waits_for_you_on_a_quiet_ledger(viewer_client: Client) ->
         assert 'id="open-provider-findings-' not in body
 
 
-def test_i39_5_only_waiting_kinds_are_listed_most_urgent_first(viewer_client: Client) -> None:
+def test_i39_5_only_waiting_kinds_are_listed_most_urgent_first(operator_client: Client) -> None:
     # given, created least urgent first so that the order cannot come from creation: an
     # approval with two hours left, a likely duplicate held for a person, an open provider
     # finding, a duplicate finding, an approval expiring in ten minutes, an escalated UNKNOWN,
@@ -97,8 +97,8 @@ def test_i39_5_only_waiting_kinds_are_listed_most_urgent_first(viewer_client: Cl
     escalated_unknown(reference="escalated-1")
     # when
     for body in (
-        viewer_client.get(reverse("dashboard")).content.decode(),
-        viewer_client.get(reverse("dashboard"), **HTMX).content.decode(),  # type: ignore[arg-type]
+        operator_client.get(reverse("dashboard")).content.decode(),
+        operator_client.get(reverse("dashboard"), **HTMX).content.decode(),  # type: ignore[arg-type]
     ):
         # then: exactly the kinds that wait, in urgency order; the one the reconciler still
         # looks up is listed apart, after them
@@ -154,3 +154,20 @@ def test_i39_5_every_provider_finding_kind_has_its_place_in_the_order() -> None:
     assert len(keys) == len(set(keys))
     for kind in ProviderFinding.Kind.values:
         assert f"provider_findings:{kind}" in keys
+
+
+def test_i39_5_what_only_an_operator_resolves_does_not_wait_for_an_approver(approver_client: Client) -> None:
+    # given: an escalated UNKNOWN intent (operators resolve it) and an approval request
+    # (newcomer: an approver's "Waiting for a person" listed the UNKNOWN intent as theirs)
+    escalated_unknown(reference="escalated-2")
+    # when / then: nothing waits for the approver; the UNKNOWN intent is listed as an operator's
+    body = approver_client.get(reverse("dashboard")).content.decode()
+    assert "Nothing waits for you." in body
+    assert body.index('id="for-operators"') < body.index('id="unknown-escalated"')
+    # when: an approval request comes: it is theirs, first; the UNKNOWN intent still the operators'
+    gated(reference="approve-me")
+    body = approver_client.get(reverse("dashboard")).content.decode()
+    assert "Nothing waits for you." not in body
+    assert (
+        body.index('id="approvals-') < body.index('id="for-operators"') < body.index('id="unknown-escalated"')
+    )
