@@ -93,8 +93,10 @@ class LookupRun:
 
     @property
     def title(self) -> str:
-        """``5 lookups, inconclusive, 23:29:27–23:29:52`` (UTC, to the second)."""
-        return f"{len(self.entries)} lookups, {self.result}, {self.at:%H:%M:%S}–{self.until:%H:%M:%S}"
+        """``5 lookups, inconclusive, 23:29:27–23:29:52`` (UTC, to the second; ``not_found_yet``
+        written ``not found yet``)."""
+        words = self.result.replace("_", " ")  # as the UNKNOWN page's lookup groups say it
+        return f"{len(self.entries)} lookups, {words}, {self.at:%H:%M:%S}–{self.until:%H:%M:%S}"
 
 
 Line = TimelineEntry | LookupRun

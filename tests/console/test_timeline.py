@@ -47,6 +47,13 @@ def test_i16_6_consecutive_lookups_with_one_result_are_one_line() -> None:
     assert lines[0].entries == tuple(entries) and lines[0].actors == "reconciler"
 
 
+def test_i39_4_a_run_of_lookups_says_its_result_in_words_as_the_unknown_page_does() -> None:
+    # given: two "not found yet" lookups (newcomer: the timeline said "not_found_yet")
+    entries = [lookup(seconds, "not_found_yet") for seconds in (0, 5)]
+    # when / then
+    assert group_lookups(entries)[0].title == "2 lookups, not found yet, 23:29:27–23:29:32"
+
+
 def test_i16_6_another_result_or_another_step_breaks_a_run() -> None:
     # given: 2 inconclusive, an escalation, 1 inconclusive, 2 absent, 1 found
     entries = [
